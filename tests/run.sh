@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# run.sh - runs every test and prints one closing line: "N passed, N failed".
+#
+# Suites, in order:
+#   unit    build-asan/tests/test-*   cmocka programs under ASan+UBSan (TAP output)
+#   fuzz    build-asan/fuzz/fuzz-*    replay tests/fuzz/corpus/<name> and crashes/<name>
+#   cli     tests/cli/*.sh            the headroom binary as a user runs it
+#   oracle  tests/oracle/*.test.mjs   against llama.cpp (node-llama-cpp) and real vocabularies
+#
+# Run one suite: tests/run.sh unit; one program: build-asan/tests/test-gguf.
+# Each test's output goes to build-asan/test-logs/<name>.log; failures print it.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+only="${1:-}"
+logs=build-asan/test-logs
+mkdir -p "$logs"
+passed=0 failed=0 skipped=0
+failures=()
+
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+export HR_TEST_MODELS="$PWD/build-asan/test-models"
+mkdir -p "$HR_TEST_MODELS"
+
+report() { # name status(0 ok) seconds
+  if [[ $2 -eq 0 ]]; then
+    printf '  ok    %-40s %5ss\n' "$1" "$3"
+  else
+    printf '  FAIL  %-40s %5ss (log: %s)\n' "$1" "$3" "$logs/$1.log"
+    tail -n 30 "$logs/$1.log" | sed 's/^/        | /'
+  fi
+}
+
+now() { date +%s%N; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", (b - a) / 1e9 }'; }
+
+want() { [[ -z "$only" || "$only" == "$1" ]]; }
+
+if want unit; then
+  echo "unit tests (ASan+UBSan):"
+  for t in build-asan/tests/test-*; do
+    [[ -x "$t" ]] || continue
+    name=$(basename "$t")
+    start=$(now)
+    CMOCKA_MESSAGE_OUTPUT=TAP "$t" >"$logs/$name.log" 2>&1
+    rc=$?
+    ok=$(grep -cE '^ok [0-9]+' "$logs/$name.log")
+    sk=$(grep -cE '^ok [0-9]+.*# SKIP' "$logs/$name.log")
+    bad=$(grep -cE '^not ok [0-9]+' "$logs/$name.log")
+    ok=$((ok - sk))
+    # A crash or sanitizer report after some "ok" lines still fails the program.
+    if [[ $rc -ne 0 && $bad -eq 0 ]]; then bad=1; fi
+    passed=$((passed + ok)) failed=$((failed + bad)) skipped=$((skipped + sk))
+    ((bad)) && failures+=("$name")
+    report "$name ($ok ok, $sk skipped)" $((bad > 0)) "$(elapsed "$start")"
+  done
+fi
+
+if want fuzz; then
+  echo "fuzz corpus and crash replays (ASan+UBSan):"
+  for f in build-asan/fuzz/fuzz-*; do
+    [[ -x "$f" ]] || continue
+    name=$(basename "$f")
+    target=${name#fuzz-}
+    start=$(now)
+    "$f" "tests/fuzz/corpus/$target" "tests/fuzz/crashes/$target" >"$logs/$name.log" 2>&1
+    rc=$?
+    if ((rc == 0)); then passed=$((passed + 1)); else failed=$((failed + 1)); failures+=("$name"); fi
+    report "$name ($(tail -n1 "$logs/$name.log"))" $rc "$(elapsed "$start")"
+  done
+fi
+
+run_counted() { # suite-name command...: a script that ends with "N passed, N failed"
+  local name=$1; shift
+  local start rc line p f
+  start=$(now)
+  "$@" >"$logs/$name.log" 2>&1
+  rc=$?
+  line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$logs/$name.log" | tail -n1)
+  if [[ -n "$line" ]]; then
+    p=$(echo "$line" | sed -E 's/^([0-9]+) passed.*/\1/')
+    f=$(echo "$line" | sed -E 's/^[0-9]+ passed, ([0-9]+) failed.*/\1/')
+  else
+    p=0 f=1
+  fi
+  if [[ $rc -ne 0 && $f -eq 0 ]]; then f=1; fi
+  passed=$((passed + p)) failed=$((failed + f))
+  ((f)) && failures+=("$name")
+  report "$name ($p passed, $f failed)" $((f > 0)) "$(elapsed "$start")"
+}
+
+if want cli; then
+  echo "command-line tests:"
+  for s in tests/cli/*.sh; do
+    [[ -f "$s" ]] || continue
+    run_counted "cli-$(basename "$s" .sh)" bash "$s"
+  done
+fi
+
+if want oracle; then
+  echo "oracle tests (llama.cpp via node-llama-cpp, real vocabularies):"
+  for s in tests/oracle/*.test.mjs; do
+    [[ -f "$s" ]] || continue
+    run_counted "oracle-$(basename "$s" .test.mjs)" node "$s"
+  done
+fi
+
+echo
+if ((${#failures[@]})); then echo "failed: ${failures[*]}"; fi
+echo "$passed passed, $failed failed, $skipped skipped"
+((failed == 0))

@@ -1,0 +1,156 @@
+/*
+ * gen-model - writes a random-weight llama-family GGUF model for tests,
+ * benchmarks and the demo. See tools/lib/model-gen.h for what it writes and
+ * why; run `gen-model --help` for the flags.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf/ggml-types.h"
+#include "model-gen.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: gen-model --out FILE [--shape NAME] [options]\n"
+            "\n"
+            "Writes a GGUF model with seeded random weights (not a trained model).\n"
+            "\n"
+            "  --out FILE          where to write (atomically)\n"
+            "  --shape NAME        start from a named shape (default: tiny):\n"
+            "                      ");
+    for (int i = 0; hr_gen_shape_names[i]; i++)
+        fprintf(f, "%s%s", i ? ", " : "", hr_gen_shape_names[i]);
+    fprintf(f,
+            "\n"
+            "  --arch A            llama, qwen2 or qwen3\n"
+            "  --type T            weight type of matrices: f32, f16, bf16, q8_0\n"
+            "  --vocab DIR|builtin a directory with a Hugging Face tokenizer.json and\n"
+            "                      tokenizer_config.json, or the built-in byte-level vocabulary\n"
+            "  --n-embd N --n-layer N --n-head N --n-head-kv N --head-dim N --n-ff N\n"
+            "  --ctx N             context length written to the metadata\n"
+            "  --rope-base F       RoPE frequency base\n"
+            "  --rope-scaling S    none, linear, yarn or llama3 (with --rope-factor F and\n"
+            "                      --rope-orig-ctx N)\n"
+            "  --rms-eps F         RMSNorm epsilon\n"
+            "  --tied | --untied   output shares the token embedding, or has its own\n"
+            "  --seed N            random seed (default 42)\n"
+            "  --name S            general.name\n");
+}
+
+static int parse_u32(const char *s, uint32_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (errno || *end || end == s || v > UINT32_MAX)
+        return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *out = NULL, *shape = "tiny";
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--shape") == 0 && i + 1 < argc)
+            shape = argv[++i];
+        else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            return 0;
+        }
+    }
+    struct hr_gen_params p;
+    struct hr_err err = {{0}};
+    if (hr_gen_shape(shape, &p, &err) != HR_OK) {
+        fprintf(stderr, "gen-model: %s\n", err.msg);
+        return 2;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int bad = 0;
+        if (strcmp(a, "--tied") == 0) {
+            p.tied = true;
+            continue;
+        }
+        if (strcmp(a, "--untied") == 0) {
+            p.tied = false;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "gen-model: unknown flag or missing value: %s\n", a);
+            usage(stderr);
+            return 2;
+        }
+        i++;
+        if (strcmp(a, "--shape") == 0)
+            continue;
+        else if (strcmp(a, "--out") == 0)
+            out = v;
+        else if (strcmp(a, "--arch") == 0)
+            p.arch = v;
+        else if (strcmp(a, "--vocab") == 0)
+            p.vocab = v;
+        else if (strcmp(a, "--name") == 0)
+            p.name = v;
+        else if (strcmp(a, "--type") == 0)
+            bad = !hr_ggml_type_from_name(v, &p.type);
+        else if (strcmp(a, "--n-embd") == 0)
+            bad = parse_u32(v, &p.n_embd);
+        else if (strcmp(a, "--n-layer") == 0)
+            bad = parse_u32(v, &p.n_layer);
+        else if (strcmp(a, "--n-head") == 0)
+            bad = parse_u32(v, &p.n_head);
+        else if (strcmp(a, "--n-head-kv") == 0)
+            bad = parse_u32(v, &p.n_head_kv);
+        else if (strcmp(a, "--head-dim") == 0)
+            bad = parse_u32(v, &p.head_dim);
+        else if (strcmp(a, "--n-ff") == 0)
+            bad = parse_u32(v, &p.n_ff);
+        else if (strcmp(a, "--ctx") == 0)
+            bad = parse_u32(v, &p.n_ctx);
+        else if (strcmp(a, "--rope-orig-ctx") == 0)
+            bad = parse_u32(v, &p.rope_orig_ctx);
+        else if (strcmp(a, "--rope-base") == 0)
+            p.rope_base = strtof(v, NULL), bad = !(p.rope_base > 0);
+        else if (strcmp(a, "--rope-factor") == 0)
+            p.rope_factor = strtof(v, NULL), bad = !(p.rope_factor > 0);
+        else if (strcmp(a, "--rms-eps") == 0)
+            p.rms_eps = strtof(v, NULL), bad = !(p.rms_eps > 0);
+        else if (strcmp(a, "--seed") == 0)
+            p.seed = strtoull(v, NULL, 10);
+        else if (strcmp(a, "--rope-scaling") == 0) {
+            if (strcmp(v, "none") == 0)
+                p.rope_scaling = HR_GEN_ROPE_NONE;
+            else if (strcmp(v, "linear") == 0)
+                p.rope_scaling = HR_GEN_ROPE_LINEAR;
+            else if (strcmp(v, "yarn") == 0)
+                p.rope_scaling = HR_GEN_ROPE_YARN;
+            else if (strcmp(v, "llama3") == 0)
+                p.rope_scaling = HR_GEN_ROPE_LLAMA3;
+            else
+                bad = 1;
+        } else {
+            fprintf(stderr, "gen-model: unknown flag %s\n", a);
+            usage(stderr);
+            return 2;
+        }
+        if (bad) {
+            fprintf(stderr, "gen-model: bad value for %s: '%s'\n", a, v);
+            return 2;
+        }
+    }
+    if (!out) {
+        fprintf(stderr, "gen-model: --out FILE is required\n");
+        usage(stderr);
+        return 2;
+    }
+    if (hr_gen_model(&p, out, &err) != HR_OK) {
+        fprintf(stderr, "gen-model: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}
