@@ -23,12 +23,12 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export HR_TEST_MODELS="$PWD/build-asan/test-models"
 mkdir -p "$HR_TEST_MODELS"
 
-report() { # name status(0 ok) seconds
-  if [[ $2 -eq 0 ]]; then
-    printf '  ok    %-40s %5ss\n' "$1" "$3"
+report() { # name description status(0 ok) seconds
+  if [[ $3 -eq 0 ]]; then
+    printf '  ok    %-50s %6ss\n' "$2" "$4"
   else
-    printf '  FAIL  %-40s %5ss (log: %s)\n' "$1" "$3" "$logs/$1.log"
-    tail -n 30 "$logs/$1.log" | sed 's/^/        | /'
+    printf '  FAIL  %-50s %6ss (log: %s)\n' "$2" "$4" "$logs/$1.log"
+    tail -n 30 "$logs/$1.log" | cut -c1-240 | sed 's/^/        | /'
   fi
 }
 
@@ -53,7 +53,7 @@ if want unit; then
     if [[ $rc -ne 0 && $bad -eq 0 ]]; then bad=1; fi
     passed=$((passed + ok)) failed=$((failed + bad)) skipped=$((skipped + sk))
     ((bad)) && failures+=("$name")
-    report "$name ($ok ok, $sk skipped)" $((bad > 0)) "$(elapsed "$start")"
+    report "$name" "$name ($ok ok, $sk skipped)" $((bad > 0)) "$(elapsed "$start")"
   done
 fi
 
@@ -67,7 +67,7 @@ if want fuzz; then
     "$f" "tests/fuzz/corpus/$target" "tests/fuzz/crashes/$target" >"$logs/$name.log" 2>&1
     rc=$?
     if ((rc == 0)); then passed=$((passed + 1)); else failed=$((failed + 1)); failures+=("$name"); fi
-    report "$name ($(tail -n1 "$logs/$name.log"))" $rc "$(elapsed "$start")"
+    report "$name" "$name ($(tail -n1 "$logs/$name.log"))" $rc "$(elapsed "$start")"
   done
 fi
 
@@ -87,7 +87,7 @@ run_counted() { # suite-name command...: a script that ends with "N passed, N fa
   if [[ $rc -ne 0 && $f -eq 0 ]]; then f=1; fi
   passed=$((passed + p)) failed=$((failed + f))
   ((f)) && failures+=("$name")
-  report "$name ($p passed, $f failed)" $((f > 0)) "$(elapsed "$start")"
+  report "$name" "$name ($p passed, $f failed)" $((f > 0)) "$(elapsed "$start")"
 }
 
 if want cli; then

@@ -454,16 +454,14 @@ static enum hr_status parse_header(struct hr_gguf *g, struct cursor *c)
                           c->size);
     }
     uint32_t magic, version;
-    enum hr_status st = cur_u32(c, &magic, "magic");
-    if (st != HR_OK)
-        return st;
+    cur_u32(c, &magic, "magic"); /* cannot fail: size >= 4 */
     if (magic != HR_GGUF_MAGIC) {
         return hr_err_set(c->err, HR_ERR_INVALID,
-                          "bad magic 0x%08" PRIx32 " at byte 0 (expected \"GGUF\"): not a GGUF file",
+                          "bad magic 0x%08" PRIx32 " at byte 0 (expected \"GGUF\"): "
+                          "not a GGUF file",
                           magic);
     }
-    st = cur_u32(c, &version, "version");
-    if (st != HR_OK) {
+    if (cur_u32(c, &version, "version") != HR_OK) {
         return hr_err_set(c->err, HR_ERR_INVALID,
                           "truncated header: the version at byte 4 needs 4 bytes, only %" PRIu64
                           " remain",
@@ -492,8 +490,8 @@ static enum hr_status parse_header(struct hr_gguf *g, struct cursor *c)
     uint64_t n_tensors, n_kv;
     if (cur_left(c) < 8) {
         return hr_err_set(c->err, HR_ERR_INVALID,
-                          "truncated header: the tensor count at byte 8 needs 8 bytes, only %" PRIu64
-                          " remain",
+                          "truncated header: the tensor count at byte 8 needs 8 bytes, "
+                          "only %" PRIu64 " remain",
                           cur_left(c));
     }
     cur_u64(c, &n_tensors, "tensor count");
@@ -738,7 +736,12 @@ static enum hr_status parse_tensor_infos(struct hr_gguf *g, struct cursor *c)
     return HR_OK;
 }
 
-/* Places every tensor inside the data section and checks for overlaps. */
+/*
+ * Places every tensor inside the data section and checks for overlaps.
+ * With HR_GGUF_HEADER_ONLY a tensor that is not wholly inside the buffer
+ * gets a NULL data pointer instead of an error; tensors that are wholly
+ * inside still get theirs, so a truncated download shows what it holds.
+ */
 static enum hr_status place_tensors(struct hr_gguf *g, struct cursor *c)
 {
     uint64_t header_end = c->pos;
@@ -1035,9 +1038,9 @@ enum hr_status hr_gguf_get_u32(const struct hr_gguf *g, const char *key, uint32_
     if (st != HR_OK)
         return st;
     if (neg || u > UINT32_MAX) {
-        return neg ? hr_err_set(err, HR_ERR_RANGE, "key '%s' is %" PRId64 ", outside uint32", key, s)
-                   : hr_err_set(err, HR_ERR_RANGE, "key '%s' is %" PRIu64 ", outside uint32", key,
-                                u);
+        if (neg)
+            return hr_err_set(err, HR_ERR_RANGE, "key '%s' is %" PRId64 ", outside uint32", key, s);
+        return hr_err_set(err, HR_ERR_RANGE, "key '%s' is %" PRIu64 ", outside uint32", key, u);
     }
     *out = (uint32_t)u;
     return HR_OK;

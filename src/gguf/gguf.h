@@ -125,7 +125,8 @@ struct hr_gguf; /* opaque; see the functions below */
 /* Flags for hr_gguf_parse_ex. */
 enum {
     /* Accept a buffer that holds the header but not (all of) the tensor data;
-     * tensor data pointers are then NULL. Used to inspect truncated downloads. */
+     * the data pointer of a tensor not wholly inside the buffer is then NULL.
+     * Used to inspect truncated downloads. */
     HR_GGUF_HEADER_ONLY = 1u << 0,
 };
 

@@ -208,7 +208,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (size_t f = 0; f < 2; f++) {
         struct hr_gguf *g = NULL;
         struct hr_err err;
-        enum hr_status st = hr_gguf_parse_ex(data, size, flag_sets[f], &g, &err);
+        enum hr_status st = flag_sets[f] ? hr_gguf_parse_ex(data, size, flag_sets[f], &g, &err)
+                                         : hr_gguf_parse(data, size, &g, &err);
         if (st != HR_OK) {
             check(g == NULL && st < 0 && err.msg[0] != '\0');
             continue;

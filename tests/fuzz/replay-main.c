@@ -54,7 +54,8 @@ int main(int argc, char **argv)
         DIR *d = opendir(argv[i]);
         struct dirent *e;
         while (d && (e = readdir(d))) {
-            if (e->d_name[0] == '.')
+            /* Skip dot files and the folder's README.md: documentation, not input. */
+            if (e->d_name[0] == '.' || strcmp(e->d_name, "README.md") == 0)
                 continue;
             char path[4096];
             snprintf(path, sizeof(path), "%s/%s", argv[i], e->d_name);

@@ -57,7 +57,7 @@ async function hfTokenizer(name) {
   return hfCache.get(name);
 }
 
-for (const c of cases) {
+async function runCase(c) {
   const label = `${c.arch}/${c.type}/${c.vocab}${c.tied ? "" : "/untied"}`;
   const file = path.join(outDir, `oracle-${c.arch}-${c.type}-${c.vocab}${c.tied ? "" : "-untied"}.gguf`);
   const args = ["--shape", "tiny", "--arch", c.arch, "--type", c.type, "--vocab", vocabDir(c.vocab),
@@ -67,14 +67,14 @@ for (const c of cases) {
     execFileSync(genModel, args, { stdio: ["ignore", "inherit", "inherit"] });
   } catch (e) {
     check(false, `${label}: gen-model failed: ${e.message}`);
-    continue;
+    return;
   }
   let model;
   try {
     model = await llama.loadModel({ modelPath: file, gpuLayers: 0 });
   } catch (e) {
     check(false, `${label}: llama.cpp refused the file: ${e.message}`);
-    continue;
+    return;
   }
   check(true, `${label}: loads`);
   // What llama.cpp itself read back (llama_model_n_ctx_train, _n_embd, vocab type).
@@ -87,7 +87,7 @@ for (const c of cases) {
   const hf = await hfTokenizer(c.vocab);
   for (const t of texts) {
     const ours = Array.from(model.tokenize(t, false));
-    const theirs = hf.encode(t, null, { add_special_tokens: false });
+    const theirs = hf.encode(t, { add_special_tokens: false });
     const same = ours.length === theirs.length && ours.every((v, i) => v === theirs[i]);
     check(same, `${label}: tokenize ${JSON.stringify(t)}: llama.cpp [${ours}] vs HF [${theirs}]`);
   }
@@ -106,6 +106,14 @@ for (const c of cases) {
   await context.dispose();
   await model.dispose();
   console.log(`ok ${label}`);
+}
+
+for (const c of cases) {
+  try {
+    await runCase(c);
+  } catch (e) {
+    check(false, `${c.arch}/${c.type}/${c.vocab}: ${e.stack || e}`);
+  }
 }
 
 console.log(`${passed} passed, ${failed} failed`);

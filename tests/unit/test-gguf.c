@@ -287,7 +287,7 @@ static void test_tensors_file(void **state)
     check_tensors(g, 32);
     hr_gguf_close(g);
     unlink(path);
-    assert_int_equal(hr_gguf_open(path, &g, &err), HR_ERR_IO);
+    assert_int_equal(hr_gguf_open(path, &g, &err), HR_ERR_NOT_FOUND);
     assert_non_null(strstr(err.msg, path));
     assert_null(g);
 }

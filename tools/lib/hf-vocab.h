@@ -79,13 +79,13 @@ struct hr_hf_vocab; /* opaque */
  * HR_ERR_RANGE (a token id outside 0..2^24), HR_ERR_NOMEM.
  *
  * tokenizer.ggml.pre for byte-level vocabularies, from the Split regex of
- * the pre-tokenizer (the regexes convert_hf_to_gguf_update.py's reference
- * models use; the converter itself hashes a tokenization of a test string,
- * which needs the tokenizer we are building):
- *   Llama 3 regex (\p{N}{1,3})                 -> "llama-bpe"
- *   Qwen 2 regex (\p{N}, [^\r\n\p{L}\p{N}]?)   -> "qwen2"
- *   GPT-4o / Llama 4 regex                     -> "gpt-4o"
- *   no Split, ByteLevel with use_regex         -> "gpt-2"
+ * the pre-tokenizer (the converter hashes the token ids of a test string,
+ * which needs the tokenizer we are building; these rules give the same
+ * names for the tokenizers we have, tests/oracle/vocab-check.mjs checks):
+ *   Llama 3 regex (\p{N}{1,3}), BOS added by the post-processor -> "llama-bpe"
+ *   Llama 3 regex, nothing added (early Meta tokenizer.json)   -> "smaug-bpe"
+ *   Qwen 2 regex (single \p{N})                                -> "qwen2"
+ *   no Split, ByteLevel with use_regex                         -> "gpt-2"
  * SentencePiece-style vocabularies always get "default".
  */
 enum hr_status hr_hf_vocab_load(const char *dir, struct hr_hf_vocab **out, struct hr_err *err);
