@@ -1,0 +1,416 @@
+/*
+ * cmd-run.c - `headroom run`: one prompt through the engine, from the
+ * command line. The smallest complete use of the engine: prefill in chunks,
+ * then decode token by token with the sampler, printing as it goes.
+ *
+ * With --json it prints one object with the prompt and generated tokens,
+ * per-token top-K log-probabilities and timings; --score instead returns the
+ * log-probabilities after every prompt position (teacher forcing), which is
+ * how tests compare us with llama.cpp.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/log.h"
+#include "cli/cli.h"
+#include "engine/engine.h"
+#include "kernels/matmul.h"
+#include "sample/sampler.h"
+
+struct run_opts {
+    const char *model;
+    const char *tokens_arg;
+    uint32_t n_predict;
+    struct hr_sampler_params sp;
+    int threads;
+    bool json, score, ignore_eos;
+    uint32_t logprobs;
+    enum hr_ggml_type kv_type;
+    uint32_t ctx;
+    uint32_t batch;
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: headroom run --model FILE (--tokens 1,2,3) [options]\n"
+            "\n"
+            "Runs one prompt through the engine and prints what the model generates.\n"
+            "\n"
+            "  --model FILE          GGUF model (llama, qwen2, qwen3)\n"
+            "  --tokens LIST         the prompt as comma-separated token ids\n"
+            "  -n, --n-predict N     tokens to generate (default 64)\n"
+            "  --temp F              temperature; 0 is greedy (default 0.8)\n"
+            "  --top-k N             (default 40; 0 off)\n"
+            "  --top-p F             (default 0.95; 1 off)\n"
+            "  --min-p F             (default 0.05; 0 off)\n"
+            "  --repeat-penalty F    (default 1, off)\n"
+            "  --presence-penalty F  (default 0)\n"
+            "  --frequency-penalty F (default 0)\n"
+            "  --repeat-last-n N     tokens the penalties look back over (default 64)\n"
+            "  --seed N              sampling seed (default 0)\n"
+            "  --ignore-eos          keep generating past end-of-generation tokens\n"
+            "  --threads N           worker threads (default: physical cores)\n"
+            "  --ctx N               context to reserve (default: prompt + n, at most the\n"
+            "                        model's trained context)\n"
+            "  --batch N             prefill chunk size in tokens (default 512)\n"
+            "  --kv-type f16|f32     KV cache element type (default f16)\n"
+            "  --json                print one JSON object instead of streaming\n"
+            "  --logprobs K          top-K log-probabilities per generated token (JSON)\n"
+            "  --score               teacher-force the prompt and report top-K\n"
+            "                        log-probabilities after every prompt position (JSON)\n"
+            "\n"
+            "Timing goes to stderr: prompt and generation tokens/s, peak RSS.\n");
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static uint64_t peak_rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    uint64_t kb = 0;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmHWM: %" SCNu64 " kB", &kb) == 1)
+            break;
+    fclose(f);
+    return kb * 1024;
+}
+
+static int parse_tokens(const char *s, int32_t **out, uint32_t *n)
+{
+    uint32_t cap = 16, k = 0;
+    int32_t *v = malloc(cap * sizeof(*v));
+    if (!v)
+        return -1;
+    while (*s) {
+        char *end;
+        errno = 0;
+        long x = strtol(s, &end, 10);
+        if (end == s || errno || x < 0 || x > INT32_MAX) {
+            free(v);
+            return -1;
+        }
+        if (k == cap) {
+            int32_t *nv = realloc(v, (cap *= 2) * sizeof(*v));
+            if (!nv) {
+                free(v);
+                return -1;
+            }
+            v = nv;
+        }
+        v[k++] = (int32_t)x;
+        s = end;
+        while (*s == ',' || *s == ' ')
+            s++;
+    }
+    *out = v;
+    *n = k;
+    return 0;
+}
+
+static json_t *logprob_entry(const float *logits, uint32_t n_vocab, uint32_t k)
+{
+    int32_t ids[64];
+    float lp[64];
+    if (k > 64)
+        k = 64;
+    uint32_t n = hr_top_logprobs(logits, n_vocab, k, ids, lp);
+    json_t *a = json_array();
+    for (uint32_t i = 0; i < n; i++)
+        json_array_append_new(a, json_pack("{s:i,s:f}", "id", ids[i], "logprob", (double)lp[i]));
+    return a;
+}
+
+static bool is_eog(const struct hr_model *m, int32_t tok)
+{
+    uint32_t id;
+    static const char *keys[] = {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                                 "tokenizer.ggml.eom_token_id"};
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        if (hr_gguf_get_u32(m->gguf, keys[i], &id, NULL) == HR_OK && (int32_t)id == tok)
+            return true;
+    return false;
+}
+
+static int run(const struct run_opts *o)
+{
+    struct hr_err err = {{0}};
+    int32_t *prompt = NULL;
+    uint32_t n_prompt = 0;
+    if (!o->tokens_arg || parse_tokens(o->tokens_arg, &prompt, &n_prompt) != 0 || n_prompt == 0) {
+        fprintf(stderr, "headroom run: --tokens needs a comma-separated list of token ids\n");
+        free(prompt);
+        return 2;
+    }
+    struct hr_model *model = NULL;
+    if (hr_model_open(o->model, &model, &err) != HR_OK) {
+        fprintf(stderr, "headroom run: %s\n", err.msg);
+        free(prompt);
+        return 1;
+    }
+    const uint32_t n_vocab = model->hp.n_vocab;
+    uint32_t n_predict = o->score ? 0 : o->n_predict;
+    uint32_t ctx = o->ctx ? o->ctx : n_prompt + n_predict;
+    if (model->hp.n_ctx_train && ctx > model->hp.n_ctx_train && !o->ctx)
+        ctx = model->hp.n_ctx_train;
+    if (n_prompt + n_predict > ctx) {
+        if (n_prompt >= ctx) {
+            fprintf(stderr, "headroom run: the prompt has %u tokens; the context holds %u\n",
+                    n_prompt, ctx);
+            hr_model_close(model);
+            free(prompt);
+            return 1;
+        }
+        n_predict = ctx - n_prompt;
+    }
+    uint32_t batch = o->batch ? o->batch : 512;
+    struct hr_engine_config cfg = {
+        .n_threads = o->threads,
+        .kv_type = o->kv_type,
+        .max_step_tokens = batch,
+        .max_step_logits = o->score ? batch : 1,
+    };
+    struct hr_kv_config kc = {.n_layer = model->hp.n_layer, .n_head_kv = model->hp.n_head_kv,
+                              .head_dim = model->hp.head_dim_k, .type = o->kv_type};
+    uint64_t block = hr_kv_block_bytes_for(&kc);
+    cfg.kv_budget_bytes = ((uint64_t)ctx + HR_KV_DEFAULT_BLOCK_TOKENS - 1) /
+                          HR_KV_DEFAULT_BLOCK_TOKENS * block;
+    struct hr_engine *eng = NULL;
+    struct hr_sampler *smp = NULL;
+    struct hr_kv_seq seq = {0};
+    json_t *out = NULL, *gen_lp = NULL, *prompt_lp = NULL, *gen = NULL;
+    int rc = 1;
+    if (hr_engine_init(model, &cfg, &eng, &err) != HR_OK ||
+        hr_engine_seq_init(eng, &seq, ctx, &err) != HR_OK ||
+        hr_sampler_init(&o->sp, n_vocab, &smp, &err) != HR_OK) {
+        fprintf(stderr, "headroom run: %s\n", err.msg);
+        goto done;
+    }
+    for (uint32_t i = 0; i < n_prompt; i++)
+        hr_sampler_accept(smp, prompt[i]);
+    if (o->json) {
+        out = json_object();
+        json_t *pt = json_array();
+        for (uint32_t i = 0; i < n_prompt; i++)
+            json_array_append_new(pt, json_integer(prompt[i]));
+        json_object_set_new(out, "prompt_tokens", pt);
+        gen = json_array();
+        gen_lp = json_array();
+        prompt_lp = json_array();
+    }
+
+    /* Prefill in chunks; logits for the last token (or every token when scoring). */
+    double t0 = now_s();
+    int32_t next = -1;
+    for (uint32_t done_n = 0; done_n < n_prompt;) {
+        uint32_t n = n_prompt - done_n < batch ? n_prompt - done_n : batch;
+        bool last = done_n + n == n_prompt;
+        struct hr_step_seq item = {.kv = &seq, .tokens = prompt + done_n, .n_tokens = n,
+                                   .n_logits = o->score ? n : (last ? 1 : 0)};
+        struct hr_step step = {.seqs = &item, .n_seqs = 1};
+        if (hr_engine_step(eng, &step, &err) != HR_OK) {
+            fprintf(stderr, "headroom run: %s\n", err.msg);
+            goto done;
+        }
+        if (o->score)
+            for (uint32_t j = 0; j < n; j++)
+                json_array_append_new(prompt_lp,
+                                      logprob_entry(hr_engine_logits(eng, 0, j), n_vocab,
+                                                    o->logprobs ? o->logprobs : 10));
+        if (last && n_predict > 0) {
+            const float *lg = hr_engine_logits(eng, 0, 0);
+            next = hr_sampler_sample(smp, lg);
+            if (gen_lp && o->logprobs)
+                json_array_append_new(gen_lp, logprob_entry(lg, n_vocab, o->logprobs));
+        }
+        done_n += n;
+    }
+    double t1 = now_s();
+
+    uint32_t n_gen = 0;
+    while (n_gen < n_predict && next >= 0) {
+        n_gen++;
+        hr_sampler_accept(smp, next);
+        if (gen)
+            json_array_append_new(gen, json_integer(next));
+        else
+            printf("%d%s", next, n_gen < n_predict ? " " : "");
+        fflush(stdout);
+        if (!o->ignore_eos && is_eog(model, next))
+            break;
+        if (n_gen == n_predict)
+            break;
+        struct hr_step_seq item = {.kv = &seq, .tokens = &next, .n_tokens = 1, .n_logits = 1};
+        struct hr_step step = {.seqs = &item, .n_seqs = 1};
+        if (hr_engine_step(eng, &step, &err) != HR_OK) {
+            fprintf(stderr, "headroom run: %s\n", err.msg);
+            goto done;
+        }
+        const float *lg = hr_engine_logits(eng, 0, 0);
+        next = hr_sampler_sample(smp, lg);
+        if (gen_lp && o->logprobs)
+            json_array_append_new(gen_lp, logprob_entry(lg, n_vocab, o->logprobs));
+    }
+    double t2 = now_s();
+    double pp = (t1 - t0) > 0 ? n_prompt / (t1 - t0) : 0, tg = (t2 - t1) > 0 ? n_gen / (t2 - t1) : 0;
+    uint64_t rss = peak_rss_bytes();
+    char b1[32];
+    if (out) {
+        json_object_set_new(out, "tokens", gen);
+        gen = NULL;
+        json_object_set_new(out, "text", json_string(""));
+        json_object_set_new(out, "logprobs", gen_lp);
+        gen_lp = NULL;
+        if (o->score) {
+            json_object_set_new(out, "prompt_logprobs", prompt_lp);
+            prompt_lp = NULL;
+        }
+        json_object_set_new(out, "timings",
+                            json_pack("{s:f,s:f,s:I}", "prompt_tokens_per_second", pp,
+                                      "generated_tokens_per_second", tg, "peak_rss_bytes",
+                                      (json_int_t)rss));
+        char *text = json_dumps(out, JSON_COMPACT);
+        if (text) {
+            printf("%s\n", text);
+            free(text);
+        }
+    } else {
+        printf("\n");
+    }
+    fprintf(stderr, "prompt %u tokens, %.1f tokens/s; generated %u tokens, %.1f tokens/s; "
+                    "peak RSS %s (%d threads, %s, KV %s)\n",
+            n_prompt, pp, n_gen, tg, hr_cli_fmt_bytes((double)rss, b1, sizeof(b1)),
+            hr_engine_n_threads(eng), hr_kernels_isa(),
+            o->kv_type == HR_GGML_F32 ? "f32" : "f16");
+    rc = 0;
+done:
+    json_decref(out);
+    json_decref(gen);
+    json_decref(gen_lp);
+    json_decref(prompt_lp);
+    hr_sampler_free(smp);
+    if (eng)
+        hr_kv_seq_free(&seq, hr_engine_kv_pool(eng));
+    hr_engine_free(eng);
+    hr_model_close(model);
+    free(prompt);
+    return rc;
+}
+
+static int parse_float(const char *s, float *out)
+{
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (end == s || *end || errno)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_uint(const char *s, uint32_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (end == s || *end || errno || v > UINT32_MAX || s[0] == '-')
+        return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+int hr_cmd_run(int argc, char **argv)
+{
+    struct run_opts o = {.n_predict = 64, .sp = hr_sampler_defaults(), .kv_type = HR_GGML_F16};
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        uint32_t u;
+        int bad = 0;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(a, "--json") == 0) {
+            o.json = true;
+            continue;
+        } else if (strcmp(a, "--score") == 0) {
+            o.score = true;
+            o.json = true;
+            continue;
+        } else if (strcmp(a, "--ignore-eos") == 0) {
+            o.ignore_eos = true;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "headroom run: unknown option or missing value: %s\n", a);
+            return 2;
+        }
+        i++;
+        if (strcmp(a, "--model") == 0 || strcmp(a, "-m") == 0)
+            o.model = v;
+        else if (strcmp(a, "--tokens") == 0)
+            o.tokens_arg = v;
+        else if (strcmp(a, "-n") == 0 || strcmp(a, "--n-predict") == 0)
+            bad = parse_uint(v, &o.n_predict);
+        else if (strcmp(a, "--temp") == 0)
+            bad = parse_float(v, &o.sp.temperature);
+        else if (strcmp(a, "--top-k") == 0)
+            bad = parse_uint(v, &u), o.sp.top_k = (int32_t)u;
+        else if (strcmp(a, "--top-p") == 0)
+            bad = parse_float(v, &o.sp.top_p);
+        else if (strcmp(a, "--min-p") == 0)
+            bad = parse_float(v, &o.sp.min_p);
+        else if (strcmp(a, "--repeat-penalty") == 0)
+            bad = parse_float(v, &o.sp.repeat_penalty);
+        else if (strcmp(a, "--presence-penalty") == 0)
+            bad = parse_float(v, &o.sp.presence_penalty);
+        else if (strcmp(a, "--frequency-penalty") == 0)
+            bad = parse_float(v, &o.sp.frequency_penalty);
+        else if (strcmp(a, "--repeat-last-n") == 0)
+            bad = parse_uint(v, &u), o.sp.penalty_last_n = (int32_t)u;
+        else if (strcmp(a, "--seed") == 0)
+            o.sp.seed = strtoull(v, NULL, 10);
+        else if (strcmp(a, "--threads") == 0 || strcmp(a, "-t") == 0)
+            bad = parse_uint(v, &u), o.threads = (int)u;
+        else if (strcmp(a, "--ctx") == 0)
+            bad = parse_uint(v, &o.ctx);
+        else if (strcmp(a, "--batch") == 0)
+            bad = parse_uint(v, &o.batch) || o.batch == 0;
+        else if (strcmp(a, "--logprobs") == 0)
+            bad = parse_uint(v, &o.logprobs);
+        else if (strcmp(a, "--kv-type") == 0) {
+            if (strcmp(v, "f16") == 0)
+                o.kv_type = HR_GGML_F16;
+            else if (strcmp(v, "f32") == 0)
+                o.kv_type = HR_GGML_F32;
+            else
+                bad = 1;
+        } else {
+            fprintf(stderr, "headroom run: unknown option %s\n", a);
+            usage(stderr);
+            return 2;
+        }
+        if (bad) {
+            fprintf(stderr, "headroom run: bad value for %s: '%s'\n", a, v);
+            return 2;
+        }
+    }
+    if (!o.model) {
+        fprintf(stderr, "headroom run: --model FILE is required\n");
+        usage(stderr);
+        return 2;
+    }
+    return run(&o);
+}

@@ -1,0 +1,98 @@
+/*
+ * engine.h - the CPU engine: one ragged batch of tokens in, next-token
+ * logits out, with every byte of the step planned before it runs.
+ *
+ * A step takes tokens from several sequences at once, each with its own
+ * positions and its own paged KV (struct hr_kv_seq). Tokens of one sequence
+ * are consecutive in the step and continue where its KV ends. Logits are
+ * computed only for the rows asked for: the last `n_logits` tokens of each
+ * sequence (0 for a prefill chunk that is not the last, 1 for decoding,
+ * n_tokens to score every position).
+ *
+ *   struct hr_engine *e;  hr_engine_init(model, &cfg, &e, &err);
+ *   struct hr_kv_seq s;   hr_engine_seq_init(e, &s, max_tokens, &err);
+ *   struct hr_step_seq item = {.kv = &s, .tokens = ids, .n_tokens = n, .n_logits = 1};
+ *   struct hr_step step = {.seqs = &item, .n_seqs = 1};
+ *   struct hr_plan plan;  hr_engine_plan(e, &step, &plan);      // exact bytes, before running
+ *   hr_engine_step(e, &step, &err);                             // runs it
+ *   const float *logits = hr_engine_logits(e, 0, 0);            // n_vocab floats
+ *
+ * Memory. The engine owns the KV pool (budget from the config) and one step
+ * arena reserved for the largest step the config allows; a step uses the
+ * first plan.arena_bytes of it, laid out by hr_plan_layout (plan.h). Nothing
+ * is allocated during a step: KV blocks come from the pool, scratch from the
+ * arena. The arena's high-water mark is kept for the plan test and metrics.
+ *
+ * Threads: one engine thread calls everything here; the engine's own worker
+ * pool (n_threads - 1 workers) runs inside hr_engine_step.
+ */
+#ifndef HR_ENGINE_ENGINE_H
+#define HR_ENGINE_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "engine/kv-cache.h"
+#include "engine/plan.h"
+#include "model/model.h"
+
+struct hr_engine_config {
+    int n_threads;              /* 0: physical cores */
+    enum hr_ggml_type kv_type;  /* HR_GGML_F16 (default when 0 is passed... use explicit) or F32 */
+    uint64_t kv_budget_bytes;   /* KV pool size */
+    uint32_t kv_block_tokens;   /* 0: 32 */
+    uint32_t max_step_tokens;   /* largest T a step may have (the arena is sized for it) */
+    uint32_t max_step_logits;   /* largest L */
+};
+
+struct hr_step_seq {
+    struct hr_kv_seq *kv;  /* the step writes positions kv->n_tokens .. + n_tokens - 1 */
+    const int32_t *tokens; /* n_tokens ids */
+    uint32_t n_tokens;     /* >= 1 */
+    uint32_t n_logits;     /* logits for the last n_logits tokens (0..n_tokens) */
+};
+
+struct hr_step {
+    struct hr_step_seq *seqs;
+    uint32_t n_seqs;
+};
+
+struct hr_engine;
+
+enum hr_status hr_engine_init(const struct hr_model *model, const struct hr_engine_config *cfg,
+                              struct hr_engine **out, struct hr_err *err);
+void hr_engine_free(struct hr_engine *e);
+
+const struct hr_model *hr_engine_model(const struct hr_engine *e);
+struct hr_kv_pool *hr_engine_kv_pool(struct hr_engine *e);
+const struct hr_plan_dims *hr_engine_plan_dims(const struct hr_engine *e);
+int hr_engine_n_threads(const struct hr_engine *e);
+
+/* A block table able to hold max_tokens positions of this engine's KV. */
+enum hr_status hr_engine_seq_init(struct hr_engine *e, struct hr_kv_seq *seq, uint32_t max_tokens,
+                                  struct hr_err *err);
+
+/* The shape of a step (tokens, logits, new KV blocks) and its exact plan. */
+void hr_engine_step_shape(const struct hr_engine *e, const struct hr_step *step,
+                          struct hr_step_shape *shape);
+void hr_engine_plan(const struct hr_engine *e, const struct hr_step *step, struct hr_plan *plan);
+
+/*
+ * Runs the step: reserves the KV blocks, lays out the arena, computes.
+ * Errors (before anything runs): HR_ERR_INVALID for a malformed step,
+ * HR_ERR_LIMIT when it exceeds the configured maxima or a sequence's table,
+ * HR_ERR_NOMEM when the KV pool lacks blocks. On error no KV is changed.
+ */
+enum hr_status hr_engine_step(struct hr_engine *e, struct hr_step *step, struct hr_err *err);
+
+/* After a step: logits of sequence `seq`'s j-th logit row (0 .. n_logits-1),
+ * n_vocab floats, valid until the next step. */
+const float *hr_engine_logits(const struct hr_engine *e, uint32_t seq, uint32_t j);
+
+/* Highest arena byte the last step used, and the arena's reserved capacity. */
+uint64_t hr_engine_arena_high_water(const struct hr_engine *e);
+uint64_t hr_engine_arena_capacity(const struct hr_engine *e);
+void *hr_engine_arena_base(struct hr_engine *e);
+
+#endif

@@ -1,0 +1,218 @@
+/* kv-cache.c - the paged KV block pool; see kv-cache.h. */
+#include "engine/kv-cache.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+struct hr_kv_pool {
+    struct hr_kv_config cfg;
+    uint64_t block_bytes;
+    uint64_t layer_bytes;   /* K (or V) of one layer in one block */
+    size_t row_bytes;
+    uint32_t n_blocks;
+    uint8_t *base;          /* n_blocks * block_bytes of reserved address space */
+    size_t map_bytes;
+    uint32_t *refcount;     /* per block */
+    int32_t *free_stack;    /* ids of free blocks */
+    uint32_t n_free;
+    uint8_t *dirty;         /* per block: pages may be committed */
+};
+
+static size_t elem_bytes(enum hr_ggml_type t)
+{
+    return t == HR_GGML_F32 ? 4 : 2;
+}
+
+uint64_t hr_kv_block_bytes_for(const struct hr_kv_config *cfg)
+{
+    uint32_t bt = cfg->block_tokens ? cfg->block_tokens : HR_KV_DEFAULT_BLOCK_TOKENS;
+    uint64_t row = (uint64_t)cfg->n_head_kv * cfg->head_dim * elem_bytes(cfg->type);
+    return 2ull * cfg->n_layer * bt * row;
+}
+
+enum hr_status hr_kv_pool_init(const struct hr_kv_config *cfg, struct hr_kv_pool **out,
+                               struct hr_err *err)
+{
+    *out = NULL;
+    if (cfg->type != HR_GGML_F16 && cfg->type != HR_GGML_F32)
+        return hr_err_set(err, HR_ERR_UNSUPPORTED, "KV cache type %s (f16 or f32)",
+                          hr_ggml_type_name(cfg->type));
+    if (!cfg->n_layer || !cfg->n_head_kv || !cfg->head_dim)
+        return hr_err_set(err, HR_ERR_INVALID, "KV cache needs layers, heads and a head dim");
+    struct hr_kv_pool *p = calloc(1, sizeof(*p));
+    if (!p)
+        return hr_err_set(err, HR_ERR_NOMEM, "out of memory");
+    p->cfg = *cfg;
+    if (!p->cfg.block_tokens)
+        p->cfg.block_tokens = HR_KV_DEFAULT_BLOCK_TOKENS;
+    p->row_bytes = (size_t)cfg->n_head_kv * cfg->head_dim * elem_bytes(cfg->type);
+    p->layer_bytes = (uint64_t)p->cfg.block_tokens * p->row_bytes;
+    p->block_bytes = 2 * p->layer_bytes * cfg->n_layer;
+    uint64_t n = cfg->budget_bytes / p->block_bytes;
+    if (n == 0) {
+        unsigned long long block = (unsigned long long)p->block_bytes;
+        free(p);
+        return hr_err_set(err, HR_ERR_RANGE,
+                          "KV budget of %llu bytes holds no block (a block is %llu bytes)",
+                          (unsigned long long)cfg->budget_bytes, block);
+    }
+    if (n > INT32_MAX)
+        n = INT32_MAX;
+    p->n_blocks = (uint32_t)n;
+    p->map_bytes = (size_t)(n * p->block_bytes);
+    /* Address space only: pages are committed when a block is first written. */
+    p->base = mmap(NULL, p->map_bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    p->refcount = calloc(n, sizeof(*p->refcount));
+    p->free_stack = malloc(n * sizeof(*p->free_stack));
+    p->dirty = calloc(n, 1);
+    if (p->base == MAP_FAILED || !p->refcount || !p->free_stack || !p->dirty) {
+        if (p->base == MAP_FAILED)
+            p->base = NULL;
+        hr_kv_pool_free(p);
+        return hr_err_set(err, HR_ERR_NOMEM, "cannot reserve %zu bytes for the KV cache",
+                          (size_t)(n * p->block_bytes));
+    }
+    /* Lowest ids on top, so a fresh pool hands out blocks in address order. */
+    for (uint32_t i = 0; i < p->n_blocks; i++)
+        p->free_stack[i] = (int32_t)(p->n_blocks - 1 - i);
+    p->n_free = p->n_blocks;
+    *out = p;
+    return HR_OK;
+}
+
+void hr_kv_pool_free(struct hr_kv_pool *p)
+{
+    if (!p)
+        return;
+    if (p->base)
+        munmap(p->base, p->map_bytes);
+    free(p->refcount);
+    free(p->free_stack);
+    free(p->dirty);
+    free(p);
+}
+
+uint64_t hr_kv_block_bytes(const struct hr_kv_pool *p) { return p->block_bytes; }
+uint32_t hr_kv_block_tokens(const struct hr_kv_pool *p) { return p->cfg.block_tokens; }
+uint32_t hr_kv_n_blocks(const struct hr_kv_pool *p) { return p->n_blocks; }
+uint32_t hr_kv_n_free(const struct hr_kv_pool *p) { return p->n_free; }
+uint32_t hr_kv_n_used(const struct hr_kv_pool *p) { return p->n_blocks - p->n_free; }
+enum hr_ggml_type hr_kv_type(const struct hr_kv_pool *p) { return p->cfg.type; }
+size_t hr_kv_row_bytes(const struct hr_kv_pool *p) { return p->row_bytes; }
+
+int32_t hr_kv_alloc_block(struct hr_kv_pool *p)
+{
+    if (p->n_free == 0)
+        return -1;
+    int32_t b = p->free_stack[--p->n_free];
+    HR_ASSERT(p->refcount[b] == 0);
+    p->refcount[b] = 1;
+    p->dirty[b] = 1;
+    return b;
+}
+
+void hr_kv_ref_block(struct hr_kv_pool *p, int32_t b)
+{
+    HR_ASSERT(b >= 0 && (uint32_t)b < p->n_blocks && p->refcount[b] > 0);
+    p->refcount[b]++;
+}
+
+void hr_kv_unref_block(struct hr_kv_pool *p, int32_t b)
+{
+    HR_ASSERT(b >= 0 && (uint32_t)b < p->n_blocks && p->refcount[b] > 0);
+    if (--p->refcount[b] == 0)
+        p->free_stack[p->n_free++] = b;
+}
+
+uint32_t hr_kv_refcount(const struct hr_kv_pool *p, int32_t b)
+{
+    HR_ASSERT(b >= 0 && (uint32_t)b < p->n_blocks);
+    return p->refcount[b];
+}
+
+void *hr_kv_block_k(struct hr_kv_pool *p, int32_t b, uint32_t layer)
+{
+    return p->base + (uint64_t)b * p->block_bytes + 2 * (uint64_t)layer * p->layer_bytes;
+}
+
+void *hr_kv_block_v(struct hr_kv_pool *p, int32_t b, uint32_t layer)
+{
+    return p->base + (uint64_t)b * p->block_bytes + (2 * (uint64_t)layer + 1) * p->layer_bytes;
+}
+
+uint64_t hr_kv_pool_trim(struct hr_kv_pool *p)
+{
+    /* Release whole pages inside each free, dirty block. Blocks are usually
+     * much larger than a page; a block smaller than a page keeps its page. */
+    long page = sysconf(_SC_PAGESIZE);
+    uint64_t released = 0;
+    for (uint32_t i = 0; i < p->n_free; i++) {
+        int32_t b = p->free_stack[i];
+        if (!p->dirty[b])
+            continue;
+        uintptr_t lo = (uintptr_t)(p->base + (uint64_t)b * p->block_bytes);
+        uintptr_t hi = lo + p->block_bytes;
+        uintptr_t a = (lo + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
+        uintptr_t e = hi & ~((uintptr_t)page - 1);
+        if (e > a && madvise((void *)a, e - a, MADV_DONTNEED) == 0)
+            released += e - a;
+        p->dirty[b] = 0;
+    }
+    return released;
+}
+
+enum hr_status hr_kv_seq_init(struct hr_kv_seq *seq, uint32_t max_tokens, uint32_t block_tokens,
+                              struct hr_err *err)
+{
+    memset(seq, 0, sizeof(*seq));
+    if (!block_tokens)
+        block_tokens = HR_KV_DEFAULT_BLOCK_TOKENS;
+    seq->cap_blocks = (uint32_t)(((uint64_t)max_tokens + block_tokens - 1) / block_tokens);
+    seq->blocks = malloc((seq->cap_blocks ? seq->cap_blocks : 1) * sizeof(int32_t));
+    if (!seq->blocks)
+        return hr_err_set(err, HR_ERR_NOMEM, "out of memory for a block table");
+    return HR_OK;
+}
+
+void hr_kv_seq_clear(struct hr_kv_seq *seq, struct hr_kv_pool *pool)
+{
+    for (uint32_t i = 0; i < seq->n_blocks; i++)
+        hr_kv_unref_block(pool, seq->blocks[i]);
+    seq->n_blocks = 0;
+    seq->n_tokens = 0;
+}
+
+void hr_kv_seq_free(struct hr_kv_seq *seq, struct hr_kv_pool *pool)
+{
+    if (seq->blocks && pool)
+        hr_kv_seq_clear(seq, pool);
+    free(seq->blocks);
+    memset(seq, 0, sizeof(*seq));
+}
+
+uint32_t hr_kv_blocks_needed(uint32_t n_blocks, uint32_t n_tokens, uint32_t block_tokens)
+{
+    uint32_t want = (uint32_t)(((uint64_t)n_tokens + block_tokens - 1) / block_tokens);
+    return want > n_blocks ? want - n_blocks : 0;
+}
+
+enum hr_status hr_kv_seq_reserve(struct hr_kv_seq *seq, struct hr_kv_pool *pool, uint32_t n_new,
+                                 struct hr_err *err)
+{
+    uint64_t total = (uint64_t)seq->n_tokens + n_new;
+    uint32_t bt = pool->cfg.block_tokens;
+    if (total > (uint64_t)seq->cap_blocks * bt)
+        return hr_err_set(err, HR_ERR_LIMIT, "sequence of %llu tokens exceeds its %u-token table",
+                          (unsigned long long)total, seq->cap_blocks * bt);
+    uint32_t need = hr_kv_blocks_needed(seq->n_blocks, (uint32_t)total, bt);
+    if (need > pool->n_free)
+        return hr_err_set(err, HR_ERR_NOMEM, "KV pool has %u free blocks, %u needed",
+                          pool->n_free, need);
+    for (uint32_t i = 0; i < need; i++)
+        seq->blocks[seq->n_blocks++] = hr_kv_alloc_block(pool);
+    return HR_OK;
+}

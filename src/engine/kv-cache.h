@@ -1,0 +1,106 @@
+/*
+ * kv-cache.h - the paged KV cache: fixed-size blocks from a pool with a byte
+ * budget, refcounted so sequences (and later the prefix cache) can share
+ * them.
+ *
+ * A block holds `block_tokens` (default 32) consecutive token positions of
+ * one sequence, for every layer: per layer, K then V, each
+ * [block_tokens][n_head_kv][head_dim] in the cache type (f16 by default, f32
+ * for exactness tests). A sequence owns a block table (struct hr_kv_seq)
+ * mapping position p to block table[p / block_tokens], slot p % block_tokens.
+ *
+ *    pool (one mapping of n_blocks * block_bytes)
+ *    +---------+---------+---------+---------+----
+ *    | block 0 | block 1 | block 2 | block 3 | ...      free list + refcounts
+ *    +---------+---------+---------+---------+----
+ *      block = [L0 K | L0 V | L1 K | L1 V | ... ]
+ *
+ * Memory: the pool reserves address space for its budget up front
+ * (MAP_NORESERVE) and pages are committed as blocks are first written, so
+ * accounted KV memory is blocks in use x block bytes and nothing else.
+ * hr_kv_pool_trim gives the pages of free blocks back to the OS (the first
+ * step of the reclaim chain).
+ *
+ * Threads: the pool and sequences belong to the engine thread. Blocks are
+ * written by the forward pass's workers, each to distinct slots.
+ */
+#ifndef HR_ENGINE_KV_CACHE_H
+#define HR_ENGINE_KV_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "gguf/ggml-types.h"
+
+#define HR_KV_DEFAULT_BLOCK_TOKENS 32
+
+struct hr_kv_config {
+    uint32_t n_layer;
+    uint32_t n_head_kv;
+    uint32_t head_dim;
+    uint32_t block_tokens;     /* 0: default */
+    enum hr_ggml_type type;    /* HR_GGML_F16 or HR_GGML_F32 */
+    uint64_t budget_bytes;     /* the pool never holds more */
+};
+
+struct hr_kv_pool;
+
+enum hr_status hr_kv_pool_init(const struct hr_kv_config *cfg, struct hr_kv_pool **out,
+                               struct hr_err *err);
+void hr_kv_pool_free(struct hr_kv_pool *pool);
+
+uint64_t hr_kv_block_bytes(const struct hr_kv_pool *pool);
+uint32_t hr_kv_block_tokens(const struct hr_kv_pool *pool);
+uint32_t hr_kv_n_blocks(const struct hr_kv_pool *pool);      /* capacity */
+uint32_t hr_kv_n_free(const struct hr_kv_pool *pool);
+uint32_t hr_kv_n_used(const struct hr_kv_pool *pool);
+enum hr_ggml_type hr_kv_type(const struct hr_kv_pool *pool);
+/* Bytes of one token's K (or V) row in one layer: n_head_kv * head_dim elements. */
+size_t hr_kv_row_bytes(const struct hr_kv_pool *pool);
+
+/* Bytes a block needs for a model, without creating a pool (for planning). */
+uint64_t hr_kv_block_bytes_for(const struct hr_kv_config *cfg);
+
+/* Takes a free block with refcount 1; returns -1 when none is free. */
+int32_t hr_kv_alloc_block(struct hr_kv_pool *pool);
+void hr_kv_ref_block(struct hr_kv_pool *pool, int32_t block);
+/* Drops one reference; the block is free again at zero. */
+void hr_kv_unref_block(struct hr_kv_pool *pool, int32_t block);
+uint32_t hr_kv_refcount(const struct hr_kv_pool *pool, int32_t block);
+
+/* Start of layer `layer`'s K (or V) rows in `block`: block_tokens rows. */
+void *hr_kv_block_k(struct hr_kv_pool *pool, int32_t block, uint32_t layer);
+void *hr_kv_block_v(struct hr_kv_pool *pool, int32_t block, uint32_t layer);
+
+/* Returns the pages of free blocks to the OS; returns bytes released. */
+uint64_t hr_kv_pool_trim(struct hr_kv_pool *pool);
+
+/*
+ * A sequence's block table. Its capacity is fixed at init (for the longest
+ * context the sequence may reach), so growing during a step never allocates.
+ */
+struct hr_kv_seq {
+    int32_t *blocks;
+    uint32_t n_blocks;
+    uint32_t cap_blocks;
+    uint32_t n_tokens; /* positions already written */
+};
+
+enum hr_status hr_kv_seq_init(struct hr_kv_seq *seq, uint32_t max_tokens, uint32_t block_tokens,
+                              struct hr_err *err);
+/* Releases the seq's blocks to the pool and its table; accepts a zeroed seq. */
+void hr_kv_seq_free(struct hr_kv_seq *seq, struct hr_kv_pool *pool);
+/* Drops all blocks (refcounts) but keeps the table, for reuse. */
+void hr_kv_seq_clear(struct hr_kv_seq *seq, struct hr_kv_pool *pool);
+
+/* Blocks a sequence of `n_tokens` positions needs beyond the `n_blocks` it has. */
+uint32_t hr_kv_blocks_needed(uint32_t n_blocks, uint32_t n_tokens, uint32_t block_tokens);
+
+/* Makes room for `n_new` more positions: allocates the blocks; HR_ERR_NOMEM
+ * (and nothing allocated) when the pool cannot, HR_ERR_LIMIT past capacity. */
+enum hr_status hr_kv_seq_reserve(struct hr_kv_seq *seq, struct hr_kv_pool *pool, uint32_t n_new,
+                                 struct hr_err *err);
+
+#endif

@@ -1,0 +1,70 @@
+/* plan.c - the step layout function; see plan.h for the layout it draws. */
+#include "engine/plan.h"
+
+static uint64_t align_up(uint64_t x)
+{
+    return (x + HR_ARENA_ALIGN - 1) & ~(uint64_t)(HR_ARENA_ALIGN - 1);
+}
+
+/* Places `bytes` at the cursor and advances it to the next aligned offset.
+ * `end` tracks the last byte any non-empty buffer reaches: the arena size is
+ * that, not the cursor, so the plan equals the runner's high-water mark to the
+ * byte (no trailing alignment padding is counted). */
+#define place(cursor, bytes) place_(cursor, bytes, &end)
+static uint64_t place_(uint64_t *cursor, uint64_t bytes, uint64_t *end)
+{
+    uint64_t off = *cursor;
+    *cursor = align_up(off + bytes);
+    if (bytes && off + bytes > *end)
+        *end = off + bytes;
+    return off;
+}
+
+static uint64_t max64(uint64_t a, uint64_t b)
+{
+    return a > b ? a : b;
+}
+
+void hr_plan_layout(const struct hr_plan_dims *d, const struct hr_step_shape *s, struct hr_plan *p)
+{
+    const uint64_t T = s->n_tokens, L = s->n_logits, f = sizeof(float);
+    const uint64_t q_dim = (uint64_t)d->n_head * d->head_dim;
+    const uint64_t kv_dim = (uint64_t)d->n_head_kv * d->head_dim;
+    uint64_t c = 0, end = 0;
+
+    p->off_tokens = place(&c, T * sizeof(int32_t));
+    p->off_pos = place(&c, T * sizeof(int32_t));
+    p->off_seq_of = place(&c, T * sizeof(int32_t));
+    p->off_rope = place(&c, T * d->n_rot * f);
+    p->off_x = place(&c, T * d->n_embd * f);
+    p->off_xn = place(&c, T * d->n_embd * f);
+
+    /* One activation scratch serves every matmul: the largest of them, also
+     * the output matmul over the L logit rows. */
+    uint64_t act = max64(T * d->act_row_bytes_embd,
+                         max64(T * d->act_row_bytes_q, T * d->act_row_bytes_ff));
+    p->off_act = place(&c, act);
+
+    /* The attention buffers and the FFN buffers are never live at once: lay
+     * both out from the same base and take the larger extent. */
+    uint64_t base = c, ca = base, cf = base;
+    p->off_q = place(&ca, T * q_dim * f);
+    p->off_k = place(&ca, T * kv_dim * f);
+    p->off_v = place(&ca, T * kv_dim * f);
+    p->off_attn = place(&ca, T * q_dim * f);
+    p->off_gate = place(&cf, T * d->n_ff * f);
+    p->off_up = place(&cf, T * d->n_ff * f);
+    c = max64(ca, cf);
+
+    /* Per thread: a tile of scores, the running output row, a query row, and
+     * a dequantized K/V row pair; O(tile + head_dim), independent of KV length. */
+    p->attn_scr_stride = align_up((d->attn_tile + 4 * (uint64_t)d->head_dim) * f);
+    p->off_attn_scr = place(&c, p->attn_scr_stride * d->n_threads);
+
+    p->off_out_x = place(&c, L * d->n_embd * f);
+    p->off_logits = place(&c, L * d->n_vocab * f);
+    (void)c;
+    p->arena_bytes = end;
+    p->kv_bytes = (uint64_t)s->new_blocks * d->kv_block_bytes;
+    p->total_bytes = p->arena_bytes + p->kv_bytes;
+}

@@ -1,0 +1,75 @@
+/*
+ * plan.h - the exact memory plan of one engine step.
+ *
+ * Everything the governor promises rests on this file: the bytes a step
+ * will take are computed before it runs, by the same function the runner
+ * uses to lay out its memory. hr_plan_layout returns both the offset of every
+ * buffer in the step arena and the total, so "planned" and "used" cannot
+ * drift apart. tests/unit/test-plan.c checks, on random ragged batches, that
+ * the arena's high-water mark after a real step equals the plan byte for
+ * byte and that no heap allocation happens inside the step.
+ *
+ * A step's memory = new KV blocks for its tokens + the arena:
+ *
+ *   arena (all f32 unless noted, each buffer 64-byte aligned, in this order)
+ *   tokens   [T] i32          ids of the step's tokens
+ *   pos      [T] i32          their positions
+ *   seq_of   [T] i32          which sequence each token belongs to
+ *   rope     [T][n_rot]       cos/sin pairs per token
+ *   x        [T][n_embd]      the residual stream
+ *   xn       [T][n_embd]      normed input of a block; also the output of Wo / Wdown
+ *   act      bytes            matmul activations in the vec-dot format (the largest need)
+ *   work     union of        { q [T][q_dim], k [T][kv_dim], v [T][kv_dim], attn [T][q_dim] }
+ *                            { gate [T][n_ff], up [T][n_ff] }          (never live together)
+ *   attn_scr [nth][...]      per-thread attention scratch: O(tile + head_dim), never T x T
+ *   out_x    [L][n_embd]     normed rows whose logits are wanted
+ *   logits   [L][n_vocab]    only for the L rows asked for
+ *
+ * T = tokens in the step, L = rows of logits wanted, nth = threads.
+ * Nothing depends on the KV length: attention streams the KV blocks.
+ *
+ * Pure functions; any thread may call them.
+ */
+#ifndef HR_ENGINE_PLAN_H
+#define HR_ENGINE_PLAN_H
+
+#include <stdint.h>
+
+#include "gguf/ggml-types.h"
+
+#define HR_ARENA_ALIGN 64
+
+/* Model and engine facts the plan depends on (hr_engine fills it). */
+struct hr_plan_dims {
+    uint32_t n_embd, n_head, n_head_kv, head_dim, n_rot, n_ff, n_vocab;
+    uint32_t n_threads;
+    uint32_t attn_tile;              /* keys per attention tile (= KV block tokens) */
+    uint64_t kv_block_bytes;
+    /* The largest activation scratch any matmul of the model needs per token
+     * row, per input width: act bytes for m rows = m * act_row_bytes_* */
+    uint64_t act_row_bytes_embd;     /* inputs of width n_embd (q, k, v, gate, up, output) */
+    uint64_t act_row_bytes_q;        /* inputs of width q_dim (Wo) */
+    uint64_t act_row_bytes_ff;       /* inputs of width n_ff (Wdown) */
+};
+
+/* The shape of a candidate step: all a plan needs. */
+struct hr_step_shape {
+    uint32_t n_tokens;   /* T */
+    uint32_t n_logits;   /* L */
+    uint32_t new_blocks; /* KV blocks the step's tokens need beyond those already held */
+};
+
+struct hr_plan {
+    uint64_t off_tokens, off_pos, off_seq_of, off_rope, off_x, off_xn, off_act;
+    uint64_t off_q, off_k, off_v, off_attn, off_gate, off_up;
+    uint64_t off_attn_scr, attn_scr_stride; /* per thread */
+    uint64_t off_out_x, off_logits;
+    uint64_t arena_bytes;   /* end of the last buffer, aligned */
+    uint64_t kv_bytes;      /* new_blocks x block bytes */
+    uint64_t total_bytes;   /* arena + kv: what the step adds to memory */
+};
+
+/* Fills `p` for `s`. Monotone: more tokens, logits or blocks never plan fewer bytes. */
+void hr_plan_layout(const struct hr_plan_dims *d, const struct hr_step_shape *s, struct hr_plan *p);
+
+#endif

@@ -1,0 +1,189 @@
+/* model.c - bind a GGUF file's weights to the llama-family layout; see model.h. */
+#include "model/model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/matmul.h"
+
+const char *hr_arch_name(enum hr_arch a)
+{
+    switch (a) {
+    case HR_ARCH_LLAMA: return "llama";
+    case HR_ARCH_QWEN2: return "qwen2";
+    case HR_ARCH_QWEN3: return "qwen3";
+    }
+    return "?";
+}
+
+/* Binds tensor `name`, checking rows of ne0 elements and ne1 rows (ne1 = 0:
+ * a vector). Vectors (norms, biases) must be F32, as every converter writes
+ * them; matrices any type the kernels support. */
+static enum hr_status bind(const struct hr_model *m, const char *name, uint64_t ne0, uint64_t ne1,
+                           bool required, struct hr_weight *w, struct hr_err *err)
+{
+    memset(w, 0, sizeof(*w));
+    const struct hr_gguf_tensor *t = hr_gguf_find_tensor(m->gguf, name);
+    if (!t) {
+        if (!required)
+            return HR_OK;
+        return hr_err_set(err, HR_ERR_NOT_FOUND, "missing tensor '%s' (required by %s)", name,
+                          hr_arch_name(m->arch));
+    }
+    uint64_t want_dims = ne1 ? 2 : 1;
+    bool shape_ok = t->ne[0] == ne0 && (ne1 ? t->ne[1] == ne1 : 1) && t->ne[2] == 1 &&
+                    t->ne[3] == 1 && (ne1 || t->ne[1] == 1);
+    if (!shape_ok)
+        return hr_err_set(err, HR_ERR_INVALID,
+                          "tensor '%s' has shape [%llu, %llu, %llu, %llu], expected [%llu, %llu]",
+                          name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+                          (unsigned long long)t->ne[2], (unsigned long long)t->ne[3],
+                          (unsigned long long)ne0, (unsigned long long)(ne1 ? ne1 : 1));
+    (void)want_dims;
+    if (!ne1 && t->type != HR_GGML_F32)
+        return hr_err_set(err, HR_ERR_UNSUPPORTED,
+                          "tensor '%s' has type %s; the engine expects F32 for vectors", name,
+                          hr_ggml_type_name(t->type));
+    if (ne1 && !hr_matmul_supports(t->type))
+        return hr_err_set(err, HR_ERR_UNSUPPORTED,
+                          "tensor '%s' has type %s, which the engine cannot compute with", name,
+                          hr_ggml_type_name(t->type));
+    if (!t->data)
+        return hr_err_set(err, HR_ERR_INVALID, "tensor '%s' has no data", name);
+    w->type = t->type;
+    w->data = t->data;
+    w->ne0 = ne0;
+    w->ne1 = ne1 ? ne1 : 1;
+    w->name = name;
+    return HR_OK;
+}
+
+/* Tensor names live in the mapping as non-terminated strings; the names we
+ * bind by are ours, kept in a per-model table so hr_weight.name stays valid. */
+struct names {
+    char (*s)[48];
+    size_t n, cap;
+};
+
+static const char *name_at(struct names *nm, const char *fmt, uint32_t l)
+{
+    char *dst = nm->s[nm->n++];
+    snprintf(dst, 48, fmt, l);
+    return dst;
+}
+
+struct hr_model_priv {
+    struct hr_model pub;
+    struct names names;
+};
+
+enum hr_status hr_model_open(const char *path, struct hr_model **out, struct hr_err *err)
+{
+    *out = NULL;
+    struct hr_model_priv *priv = calloc(1, sizeof(*priv));
+    if (!priv)
+        return hr_err_set(err, HR_ERR_NOMEM, "out of memory");
+    struct hr_model *m = &priv->pub;
+    enum hr_status st = hr_gguf_open(path, &m->gguf, err);
+    if (st != HR_OK)
+        goto fail;
+    if ((st = hr_hparams_read(m->gguf, &m->hp, err)) != HR_OK)
+        goto fail;
+    const struct hr_hparams *hp = &m->hp;
+    if (strcmp(hp->arch, "llama") == 0)
+        m->arch = HR_ARCH_LLAMA;
+    else if (strcmp(hp->arch, "qwen2") == 0)
+        m->arch = HR_ARCH_QWEN2;
+    else if (strcmp(hp->arch, "qwen3") == 0)
+        m->arch = HR_ARCH_QWEN3;
+    else {
+        st = hr_err_set(err, HR_ERR_UNSUPPORTED,
+                        "unknown architecture '%s' (headroom runs llama, qwen2 and qwen3)",
+                        hp->arch);
+        goto fail;
+    }
+    m->rope_neox = m->arch != HR_ARCH_LLAMA;
+    if (hp->n_head_kv == 0 || hp->n_head % hp->n_head_kv != 0) {
+        st = hr_err_set(err, HR_ERR_INVALID, "head_count %u is not a multiple of head_count_kv %u",
+                        hp->n_head, hp->n_head_kv);
+        goto fail;
+    }
+    if (hp->head_dim_k != hp->head_dim_v || hp->head_dim_k % 2 || hp->n_rot > hp->head_dim_k ||
+        hp->n_rot % 2 || hp->head_dim_k > 1024) {
+        st = hr_err_set(err, HR_ERR_UNSUPPORTED,
+                        "head dims k=%u v=%u rope=%u (need k == v, even, rope <= k, <= 1024)",
+                        hp->head_dim_k, hp->head_dim_v, hp->n_rot);
+        goto fail;
+    }
+    if (hp->n_vocab == 0 || hp->n_ff == 0) {
+        st = hr_err_set(err, HR_ERR_INVALID, "the model has no vocabulary or no feed-forward size");
+        goto fail;
+    }
+    if (hp->rope_scaling == HR_ROPE_SCALING_YARN) {
+        st = hr_err_set(err, HR_ERR_UNSUPPORTED, "yarn RoPE scaling is not implemented yet");
+        goto fail;
+    }
+
+    priv->names.cap = (size_t)hp->n_layer * 16 + 8;
+    priv->names.s = calloc(priv->names.cap, sizeof(*priv->names.s));
+    m->layers = calloc(hp->n_layer, sizeof(*m->layers));
+    if (!priv->names.s || !m->layers) {
+        st = hr_err_set(err, HR_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    struct names *nm = &priv->names;
+    uint64_t E = hp->n_embd, hd = hp->head_dim_k, qd = (uint64_t)hp->n_head * hd,
+             kvd = (uint64_t)hp->n_head_kv * hd, F = hp->n_ff, V = hp->n_vocab;
+    if ((st = bind(m, "token_embd.weight", E, V, true, &m->tok_embd, err)) ||
+        (st = bind(m, "output_norm.weight", E, 0, true, &m->output_norm, err)) ||
+        (st = bind(m, "output.weight", E, V, false, &m->output, err)))
+        goto fail;
+    if (!m->output.data)
+        m->output = m->tok_embd;
+    if (hp->rope_scaling == HR_ROPE_SCALING_LLAMA3 &&
+        (st = bind(m, "rope_freqs.weight", hp->n_rot / 2, 0, true, &m->rope_freqs, err)))
+        goto fail;
+    bool bias = m->arch == HR_ARCH_QWEN2, qk_norm = m->arch == HR_ARCH_QWEN3;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        struct hr_layer *L = &m->layers[l];
+#define B(field, fmt, ne0, ne1, req)                                                               \
+    if ((st = bind(m, name_at(nm, fmt, l), ne0, ne1, req, &L->field, err)))                        \
+        goto fail;
+        B(attn_norm, "blk.%u.attn_norm.weight", E, 0, true)
+        B(wq, "blk.%u.attn_q.weight", E, qd, true)
+        B(wk, "blk.%u.attn_k.weight", E, kvd, true)
+        B(wv, "blk.%u.attn_v.weight", E, kvd, true)
+        B(bq, "blk.%u.attn_q.bias", qd, 0, bias)
+        B(bk, "blk.%u.attn_k.bias", kvd, 0, bias)
+        B(bv, "blk.%u.attn_v.bias", kvd, 0, bias)
+        B(q_norm, "blk.%u.attn_q_norm.weight", hd, 0, qk_norm)
+        B(k_norm, "blk.%u.attn_k_norm.weight", hd, 0, qk_norm)
+        B(wo, "blk.%u.attn_output.weight", qd, E, true)
+        B(ffn_norm, "blk.%u.ffn_norm.weight", E, 0, true)
+        B(w_gate, "blk.%u.ffn_gate.weight", E, F, true)
+        B(w_up, "blk.%u.ffn_up.weight", E, F, true)
+        B(w_down, "blk.%u.ffn_down.weight", F, E, true)
+#undef B
+    }
+    for (uint64_t i = 0; i < hr_gguf_n_tensors(m->gguf); i++)
+        m->weight_bytes += hr_gguf_tensor_at(m->gguf, i)->n_bytes;
+    m->file_bytes = hr_gguf_file_size(m->gguf);
+    *out = m;
+    return HR_OK;
+fail:
+    hr_err_prefix(err, "%s", path);
+    hr_model_close(m);
+    return st;
+}
+
+void hr_model_close(struct hr_model *m)
+{
+    if (!m)
+        return;
+    struct hr_model_priv *priv = (struct hr_model_priv *)m;
+    hr_gguf_close(m->gguf);
+    free(m->layers);
+    free(priv->names.s);
+    free(priv);
+}

@@ -1,0 +1,264 @@
+/* sampler.c - penalties, top-k/p, min-p, temperature, seeded draw; see sampler.h. */
+#include "sample/sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct cand {
+    int32_t id;
+    float logit;
+};
+
+struct hr_sampler {
+    struct hr_sampler_params p;
+    uint32_t n_vocab;
+    struct cand *cands;   /* n_vocab */
+    float *probs;         /* n_vocab */
+    int32_t *history;     /* ring of penalty_last_n tokens */
+    uint32_t n_hist, hist_pos;
+    uint32_t *counts;     /* per token, over the history window; n_vocab */
+    uint64_t rng[4];
+};
+
+struct hr_sampler_params hr_sampler_defaults(void)
+{
+    return (struct hr_sampler_params){
+        .temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
+        .repeat_penalty = 1.0f, .penalty_last_n = 64, .seed = 0,
+    };
+}
+
+static uint64_t splitmix(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static double next_uniform(uint64_t *s)
+{
+    uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return (double)(r >> 11) * (1.0 / 9007199254740992.0);
+}
+
+enum hr_status hr_sampler_init(const struct hr_sampler_params *p, uint32_t n_vocab,
+                               struct hr_sampler **out, struct hr_err *err)
+{
+    *out = NULL;
+    if (n_vocab == 0)
+        return hr_err_set(err, HR_ERR_INVALID, "sampler needs a vocabulary");
+    if (!(p->top_p > 0.0f) || p->min_p > 1.0f || !(p->repeat_penalty > 0.0f) ||
+        p->penalty_last_n < 0 || isnan(p->temperature) || isnan(p->presence_penalty) ||
+        isnan(p->frequency_penalty))
+        return hr_err_set(err, HR_ERR_RANGE,
+                          "sampler settings out of range (top_p in (0,1], min_p <= 1, "
+                          "repeat_penalty > 0, penalty_last_n >= 0)");
+    struct hr_sampler *s = calloc(1, sizeof(*s));
+    if (!s)
+        return hr_err_set(err, HR_ERR_NOMEM, "out of memory");
+    s->p = *p;
+    s->n_vocab = n_vocab;
+    s->cands = malloc(n_vocab * sizeof(*s->cands));
+    s->probs = malloc(n_vocab * sizeof(*s->probs));
+    s->counts = calloc(n_vocab, sizeof(*s->counts));
+    s->history = malloc(((size_t)p->penalty_last_n + 1) * sizeof(*s->history));
+    if (!s->cands || !s->probs || !s->counts || !s->history) {
+        hr_sampler_free(s);
+        return hr_err_set(err, HR_ERR_NOMEM, "out of memory for the sampler");
+    }
+    uint64_t seed = p->seed;
+    for (int i = 0; i < 4; i++)
+        s->rng[i] = splitmix(&seed);
+    *out = s;
+    return HR_OK;
+}
+
+void hr_sampler_free(struct hr_sampler *s)
+{
+    if (!s)
+        return;
+    free(s->cands);
+    free(s->probs);
+    free(s->counts);
+    free(s->history);
+    free(s);
+}
+
+void hr_sampler_accept(struct hr_sampler *s, int32_t token)
+{
+    uint32_t n = (uint32_t)s->p.penalty_last_n;
+    if (n == 0 || token < 0 || (uint32_t)token >= s->n_vocab)
+        return;
+    if (s->n_hist == n) {
+        /* The ring is full: the oldest token leaves the window. */
+        s->counts[s->history[s->hist_pos]]--;
+    } else {
+        s->n_hist++;
+    }
+    s->history[s->hist_pos] = token;
+    s->counts[token]++;
+    s->hist_pos = (s->hist_pos + 1) % n;
+}
+
+static int cmp_cand_desc(const void *a, const void *b)
+{
+    const struct cand *x = a, *y = b;
+    if (x->logit != y->logit)
+        return x->logit < y->logit ? 1 : -1;
+    return x->id < y->id ? -1 : x->id > y->id; /* ties: lower id first, for determinism */
+}
+
+/* Moves the k largest candidates to the front (unordered), O(n) expected. */
+static void select_top(struct cand *c, uint32_t n, uint32_t k)
+{
+    uint32_t lo = 0, hi = n;
+    while (hi - lo > 1 && k > lo && k < hi) {
+        struct cand pivot = c[lo + (hi - lo) / 2];
+        uint32_t i = lo, j = hi - 1;
+        while (i <= j) {
+            while (cmp_cand_desc(&c[i], &pivot) < 0)
+                i++;
+            while (cmp_cand_desc(&c[j], &pivot) > 0)
+                j--;
+            if (i <= j) {
+                struct cand t = c[i];
+                c[i] = c[j];
+                c[j] = t;
+                i++;
+                if (j == 0)
+                    break;
+                j--;
+            }
+        }
+        if (k <= j + 1)
+            hi = j + 1;
+        else if (k >= i)
+            lo = i;
+        else
+            break;
+    }
+}
+
+int32_t hr_sampler_sample(struct hr_sampler *s, const float *logits)
+{
+    const struct hr_sampler_params *p = &s->p;
+    const uint32_t V = s->n_vocab;
+    uint32_t n = V;
+    for (uint32_t i = 0; i < V; i++) {
+        s->cands[i].id = (int32_t)i;
+        s->cands[i].logit = logits[i];
+    }
+    /* Penalties over the history window (llama.cpp's rule: divide positive
+     * logits, multiply negative ones, then subtract the count-based terms). */
+    if (s->n_hist) {
+        for (uint32_t h = 0; h < s->n_hist; h++) {
+            int32_t t = s->history[h];
+            uint32_t c = s->counts[t];
+            if (c == 0)
+                continue;
+            /* Apply once per distinct token: after the first application the
+             * value differs from the raw logit, unless the penalty is a no-op,
+             * and then applying it again changes nothing either. */
+            float *l = &s->cands[t].logit;
+            if (logits[t] == *l) {
+                if (*l <= 0.0f)
+                    *l *= p->repeat_penalty;
+                else
+                    *l /= p->repeat_penalty;
+                *l -= (float)c * p->frequency_penalty + (float)(c > 0) * p->presence_penalty;
+            }
+        }
+    }
+    if (p->temperature <= 0.0f) {
+        uint32_t best = 0;
+        for (uint32_t i = 1; i < n; i++)
+            if (s->cands[i].logit > s->cands[best].logit)
+                best = i;
+        return s->cands[best].id;
+    }
+    if (p->top_k > 0 && (uint32_t)p->top_k < n) {
+        select_top(s->cands, n, (uint32_t)p->top_k);
+        n = (uint32_t)p->top_k;
+    }
+    qsort(s->cands, n, sizeof(*s->cands), cmp_cand_desc);
+    /* Softmax at temperature 1 for the top-p / min-p cuts. */
+    const float mx = s->cands[0].logit;
+    double sum = 0.0;
+    for (uint32_t i = 0; i < n; i++) {
+        s->probs[i] = expf(s->cands[i].logit - mx);
+        sum += s->probs[i];
+    }
+    if (p->top_p < 1.0f) {
+        double cum = 0.0;
+        uint32_t keep = n;
+        for (uint32_t i = 0; i < n; i++) {
+            cum += s->probs[i] / sum;
+            if (cum >= p->top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+        n = keep;
+    }
+    if (p->min_p > 0.0f) {
+        /* probs[0] is the maximum (1 before normalization). */
+        uint32_t keep = 1;
+        while (keep < n && s->probs[keep] >= p->min_p * s->probs[0])
+            keep++;
+        n = keep;
+    }
+    /* Temperature, then the draw. */
+    sum = 0.0;
+    for (uint32_t i = 0; i < n; i++) {
+        s->probs[i] = expf((s->cands[i].logit - mx) / p->temperature);
+        sum += s->probs[i];
+    }
+    double r = next_uniform(s->rng) * sum, acc = 0.0;
+    for (uint32_t i = 0; i < n; i++) {
+        acc += s->probs[i];
+        if (r < acc)
+            return s->cands[i].id;
+    }
+    return s->cands[n - 1].id;
+}
+
+uint32_t hr_top_logprobs(const float *logits, uint32_t n_vocab, uint32_t k, int32_t *ids,
+                         float *logprobs)
+{
+    if (k > n_vocab)
+        k = n_vocab;
+    float mx = logits[0];
+    for (uint32_t i = 1; i < n_vocab; i++)
+        if (logits[i] > mx)
+            mx = logits[i];
+    double sum = 0.0;
+    for (uint32_t i = 0; i < n_vocab; i++)
+        sum += exp((double)logits[i] - mx);
+    const double lse = mx + log(sum);
+    /* Insertion into a small sorted list: k is small (<= 20 in practice). */
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < n_vocab; i++) {
+        float l = logits[i];
+        if (n == k && l <= logits[ids[n - 1]])
+            continue;
+        uint32_t j = n < k ? n++ : k - 1;
+        while (j > 0 && logits[ids[j - 1]] < l) {
+            ids[j] = ids[j - 1];
+            j--;
+        }
+        ids[j] = (int32_t)i;
+    }
+    for (uint32_t j = 0; j < n; j++)
+        logprobs[j] = (float)((double)logits[ids[j]] - lse);
+    return n;
+}

@@ -1,0 +1,60 @@
+/*
+ * sampler.h - turns a row of logits into the next token.
+ *
+ * The chain, in llama.cpp's default order: repetition / presence /
+ * frequency penalties over the last `penalty_last_n` tokens, then top-k,
+ * top-p, min-p, temperature, and a draw from the remaining distribution with
+ * the sampler's own seeded generator. temperature <= 0 is greedy (argmax,
+ * ties to the lowest id) and ignores the rest but the penalties.
+ *
+ * Reproducible: the same seed, logits and accepted tokens give the same
+ * draws on any machine (the generator is xoshiro256**, the arithmetic is
+ * plain float in a fixed order).
+ *
+ * Memory: hr_sampler_init allocates its candidate scratch (n_vocab entries)
+ * and penalty history once; sampling allocates nothing. A sampler belongs to
+ * one request and one thread at a time.
+ */
+#ifndef HR_SAMPLE_SAMPLER_H
+#define HR_SAMPLE_SAMPLER_H
+
+#include <stdint.h>
+
+#include "base/status.h"
+
+struct hr_sampler_params {
+    float temperature;       /* <= 0: greedy */
+    int32_t top_k;           /* <= 0: off */
+    float top_p;             /* >= 1: off */
+    float min_p;             /* <= 0: off */
+    float repeat_penalty;    /* 1: off */
+    float presence_penalty;  /* 0: off */
+    float frequency_penalty; /* 0: off */
+    int32_t penalty_last_n;  /* tokens of history the penalties look at; 0: off */
+    uint64_t seed;
+};
+
+/* llama.cpp's defaults: temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, no penalties. */
+struct hr_sampler_params hr_sampler_defaults(void);
+
+struct hr_sampler;
+
+enum hr_status hr_sampler_init(const struct hr_sampler_params *p, uint32_t n_vocab,
+                               struct hr_sampler **out, struct hr_err *err);
+void hr_sampler_free(struct hr_sampler *s);
+
+/* Picks a token from `logits` (n_vocab floats, not modified). */
+int32_t hr_sampler_sample(struct hr_sampler *s, const float *logits);
+
+/* Records a token (prompt or generated) for the penalties. */
+void hr_sampler_accept(struct hr_sampler *s, int32_t token);
+
+/*
+ * The k most likely tokens under the raw distribution (log-softmax of the
+ * logits, before any sampling transform), most likely first. Writes k ids
+ * and log-probabilities; returns how many were written (min(k, n_vocab)).
+ */
+uint32_t hr_top_logprobs(const float *logits, uint32_t n_vocab, uint32_t k, int32_t *ids,
+                         float *logprobs);
+
+#endif
