@@ -27,6 +27,7 @@
 
 #include "base/fp16.h"
 #include "base/log.h"
+#include "engine/attention.h"
 #include "engine/threadpool.h"
 #include "kernels/matmul.h"
 
@@ -148,7 +149,7 @@ enum hr_status hr_engine_init(const struct hr_model *m, const struct hr_engine_c
     d->n_ff = hp->n_ff;
     d->n_vocab = hp->n_vocab;
     d->n_threads = (uint32_t)cfg.n_threads;
-    d->attn_tile = cfg.kv_block_tokens;
+    d->attn_scratch_bytes = hr_attn_scratch_bytes(hp->head_dim_k, hp->n_head / hp->n_head_kv);
     d->kv_block_bytes = hr_kv_block_bytes_for(&kc);
     d->act_row_bytes_embd = max_act_row(m, hp->n_embd, 0);
     d->act_row_bytes_q = max_act_row(m, (uint64_t)hp->n_head * hp->head_dim_k, 1);
@@ -288,86 +289,6 @@ static void rows_of(uint32_t n, int ith, int nth, uint32_t *r0, uint32_t *r1)
     *r1 = (uint32_t)((uint64_t)n * (uint64_t)(ith + 1) / (uint64_t)nth);
 }
 
-/* ---- attention --------------------------------------------------------- */
-
-static inline float dot_f32(const float *a, const float *b, uint32_t n)
-{
-    float s = 0.0f;
-    for (uint32_t i = 0; i < n; i++)
-        s += a[i] * b[i];
-    return s;
-}
-
-static void load_row(const void *src, enum hr_ggml_type t, float *dst, uint32_t n)
-{
-    if (t == HR_GGML_F32) {
-        memcpy(dst, src, n * sizeof(float));
-        return;
-    }
-    const uint16_t *h = src;
-    uint32_t i = 0;
-#if defined(__AVX512F__)
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + i))));
-#elif defined(__F16C__)
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
-#endif
-    for (; i < n; i++)
-        dst[i] = hr_f16_to_f32(h[i]);
-}
-
-/*
- * One query row of one head against keys 0..pos of its sequence, tile by
- * tile (a tile = one KV block), with the online softmax: keep the running
- * maximum m, the running sum l of exp(s - m) and the running output
- * acc = sum exp(s - m) v; when a tile raises the maximum, rescale l and acc
- * by exp(m_old - m_new). Scratch: the tile's scores, acc, and one K/V row.
- * Cost per query: (pos + 1) x head_dim x 2 multiply-adds.
- */
-static void attend(struct hr_engine *e, uint32_t layer, const struct seq_info *s, int32_t pos,
-                   uint32_t kv_head, const float *q, float *out, float *scr)
-{
-    const uint32_t hd = e->dims.head_dim, bt = e->cfg.kv_block_tokens;
-    const enum hr_ggml_type kt = hr_kv_type(e->kv);
-    const size_t row_bytes = hr_kv_row_bytes(e->kv);
-    const size_t head_off = (size_t)kv_head * hd * (kt == HR_GGML_F32 ? 4 : 2);
-    const float scale = 1.0f / sqrtf((float)hd);
-    float *scores = scr, *acc = scr + bt, *row = acc + hd;
-    float m = -INFINITY, l = 0.0f;
-    memset(acc, 0, hd * sizeof(float));
-    const uint32_t n_keys = (uint32_t)pos + 1;
-    for (uint32_t b0 = 0; b0 < n_keys; b0 += bt) {
-        const uint32_t n = n_keys - b0 < bt ? n_keys - b0 : bt;
-        const int32_t block = s->kv->blocks[b0 / bt];
-        const uint8_t *kb = (const uint8_t *)hr_kv_block_k(e->kv, block, layer) + head_off;
-        const uint8_t *vb = (const uint8_t *)hr_kv_block_v(e->kv, block, layer) + head_off;
-        float mt = -INFINITY;
-        for (uint32_t i = 0; i < n; i++) {
-            load_row(kb + i * row_bytes, kt, row, hd);
-            scores[i] = dot_f32(q, row, hd) * scale;
-            if (scores[i] > mt)
-                mt = scores[i];
-        }
-        const float m_new = mt > m ? mt : m;
-        const float c = expf(m - m_new); /* 0 on the first tile: m = -inf */
-        l *= c;
-        for (uint32_t j = 0; j < hd; j++)
-            acc[j] *= c;
-        for (uint32_t i = 0; i < n; i++) {
-            const float p = expf(scores[i] - m_new);
-            l += p;
-            load_row(vb + i * row_bytes, kt, row, hd);
-            for (uint32_t j = 0; j < hd; j++)
-                acc[j] += p * row[j];
-        }
-        m = m_new;
-    }
-    const float inv = 1.0f / l;
-    for (uint32_t j = 0; j < hd; j++)
-        out[j] = acc[j] * inv;
-}
-
 /* ---- the forward pass -------------------------------------------------- */
 
 struct fwd {
@@ -401,27 +322,6 @@ static void add_bias(float *y, const struct hr_weight *b, uint32_t n)
     const float *bb = b->data;
     for (uint32_t i = 0; i < n; i++)
         y[i] += bb[i];
-}
-
-static void store_kv(struct hr_engine *e, uint32_t layer, const struct seq_info *s, int32_t pos,
-                     const float *k, const float *v)
-{
-    const uint32_t bt = e->cfg.kv_block_tokens;
-    const size_t row_bytes = hr_kv_row_bytes(e->kv);
-    const uint32_t n = e->dims.n_head_kv * e->dims.head_dim;
-    const int32_t block = s->kv->blocks[(uint32_t)pos / bt];
-    uint8_t *kd = (uint8_t *)hr_kv_block_k(e->kv, block, layer) + ((uint32_t)pos % bt) * row_bytes;
-    uint8_t *vd = (uint8_t *)hr_kv_block_v(e->kv, block, layer) + ((uint32_t)pos % bt) * row_bytes;
-    if (hr_kv_type(e->kv) == HR_GGML_F32) {
-        memcpy(kd, k, n * sizeof(float));
-        memcpy(vd, v, n * sizeof(float));
-    } else {
-        uint16_t *kh = (uint16_t *)kd, *vh = (uint16_t *)vd;
-        for (uint32_t i = 0; i < n; i++) {
-            kh[i] = hr_f32_to_f16(k[i]);
-            vh[i] = hr_f32_to_f16(v[i]);
-        }
-    }
 }
 
 static void forward_worker(void *ctx, int ith, int nth)
@@ -481,18 +381,32 @@ static void forward_worker(void *ctx, int ith, int nth)
                     rms_norm_row(k + h * hd, L->k_norm.data, k + h * hd, hd, hp->rms_eps);
                 rope_head(k + h * hd, rc, hp->n_rot, m->rope_neox);
             }
-            store_kv(e, l, &e->seqs[f->seq_of[t]], f->pos[t], k, v);
+            hr_attn_store(e->kv, e->seqs[f->seq_of[t]].kv->blocks, l, hp->n_head_kv, hd,
+                          f->pos[t], k, v);
         }
         hr_pool_barrier(e->pool);
 
-        /* Attention: units of (token, head), split evenly. */
-        uint32_t u0, u1;
-        rows_of(T * hp->n_head, ith, nth, &u0, &u1);
-        float *scr = (float *)(f->attn_scr + (size_t)ith * e->plan.attn_scr_stride);
-        for (uint32_t u = u0; u < u1; u++) {
-            uint32_t t = u / hp->n_head, h = u % hp->n_head;
-            attend(e, l, &e->seqs[f->seq_of[t]], f->pos[t], h / group,
-                   f->q + (size_t)t * q_dim + h * hd, f->attn + (size_t)t * q_dim + h * hd, scr);
+        /* Attention: units of (sequence, KV head, block of query tokens), dealt
+         * round-robin so early (cheap) and late (long) blocks mix on every
+         * thread. */
+        void *scr = f->attn_scr + (size_t)ith * e->plan.attn_scr_stride;
+        const uint32_t bq = hr_attn_block_tokens(group);
+        uint32_t unit = 0;
+        for (uint32_t si = 0; si < e->n_seqs; si++) {
+            const struct seq_info *s = &e->seqs[si];
+            struct hr_attn_ctx ac = {.kv = e->kv, .blocks = s->kv->blocks, .layer = l,
+                                     .head_dim = hd, .block_tokens = e->cfg.kv_block_tokens,
+                                     .group = group, .scale = 1.0f / sqrtf((float)hd)};
+            for (uint32_t g = 0; g < hp->n_head_kv; g++) {
+                for (uint32_t t0 = 0; t0 < s->n_tokens; t0 += bq, unit++) {
+                    if (unit % (uint32_t)nth != (uint32_t)ith)
+                        continue;
+                    uint32_t nq = s->n_tokens - t0 < bq ? s->n_tokens - t0 : bq;
+                    size_t row = (size_t)(s->first_token + t0) * q_dim + (size_t)g * group * hd;
+                    hr_attention(&ac, g, f->q + row, q_dim, (int32_t)(s->pos0 + t0), nq,
+                                 f->attn + row, q_dim, scr);
+                }
+            }
         }
         hr_pool_barrier(e->pool);
 

@@ -11,7 +11,7 @@ struct hr_kv_pool {
     struct hr_kv_config cfg;
     uint64_t block_bytes;
     uint64_t layer_bytes;   /* K (or V) of one layer in one block */
-    size_t row_bytes;
+    size_t head_bytes;     /* one KV head of one layer: head_dim x block_tokens elements */
     uint32_t n_blocks;
     uint8_t *base;          /* n_blocks * block_bytes of reserved address space */
     size_t map_bytes;
@@ -48,8 +48,13 @@ enum hr_status hr_kv_pool_init(const struct hr_kv_config *cfg, struct hr_kv_pool
     p->cfg = *cfg;
     if (!p->cfg.block_tokens)
         p->cfg.block_tokens = HR_KV_DEFAULT_BLOCK_TOKENS;
-    p->row_bytes = (size_t)cfg->n_head_kv * cfg->head_dim * elem_bytes(cfg->type);
-    p->layer_bytes = (uint64_t)p->cfg.block_tokens * p->row_bytes;
+    if (p->cfg.block_tokens % 16 != 0) {
+        free(p);
+        return hr_err_set(err, HR_ERR_INVALID, "KV block size %u is not a multiple of 16",
+                          cfg->block_tokens);
+    }
+    p->head_bytes = (size_t)p->cfg.block_tokens * cfg->head_dim * elem_bytes(cfg->type);
+    p->layer_bytes = (uint64_t)cfg->n_head_kv * p->head_bytes;
     p->block_bytes = 2 * p->layer_bytes * cfg->n_layer;
     uint64_t n = cfg->budget_bytes / p->block_bytes;
     if (n == 0) {
@@ -102,7 +107,7 @@ uint32_t hr_kv_n_blocks(const struct hr_kv_pool *p) { return p->n_blocks; }
 uint32_t hr_kv_n_free(const struct hr_kv_pool *p) { return p->n_free; }
 uint32_t hr_kv_n_used(const struct hr_kv_pool *p) { return p->n_blocks - p->n_free; }
 enum hr_ggml_type hr_kv_type(const struct hr_kv_pool *p) { return p->cfg.type; }
-size_t hr_kv_row_bytes(const struct hr_kv_pool *p) { return p->row_bytes; }
+size_t hr_kv_head_bytes(const struct hr_kv_pool *p) { return p->head_bytes; }
 
 int32_t hr_kv_alloc_block(struct hr_kv_pool *p)
 {

@@ -3,17 +3,23 @@
  * budget, refcounted so sequences (and later the prefix cache) can share
  * them.
  *
- * A block holds `block_tokens` (default 32) consecutive token positions of
- * one sequence, for every layer: per layer, K then V, each
- * [block_tokens][n_head_kv][head_dim] in the cache type (f16 by default, f32
- * for exactness tests). A sequence owns a block table (struct hr_kv_seq)
- * mapping position p to block table[p / block_tokens], slot p % block_tokens.
+ * A block holds `block_tokens` (default 32, a multiple of 16) consecutive
+ * token positions of one sequence, for every layer: per layer, K then V, in
+ * the cache type (f16 by default, f32 for exactness tests). A sequence owns
+ * a block table (struct hr_kv_seq) mapping position p to block
+ * table[p / block_tokens], slot p % block_tokens.
  *
  *    pool (one mapping of n_blocks * block_bytes)
  *    +---------+---------+---------+---------+----
  *    | block 0 | block 1 | block 2 | block 3 | ...      free list + refcounts
  *    +---------+---------+---------+---------+----
  *      block = [L0 K | L0 V | L1 K | L1 V | ... ]
+ *      K of a layer = per KV head, [head_dim][block_tokens]  (transposed)
+ *      V of a layer = per KV head, [block_tokens][head_dim]
+ *
+ * K is stored transposed so attention reads, for each dimension d, the d-th
+ * component of 16 consecutive keys as one vector and computes 16 scores with
+ * head_dim fused multiply-adds and no horizontal sums (engine/attention.c).
  *
  * Memory: the pool reserves address space for its budget up front
  * (MAP_NORESERVE) and pages are committed as blocks are first written, so
@@ -57,8 +63,8 @@ uint32_t hr_kv_n_blocks(const struct hr_kv_pool *pool);      /* capacity */
 uint32_t hr_kv_n_free(const struct hr_kv_pool *pool);
 uint32_t hr_kv_n_used(const struct hr_kv_pool *pool);
 enum hr_ggml_type hr_kv_type(const struct hr_kv_pool *pool);
-/* Bytes of one token's K (or V) row in one layer: n_head_kv * head_dim elements. */
-size_t hr_kv_row_bytes(const struct hr_kv_pool *pool);
+/* Bytes of one KV head's K (or V) in one layer of one block: head_dim x block_tokens. */
+size_t hr_kv_head_bytes(const struct hr_kv_pool *pool);
 
 /* Bytes a block needs for a model, without creating a pool (for planning). */
 uint64_t hr_kv_block_bytes_for(const struct hr_kv_config *cfg);
@@ -70,7 +76,7 @@ void hr_kv_ref_block(struct hr_kv_pool *pool, int32_t block);
 void hr_kv_unref_block(struct hr_kv_pool *pool, int32_t block);
 uint32_t hr_kv_refcount(const struct hr_kv_pool *pool, int32_t block);
 
-/* Start of layer `layer`'s K (or V) rows in `block`: block_tokens rows. */
+/* Start of layer `layer`'s K (or V) in `block`; head h starts h x hr_kv_head_bytes later. */
 void *hr_kv_block_k(struct hr_kv_pool *pool, int32_t block, uint32_t layer);
 void *hr_kv_block_v(struct hr_kv_pool *pool, int32_t block, uint32_t layer);
 

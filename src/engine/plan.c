@@ -56,9 +56,9 @@ void hr_plan_layout(const struct hr_plan_dims *d, const struct hr_step_shape *s,
     p->off_up = place(&cf, T * d->n_ff * f);
     c = max64(ca, cf);
 
-    /* Per thread: a tile of scores, the running output row, a query row, and
-     * a dequantized K/V row pair; O(tile + head_dim), independent of KV length. */
-    p->attn_scr_stride = align_up((d->attn_tile + 4 * (uint64_t)d->head_dim) * f);
+    /* Per thread: a K and a V tile in f32 and the running state of the rows
+     * of one attention call; independent of the KV length. */
+    p->attn_scr_stride = align_up(d->attn_scratch_bytes);
     p->off_attn_scr = place(&c, p->attn_scr_stride * d->n_threads);
 
     p->off_out_x = place(&c, L * d->n_embd * f);

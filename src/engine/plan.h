@@ -21,7 +21,8 @@
  *   act      bytes            matmul activations in the vec-dot format (the largest need)
  *   work     union of        { q [T][q_dim], k [T][kv_dim], v [T][kv_dim], attn [T][q_dim] }
  *                            { gate [T][n_ff], up [T][n_ff] }          (never live together)
- *   attn_scr [nth][...]      per-thread attention scratch: O(tile + head_dim), never T x T
+ *   attn_scr [nth][...]      per-thread attention scratch: O(rows x (16 + head_dim)),
+ *                            rows <= 64 query rows; never T x KV length
  *   out_x    [L][n_embd]     normed rows whose logits are wanted
  *   logits   [L][n_vocab]    only for the L rows asked for
  *
@@ -43,7 +44,7 @@
 struct hr_plan_dims {
     uint32_t n_embd, n_head, n_head_kv, head_dim, n_rot, n_ff, n_vocab;
     uint32_t n_threads;
-    uint32_t attn_tile;              /* keys per attention tile (= KV block tokens) */
+    uint64_t attn_scratch_bytes;     /* per thread (engine/attention.h) */
     uint64_t kv_block_bytes;
     /* The largest activation scratch any matmul of the model needs per token
      * row, per input width: act bytes for m rows = m * act_row_bytes_* */

@@ -1,0 +1,173 @@
+/*
+ * bench-engine - prompt processing and decode speed of the engine.
+ *
+ *   bench-engine MODEL [--threads N] [--pp 512,2048] [--tg 128] [--runs R] [--batch B]
+ *
+ * ppN: prefill N tokens into an empty sequence in chunks of B (default 512,
+ * llama.cpp's default batch), logits for the last token only.
+ * tgN: decode N tokens one at a time after a 16-token prompt (greedy).
+ * Each test runs R times (default 3) after one warm-up; prints the median and
+ * the spread, and the process's peak RSS, one machine-readable line each:
+ *   bench engine model=F test=pp512 threads=2 runs=3 tokens_per_s=MEDIAN min=.. max=.. peak_rss_bytes=..
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/engine.h"
+#include "kernels/matmul.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static uint64_t peak_rss(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    uint64_t kb = 0;
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmHWM: %" SCNu64, &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb * 1024;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int32_t argmax(const float *l, uint32_t n)
+{
+    uint32_t b = 0;
+    for (uint32_t i = 1; i < n; i++)
+        if (l[i] > l[b])
+            b = i;
+    return (int32_t)b;
+}
+
+/* One timed run; returns tokens/s. */
+static double run_once(struct hr_engine *e, int is_pp, uint32_t n, uint32_t batch, uint32_t n_vocab)
+{
+    struct hr_kv_seq seq;
+    struct hr_err err;
+    if (hr_engine_seq_init(e, &seq, n + 32, &err) != HR_OK) {
+        fprintf(stderr, "bench-engine: %s\n", err.msg);
+        exit(1);
+    }
+    int32_t *toks = malloc((n + 32) * sizeof(int32_t));
+    for (uint32_t i = 0; i < n + 32; i++)
+        toks[i] = (int32_t)((i * 7919u + 13u) % n_vocab);
+    double t0 = 0, t1 = 0;
+    if (is_pp) {
+        t0 = now_s();
+        for (uint32_t done = 0; done < n;) {
+            uint32_t k = n - done < batch ? n - done : batch;
+            struct hr_step_seq it = {.kv = &seq, .tokens = toks + done, .n_tokens = k,
+                                     .n_logits = done + k == n};
+            struct hr_step st = {.seqs = &it, .n_seqs = 1};
+            if (hr_engine_step(e, &st, &err) != HR_OK) {
+                fprintf(stderr, "bench-engine: %s\n", err.msg);
+                exit(1);
+            }
+            done += k;
+        }
+        t1 = now_s();
+    } else {
+        struct hr_step_seq it = {.kv = &seq, .tokens = toks, .n_tokens = 16, .n_logits = 1};
+        struct hr_step st = {.seqs = &it, .n_seqs = 1};
+        if (hr_engine_step(e, &st, &err) != HR_OK) {
+            fprintf(stderr, "bench-engine: %s\n", err.msg);
+            exit(1);
+        }
+        int32_t next = argmax(hr_engine_logits(e, 0, 0), n_vocab);
+        t0 = now_s();
+        for (uint32_t i = 0; i < n; i++) {
+            it = (struct hr_step_seq){.kv = &seq, .tokens = &next, .n_tokens = 1, .n_logits = 1};
+            if (hr_engine_step(e, &st, &err) != HR_OK) {
+                fprintf(stderr, "bench-engine: %s\n", err.msg);
+                exit(1);
+            }
+            next = argmax(hr_engine_logits(e, 0, 0), n_vocab);
+        }
+        t1 = now_s();
+    }
+    hr_kv_seq_free(&seq, hr_engine_kv_pool(e));
+    free(toks);
+    return n / (t1 - t0);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: bench-engine MODEL [--threads N] [--pp 512,2048] [--tg 128] "
+                        "[--runs R] [--batch B]\n");
+        return 2;
+    }
+    const char *path = argv[1], *pp_list = "512,2048";
+    int threads = 2, runs = 3;
+    uint32_t tg = 128, batch = 512;
+    for (int i = 2; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--threads") == 0)
+            threads = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--pp") == 0)
+            pp_list = argv[i + 1];
+        else if (strcmp(argv[i], "--tg") == 0)
+            tg = (uint32_t)atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--runs") == 0)
+            runs = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--batch") == 0)
+            batch = (uint32_t)atoi(argv[i + 1]);
+    }
+    struct hr_err err;
+    struct hr_model *m = NULL;
+    if (hr_model_open(path, &m, &err) != HR_OK) {
+        fprintf(stderr, "bench-engine: %s\n", err.msg);
+        return 1;
+    }
+    uint32_t max_ctx = 4096;
+    struct hr_kv_config kc = {.n_layer = m->hp.n_layer, .n_head_kv = m->hp.n_head_kv,
+                              .head_dim = m->hp.head_dim_k, .type = HR_GGML_F16};
+    struct hr_engine_config cfg = {.n_threads = threads, .kv_type = HR_GGML_F16,
+                                   .kv_budget_bytes = (max_ctx / 32 + 2) * hr_kv_block_bytes_for(&kc),
+                                   .max_step_tokens = batch, .max_step_logits = 1};
+    struct hr_engine *e = NULL;
+    if (hr_engine_init(m, &cfg, &e, &err) != HR_OK) {
+        fprintf(stderr, "bench-engine: %s\n", err.msg);
+        return 1;
+    }
+    double *t = malloc(sizeof(double) * (size_t)runs);
+    char list[256];
+    snprintf(list, sizeof(list), "%s", pp_list);
+    struct { int is_pp; uint32_t n; } tests[16];
+    int n_tests = 0;
+    for (char *tok = strtok(list, ","); tok && n_tests < 15; tok = strtok(NULL, ","))
+        if (atoi(tok) > 0)
+            tests[n_tests].is_pp = 1, tests[n_tests++].n = (uint32_t)atoi(tok);
+    if (tg)
+        tests[n_tests].is_pp = 0, tests[n_tests++].n = tg;
+    for (int k = 0; k < n_tests; k++) {
+        run_once(e, tests[k].is_pp, tests[k].is_pp ? (tests[k].n < 64 ? tests[k].n : 64) : 8,
+                 batch, m->hp.n_vocab); /* warm-up: pages in the weights */
+        for (int r = 0; r < runs; r++)
+            t[r] = run_once(e, tests[k].is_pp, tests[k].n, batch, m->hp.n_vocab);
+        qsort(t, (size_t)runs, sizeof(double), cmp_d);
+        printf("bench engine model=%s test=%s%u threads=%d isa=%s runs=%d tokens_per_s=%.2f "
+               "min=%.2f max=%.2f peak_rss_bytes=%" PRIu64 "\n",
+               path, tests[k].is_pp ? "pp" : "tg", tests[k].n, threads, hr_kernels_isa(), runs,
+               t[runs / 2], t[0], t[runs - 1], peak_rss());
+        fflush(stdout);
+    }
+    free(t);
+    hr_engine_free(e);
+    hr_model_close(m);
+    return 0;
+}

@@ -1,0 +1,209 @@
+/*
+ * test-sampler.c - the sampling chain: greedy, each filter alone, penalties,
+ * reproducibility per seed, and the empirical distribution of the draw.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "sample/sampler.h"
+
+static struct hr_sampler *make(struct hr_sampler_params p, uint32_t n)
+{
+    struct hr_sampler *s = NULL;
+    struct hr_err err = {{0}};
+    if (hr_sampler_init(&p, n, &s, &err) != HR_OK)
+        fail_msg("%s", err.msg);
+    return s;
+}
+
+static struct hr_sampler_params plain(void)
+{
+    return (struct hr_sampler_params){.temperature = 1.0f, .top_p = 1.0f, .repeat_penalty = 1.0f};
+}
+
+static void test_greedy(void **state)
+{
+    (void)state;
+    float l[] = {0.1f, 3.0f, -2.0f, 3.0f, 2.9f};
+    struct hr_sampler_params p = plain();
+    p.temperature = 0.0f;
+    struct hr_sampler *s = make(p, 5);
+    assert_int_equal(hr_sampler_sample(s, l), 1); /* ties go to the lower id */
+    hr_sampler_free(s);
+}
+
+static void test_top_k_1_is_greedy(void **state)
+{
+    (void)state;
+    float l[100];
+    for (int i = 0; i < 100; i++)
+        l[i] = (float)((i * 37) % 100) / 10.0f;
+    struct hr_sampler_params p = plain();
+    p.top_k = 1;
+    p.seed = 3;
+    struct hr_sampler *s = make(p, 100);
+    for (int i = 0; i < 50; i++)
+        assert_int_equal(hr_sampler_sample(s, l), 27); /* (27*37) % 100 = 99: the max */
+    hr_sampler_free(s);
+}
+
+/* Drawing many times matches the softmax within sampling noise. */
+static void test_distribution(void **state)
+{
+    (void)state;
+    float l[4] = {0.0f, logf(2.0f), logf(3.0f), logf(4.0f)}; /* p = 0.1 0.2 0.3 0.4 */
+    struct hr_sampler_params p = plain();
+    p.seed = 42;
+    struct hr_sampler *s = make(p, 4);
+    int counts[4] = {0};
+    const int N = 40000;
+    for (int i = 0; i < N; i++)
+        counts[hr_sampler_sample(s, l)]++;
+    for (int i = 0; i < 4; i++) {
+        double want = 0.1 * (i + 1), got = (double)counts[i] / N;
+        assert_true(fabs(got - want) < 0.01);
+    }
+    hr_sampler_free(s);
+}
+
+static void test_temperature_sharpens(void **state)
+{
+    (void)state;
+    float l[2] = {0.0f, 1.0f};
+    struct hr_sampler_params p = plain();
+    p.temperature = 0.25f; /* p1 / p0 = e^4 */
+    p.seed = 1;
+    struct hr_sampler *s = make(p, 2);
+    int ones = 0;
+    for (int i = 0; i < 20000; i++)
+        ones += hr_sampler_sample(s, l);
+    double want = expf(4.0f) / (1.0f + expf(4.0f));
+    assert_true(fabs((double)ones / 20000 - want) < 0.01);
+    hr_sampler_free(s);
+}
+
+static void test_top_p_and_min_p_cut(void **state)
+{
+    (void)state;
+    float l[4] = {logf(0.5f), logf(0.3f), logf(0.15f), logf(0.05f)};
+    struct hr_sampler_params p = plain();
+    p.top_p = 0.7f; /* keeps 0.5 and 0.3 */
+    p.seed = 9;
+    struct hr_sampler *s = make(p, 4);
+    for (int i = 0; i < 2000; i++)
+        assert_true(hr_sampler_sample(s, l) < 2);
+    hr_sampler_free(s);
+    p = plain();
+    p.min_p = 0.35f; /* keeps p >= 0.175: 0.5 and 0.3 */
+    s = make(p, 4);
+    for (int i = 0; i < 2000; i++)
+        assert_true(hr_sampler_sample(s, l) < 2);
+    hr_sampler_free(s);
+}
+
+static void test_same_seed_same_draws(void **state)
+{
+    (void)state;
+    float l[50];
+    for (int i = 0; i < 50; i++)
+        l[i] = sinf((float)i);
+    struct hr_sampler_params p = hr_sampler_defaults();
+    p.seed = 1234;
+    struct hr_sampler *a = make(p, 50), *b = make(p, 50);
+    p.seed = 1235;
+    struct hr_sampler *c = make(p, 50);
+    int differ = 0;
+    for (int i = 0; i < 200; i++) {
+        int32_t x = hr_sampler_sample(a, l), y = hr_sampler_sample(b, l), z = hr_sampler_sample(c, l);
+        assert_int_equal(x, y);
+        differ += x != z;
+        hr_sampler_accept(a, x);
+        hr_sampler_accept(b, y);
+        hr_sampler_accept(c, z);
+    }
+    assert_true(differ > 0);
+    hr_sampler_free(a);
+    hr_sampler_free(b);
+    hr_sampler_free(c);
+}
+
+static void test_penalties(void **state)
+{
+    (void)state;
+    float l[3] = {2.0f, 1.9f, -1.0f};
+    struct hr_sampler_params p = plain();
+    p.temperature = 0.0f;
+    p.repeat_penalty = 1.5f;
+    p.penalty_last_n = 4;
+    struct hr_sampler *s = make(p, 3);
+    assert_int_equal(hr_sampler_sample(s, l), 0);
+    hr_sampler_accept(s, 0); /* 2.0 / 1.5 = 1.33 < 1.9 */
+    assert_int_equal(hr_sampler_sample(s, l), 1);
+    /* The window forgets: four other tokens push token 0 out. */
+    for (int i = 0; i < 4; i++)
+        hr_sampler_accept(s, 2);
+    assert_int_equal(hr_sampler_sample(s, l), 0);
+    hr_sampler_free(s);
+
+    p = plain();
+    p.temperature = 0.0f;
+    p.frequency_penalty = 0.1f;
+    p.presence_penalty = 0.05f;
+    p.penalty_last_n = 16;
+    s = make(p, 3);
+    hr_sampler_accept(s, 0); /* 2.0 - 0.1 - 0.05 = 1.85 < 1.9 */
+    assert_int_equal(hr_sampler_sample(s, l), 1);
+    hr_sampler_free(s);
+}
+
+static void test_top_logprobs(void **state)
+{
+    (void)state;
+    float l[5] = {1.0f, 3.0f, 2.0f, 3.0f, -1.0f};
+    int32_t ids[3];
+    float lp[3];
+    assert_int_equal(hr_top_logprobs(l, 5, 3, ids, lp), 3);
+    assert_int_equal(ids[0], 1);
+    assert_int_equal(ids[1], 3);
+    assert_int_equal(ids[2], 2);
+    double z = exp(1) + 2 * exp(3) + exp(2) + exp(-1);
+    assert_true(fabs(lp[0] - (3.0 - log(z))) < 1e-6);
+    assert_true(fabs(lp[2] - (2.0 - log(z))) < 1e-6);
+    assert_int_equal(hr_top_logprobs(l, 5, 10, (int32_t[10]){0}, (float[10]){0}), 5);
+}
+
+static void test_bad_params(void **state)
+{
+    (void)state;
+    struct hr_sampler *s = NULL;
+    struct hr_err err = {{0}};
+    struct hr_sampler_params p = plain();
+    p.top_p = 0.0f;
+    assert_int_equal(hr_sampler_init(&p, 10, &s, &err), HR_ERR_RANGE);
+    p = plain();
+    p.repeat_penalty = 0.0f;
+    assert_int_equal(hr_sampler_init(&p, 10, &s, &err), HR_ERR_RANGE);
+    p = plain();
+    assert_int_equal(hr_sampler_init(&p, 0, &s, &err), HR_ERR_INVALID);
+    assert_null(s);
+    hr_sampler_free(NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_greedy),           cmocka_unit_test(test_top_k_1_is_greedy),
+        cmocka_unit_test(test_distribution),     cmocka_unit_test(test_temperature_sharpens),
+        cmocka_unit_test(test_top_p_and_min_p_cut), cmocka_unit_test(test_same_seed_same_draws),
+        cmocka_unit_test(test_penalties),        cmocka_unit_test(test_top_logprobs),
+        cmocka_unit_test(test_bad_params),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
