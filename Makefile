@@ -48,7 +48,7 @@ demo: $(DEMO)
 run: build deps-oracle $(DEMO)
 	@build/headroom info $(DEMO)
 
-test: deps-oracle build asan
+test: deps-oracle build asan tsan
 	@tests/run.sh
 
 fuzz: deps

@@ -3,6 +3,7 @@
 #
 # Suites, in order:
 #   unit    build-asan/tests/test-*   cmocka programs under ASan+UBSan (TAP output)
+#   tsan    build-tsan/tests/...      the threaded modules' tests under ThreadSanitizer
 #   fuzz    build-asan/fuzz/fuzz-*    replay tests/fuzz/corpus/<name> and crashes/<name>
 #   cli     tests/cli/*.sh            the headroom binary as a user runs it
 #   oracle  tests/oracle/*.test.mjs   against llama.cpp (node-llama-cpp) and real vocabularies
@@ -54,6 +55,26 @@ if want unit; then
     passed=$((passed + ok)) failed=$((failed + bad)) skipped=$((skipped + sk))
     ((bad)) && failures+=("$name")
     report "$name" "$name ($ok ok, $sk skipped)" $((bad > 0)) "$(elapsed "$start")"
+  done
+fi
+
+# Threaded code under ThreadSanitizer: the programs that start threads.
+TSAN_TESTS="test-kv-cache test-engine"
+if want tsan; then
+  echo "threaded tests (ThreadSanitizer):"
+  for name in $TSAN_TESTS; do
+    t=build-tsan/tests/$name
+    [[ -x "$t" ]] || continue
+    start=$(now)
+    TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" CMOCKA_MESSAGE_OUTPUT=TAP "$t" \
+      >"$logs/tsan-$name.log" 2>&1
+    rc=$?
+    ok=$(grep -cE '^ok [0-9]+' "$logs/tsan-$name.log")
+    bad=$(grep -cE '^not ok [0-9]+' "$logs/tsan-$name.log")
+    if [[ $rc -ne 0 && $bad -eq 0 ]]; then bad=1; fi
+    passed=$((passed + ok)) failed=$((failed + bad))
+    ((bad)) && failures+=("tsan-$name")
+    report "tsan-$name" "tsan $name ($ok ok)" $((bad > 0)) "$(elapsed "$start")"
   done
 fi
 
