@@ -7,6 +7,7 @@
 #define HR_CLI_CLI_H
 
 int hr_cmd_info(int argc, char **argv);
+int hr_cmd_tokenize(int argc, char **argv);
 int hr_cmd_run(int argc, char **argv);
 
 /* "1.5 GiB", "512.0 KiB" ... into buf. */

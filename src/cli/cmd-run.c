@@ -21,10 +21,14 @@
 #include "engine/engine.h"
 #include "kernels/matmul.h"
 #include "sample/sampler.h"
+#include "tokenizer/tokenizer.h"
 
 struct run_opts {
     const char *model;
     const char *tokens_arg;
+    const char *prompt;
+    const char *prompt_file;
+    bool no_special;
     uint32_t n_predict;
     struct hr_sampler_params sp;
     int threads;
@@ -38,11 +42,16 @@ struct run_opts {
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: headroom run --model FILE (--tokens 1,2,3) [options]\n"
+            "usage: headroom run --model FILE (-p TEXT | --prompt-file F | --tokens 1,2,3) "
+            "[options]\n"
             "\n"
             "Runs one prompt through the engine and prints what the model generates.\n"
             "\n"
             "  --model FILE          GGUF model (llama, qwen2, qwen3)\n"
+            "  -p, --prompt TEXT     the prompt; special-token text such as <|im_start|> is\n"
+            "                        recognized, and BOS is added if the model asks for it\n"
+            "  --prompt-file F       the prompt, read from a file\n"
+            "  --no-special          treat special-token text in the prompt as plain text\n"
             "  --tokens LIST         the prompt as comma-separated token ids\n"
             "  -n, --n-predict N     tokens to generate (default 64)\n"
             "  --temp F              temperature; 0 is greedy (default 0.8)\n"
@@ -60,7 +69,7 @@ static void usage(FILE *f)
             "                        model's trained context)\n"
             "  --batch N             prefill chunk size in tokens (default 512)\n"
             "  --kv-type f16|f32     KV cache element type (default f16)\n"
-            "  --json                print one JSON object instead of streaming\n"
+            "  --json                print one JSON object instead of streaming text\n"
             "  --logprobs K          top-K log-probabilities per generated token (JSON)\n"
             "  --score               teacher-force the prompt and report top-K\n"
             "                        log-probabilities after every prompt position (JSON)\n"
@@ -121,6 +130,24 @@ static int parse_tokens(const char *s, int32_t **out, uint32_t *n)
     return 0;
 }
 
+static int append_text(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        size_t c = *cap ? *cap : 256;
+        while (c < *len + n + 1)
+            c *= 2;
+        char *b = realloc(*buf, c);
+        if (!b)
+            return -1;
+        *buf = b;
+        *cap = c;
+    }
+    memcpy(*buf + *len, s, n);
+    *len += n;
+    (*buf)[*len] = '\0';
+    return 0;
+}
+
 static json_t *logprob_entry(const float *logits, uint32_t n_vocab, uint32_t k)
 {
     int32_t ids[64];
@@ -145,19 +172,101 @@ static bool is_eog(const struct hr_model *m, int32_t tok)
     return false;
 }
 
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    size_t k;
+    while (buf && (k = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += k;
+        if (n == cap) {
+            char *nb = realloc(buf, cap *= 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+            }
+            buf = nb;
+        }
+    }
+    fclose(f);
+    *len = n;
+    return buf;
+}
+
+/* The prompt as token ids: --tokens as given, or text through the model's tokenizer. */
+static int prompt_tokens(const struct run_opts *o, const struct hr_tokenizer *tok, int32_t **ids,
+                         uint32_t *n)
+{
+    if (o->tokens_arg) {
+        if (parse_tokens(o->tokens_arg, ids, n) != 0 || *n == 0) {
+            fprintf(stderr, "headroom run: --tokens needs a comma-separated list of token ids\n");
+            return 2;
+        }
+        return 0;
+    }
+    size_t len = 0;
+    char *text = NULL;
+    if (o->prompt_file) {
+        text = read_file(o->prompt_file, &len);
+        if (!text) {
+            fprintf(stderr, "headroom run: cannot read %s: %s\n", o->prompt_file, strerror(errno));
+            return 1;
+        }
+    }
+    struct hr_tokens t = {0};
+    struct hr_err err = {{0}};
+    unsigned flags = HR_TOK_ADD_SPECIAL | (o->no_special ? 0 : HR_TOK_PARSE_SPECIAL);
+    enum hr_status st = hr_tokenizer_encode(tok, text ? text : o->prompt,
+                                            text ? len : strlen(o->prompt), flags, &t, &err);
+    free(text);
+    if (st != HR_OK) {
+        fprintf(stderr, "headroom run: cannot tokenize the prompt: %s\n", err.msg);
+        hr_tokens_free(&t);
+        return 1;
+    }
+    if (t.n == 0 || t.n > UINT32_MAX) {
+        fprintf(stderr, "headroom run: the prompt is empty\n");
+        hr_tokens_free(&t);
+        return 1;
+    }
+    *ids = t.ids; /* ownership moves to the caller */
+    *n = (uint32_t)t.n;
+    return 0;
+}
+
 static int run(const struct run_opts *o)
 {
     struct hr_err err = {{0}};
     int32_t *prompt = NULL;
     uint32_t n_prompt = 0;
-    if (!o->tokens_arg || parse_tokens(o->tokens_arg, &prompt, &n_prompt) != 0 || n_prompt == 0) {
-        fprintf(stderr, "headroom run: --tokens needs a comma-separated list of token ids\n");
-        free(prompt);
-        return 2;
-    }
     struct hr_model *model = NULL;
     if (hr_model_open(o->model, &model, &err) != HR_OK) {
         fprintf(stderr, "headroom run: %s\n", err.msg);
+        return 1;
+    }
+    struct hr_tokenizer *tok = NULL;
+    struct hr_detok *detok = NULL;
+    if (hr_tokenizer_init_from_gguf(model->gguf, &tok, &err) != HR_OK) {
+        if (!o->tokens_arg) {
+            fprintf(stderr, "headroom run: %s: %s\n", o->model, err.msg);
+            hr_model_close(model);
+            return 1;
+        }
+        tok = NULL; /* token ids in and out still work without a vocabulary */
+    }
+    int prc = prompt_tokens(o, tok, &prompt, &n_prompt);
+    if (prc != 0) {
+        hr_tokenizer_free(tok);
+        hr_model_close(model);
+        return prc;
+    }
+    if (tok && hr_detok_init(tok, 0, &detok, &err) != HR_OK) {
+        fprintf(stderr, "headroom run: %s\n", err.msg);
+        hr_tokenizer_free(tok);
+        hr_model_close(model);
         free(prompt);
         return 1;
     }
@@ -192,6 +301,8 @@ static int run(const struct run_opts *o)
     struct hr_sampler *smp = NULL;
     struct hr_kv_seq seq = {0};
     json_t *out = NULL, *gen_lp = NULL, *prompt_lp = NULL, *gen = NULL;
+    char *text_buf = NULL;
+    size_t text_len = 0, text_cap = 0;
     int rc = 1;
     if (hr_engine_init(model, &cfg, &eng, &err) != HR_OK ||
         hr_engine_seq_init(eng, &seq, ctx, &err) != HR_OK ||
@@ -244,12 +355,25 @@ static int run(const struct run_opts *o)
     while (n_gen < n_predict && next >= 0) {
         n_gen++;
         hr_sampler_accept(smp, next);
+        bool eog = tok ? hr_tokenizer_is_eog(tok, next) : is_eog(model, next);
         if (gen)
             json_array_append_new(gen, json_integer(next));
-        else
+        if (detok) {
+            const char *piece;
+            size_t plen;
+            if (hr_detok_push(detok, next, &piece, &plen, &err) == HR_OK && plen) {
+                if (gen) {
+                    if (append_text(&text_buf, &text_len, &text_cap, piece, plen) != 0)
+                        goto done;
+                } else {
+                    fwrite(piece, 1, plen, stdout);
+                }
+            }
+        } else if (!gen) {
             printf("%d%s", next, n_gen < n_predict ? " " : "");
+        }
         fflush(stdout);
-        if (!o->ignore_eos && is_eog(model, next))
+        if (!o->ignore_eos && eog)
             break;
         if (n_gen == n_predict)
             break;
@@ -264,6 +388,18 @@ static int run(const struct run_opts *o)
         if (gen_lp && o->logprobs)
             json_array_append_new(gen_lp, logprob_entry(lg, n_vocab, o->logprobs));
     }
+    if (detok) {
+        const char *piece;
+        size_t plen;
+        if (hr_detok_finish(detok, &piece, &plen, &err) == HR_OK && plen) {
+            if (gen) {
+                if (append_text(&text_buf, &text_len, &text_cap, piece, plen) != 0)
+                    goto done;
+            } else {
+                fwrite(piece, 1, plen, stdout);
+            }
+        }
+    }
     double t2 = now_s();
     double pp = (t1 - t0) > 0 ? n_prompt / (t1 - t0) : 0, tg = (t2 - t1) > 0 ? n_gen / (t2 - t1) : 0;
     uint64_t rss = peak_rss_bytes();
@@ -271,7 +407,7 @@ static int run(const struct run_opts *o)
     if (out) {
         json_object_set_new(out, "tokens", gen);
         gen = NULL;
-        json_object_set_new(out, "text", json_string(""));
+        json_object_set_new(out, "text", json_stringn(text_buf ? text_buf : "", text_len));
         json_object_set_new(out, "logprobs", gen_lp);
         gen_lp = NULL;
         if (o->score) {
@@ -302,6 +438,9 @@ done:
     json_decref(gen_lp);
     json_decref(prompt_lp);
     hr_sampler_free(smp);
+    free(text_buf);
+    hr_detok_free(detok);
+    hr_tokenizer_free(tok);
     if (eng)
         hr_kv_seq_free(&seq, hr_engine_kv_pool(eng));
     hr_engine_free(eng);
@@ -352,6 +491,9 @@ int hr_cmd_run(int argc, char **argv)
         } else if (strcmp(a, "--ignore-eos") == 0) {
             o.ignore_eos = true;
             continue;
+        } else if (strcmp(a, "--no-special") == 0) {
+            o.no_special = true;
+            continue;
         }
         if (!v) {
             fprintf(stderr, "headroom run: unknown option or missing value: %s\n", a);
@@ -362,6 +504,10 @@ int hr_cmd_run(int argc, char **argv)
             o.model = v;
         else if (strcmp(a, "--tokens") == 0)
             o.tokens_arg = v;
+        else if (strcmp(a, "-p") == 0 || strcmp(a, "--prompt") == 0)
+            o.prompt = v;
+        else if (strcmp(a, "--prompt-file") == 0 || strcmp(a, "-f") == 0)
+            o.prompt_file = v;
         else if (strcmp(a, "-n") == 0 || strcmp(a, "--n-predict") == 0)
             bad = parse_uint(v, &o.n_predict);
         else if (strcmp(a, "--temp") == 0)
@@ -410,6 +556,12 @@ int hr_cmd_run(int argc, char **argv)
     if (!o.model) {
         fprintf(stderr, "headroom run: --model FILE is required\n");
         usage(stderr);
+        return 2;
+    }
+    int n_sources = (o.tokens_arg != NULL) + (o.prompt != NULL) + (o.prompt_file != NULL);
+    if (n_sources != 1) {
+        fprintf(stderr, "headroom run: give the prompt once: -p TEXT, --prompt-file F or "
+                        "--tokens LIST\n");
         return 2;
     }
     return run(&o);
