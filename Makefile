@@ -8,6 +8,7 @@
 #   make bench    benchmarks (separate programs; never part of make test)
 #   make format   clang-format every C file
 
+SHELL := /bin/bash
 JOBS ?= $(shell nproc)
 FUZZ_SECONDS ?= 60
 DEMO := models/demo.gguf
@@ -45,8 +46,16 @@ $(DEMO): | build deps-oracle
 
 demo: $(DEMO)
 
+# Until the server lands, the main job is: describe the demo model, then run
+# a chat-formatted prompt through the engine (random weights: the text is noise,
+# the speed and the machinery are real).
 run: build deps-oracle $(DEMO)
 	@build/headroom info $(DEMO)
+	@echo
+	@echo "headroom run (random weights, so the text is noise; the timing line is real):"
+	@build/headroom run --model $(DEMO) --seed 1 -n 48 \
+	  -p $$'<|im_start|>user\nWhat does headroom do?<|im_end|>\n<|im_start|>assistant\n'
+	@echo
 
 test: deps-oracle build asan tsan
 	@tests/run.sh

@@ -426,6 +426,7 @@ static int run(const struct run_opts *o)
     } else {
         printf("\n");
     }
+    fflush(stdout); /* the timing line on stderr comes after the text */
     fprintf(stderr, "prompt %u tokens, %.1f tokens/s; generated %u tokens, %.1f tokens/s; "
                     "peak RSS %s (%d threads, %s, KV %s)\n",
             n_prompt, pp, n_gen, tg, hr_cli_fmt_bytes((double)rss, b1, sizeof(b1)),
