@@ -78,34 +78,16 @@ static void *view(struct hr_engine *e, uint64_t off, uint64_t bytes)
 
 /* ---- init -------------------------------------------------------------- */
 
-static uint64_t max_act_row(const struct hr_model *m, uint64_t k, int which)
+/* Records `t` in a set of at most 4 distinct weight types; false when full. */
+static bool add_type(enum hr_ggml_type *set, uint32_t *n, enum hr_ggml_type t)
 {
-    /* which: 0 = inputs of width n_embd, 1 = q_dim, 2 = n_ff */
-    uint64_t best = 0;
-#define CONSIDER(w)                                                                                \
-    do {                                                                                           \
-        uint64_t b = hr_matmul_act_bytes((w).type, 1, k);                                          \
-        if (b > best)                                                                              \
-            best = b;                                                                              \
-    } while (0)
-    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
-        const struct hr_layer *L = &m->layers[l];
-        if (which == 0) {
-            CONSIDER(L->wq);
-            CONSIDER(L->wk);
-            CONSIDER(L->wv);
-            CONSIDER(L->w_gate);
-            CONSIDER(L->w_up);
-        } else if (which == 1) {
-            CONSIDER(L->wo);
-        } else {
-            CONSIDER(L->w_down);
-        }
-    }
-    if (which == 0)
-        CONSIDER(m->output);
-#undef CONSIDER
-    return best;
+    for (uint32_t i = 0; i < *n; i++)
+        if (set[i] == t)
+            return true;
+    if (*n == 4)
+        return false;
+    set[(*n)++] = t;
+    return true;
 }
 
 enum hr_status hr_engine_init(const struct hr_model *m, const struct hr_engine_config *cfg_in,
@@ -151,9 +133,21 @@ enum hr_status hr_engine_init(const struct hr_model *m, const struct hr_engine_c
     d->n_threads = (uint32_t)cfg.n_threads;
     d->attn_scratch_bytes = hr_attn_scratch_bytes(hp->head_dim_k, hp->n_head / hp->n_head_kv);
     d->kv_block_bytes = hr_kv_block_bytes_for(&kc);
-    d->act_row_bytes_embd = max_act_row(m, hp->n_embd, 0);
-    d->act_row_bytes_q = max_act_row(m, (uint64_t)hp->n_head * hp->head_dim_k, 1);
-    d->act_row_bytes_ff = max_act_row(m, hp->n_ff, 2);
+    bool types_ok = true;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        const struct hr_layer *L = &m->layers[l];
+        const struct hr_weight *in_embd[] = {&L->wq, &L->wk, &L->wv, &L->w_gate, &L->w_up};
+        for (size_t i = 0; i < 5; i++)
+            types_ok &= add_type(d->types_embd, &d->n_types_embd, in_embd[i]->type);
+        types_ok &= add_type(d->types_q, &d->n_types_q, L->wo.type);
+        types_ok &= add_type(d->types_ff, &d->n_types_ff, L->w_down.type);
+    }
+    if (!types_ok) {
+        free(e);
+        return hr_err_set(err, HR_ERR_UNSUPPORTED,
+                          "the model mixes more than 4 weight types in one kind of matrix");
+    }
+    d->type_out = m->output.type;
 
     e->theta_scale = powf(hp->rope_base, -2.0f / (float)hp->n_rot);
     e->freq_scale = hp->rope_scaling == HR_ROPE_SCALING_LINEAR ? 1.0f / hp->rope_factor : 1.0f;
@@ -510,12 +504,7 @@ enum hr_status hr_engine_step(struct hr_engine *e, struct hr_step *step, struct 
     f.rope = view(e, p->off_rope, (uint64_t)T * e->dims.n_rot * sizeof(float));
     f.x = view(e, p->off_x, (uint64_t)T * e->dims.n_embd * sizeof(float));
     f.xn = view(e, p->off_xn, (uint64_t)T * e->dims.n_embd * sizeof(float));
-    uint64_t act_bytes = (uint64_t)T * e->dims.act_row_bytes_embd;
-    if ((uint64_t)T * e->dims.act_row_bytes_q > act_bytes)
-        act_bytes = (uint64_t)T * e->dims.act_row_bytes_q;
-    if ((uint64_t)T * e->dims.act_row_bytes_ff > act_bytes)
-        act_bytes = (uint64_t)T * e->dims.act_row_bytes_ff;
-    f.act = view(e, p->off_act, act_bytes);
+    f.act = view(e, p->off_act, p->act_bytes);
     f.q = view(e, p->off_q, (uint64_t)T * q_dim * sizeof(float));
     f.k = view(e, p->off_k, (uint64_t)T * kv_dim * sizeof(float));
     f.v = view(e, p->off_v, (uint64_t)T * kv_dim * sizeof(float));

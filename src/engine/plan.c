@@ -1,6 +1,8 @@
 /* plan.c - the step layout function; see plan.h for the layout it draws. */
 #include "engine/plan.h"
 
+#include "kernels/matmul.h"
+
 static uint64_t align_up(uint64_t x)
 {
     return (x + HR_ARENA_ALIGN - 1) & ~(uint64_t)(HR_ARENA_ALIGN - 1);
@@ -40,9 +42,20 @@ void hr_plan_layout(const struct hr_plan_dims *d, const struct hr_step_shape *s,
     p->off_xn = place(&c, T * d->n_embd * f);
 
     /* One activation scratch serves every matmul: the largest of them, also
-     * the output matmul over the L logit rows. */
-    uint64_t act = max64(T * d->act_row_bytes_embd,
-                         max64(T * d->act_row_bytes_q, T * d->act_row_bytes_ff));
+     * the output matmul over the L logit rows. The kernels say how much each
+     * needs (their layout may pad rows), so ask them. */
+    uint64_t act = 0;
+    for (uint32_t i = 0; i < d->n_types_embd; i++)
+        act = max64(act, hr_matmul_act_bytes(d->types_embd[i], T, d->n_embd));
+    for (uint32_t i = 0; i < d->n_types_q; i++)
+        act = max64(act, hr_matmul_act_bytes(d->types_q[i], T, q_dim));
+    for (uint32_t i = 0; i < d->n_types_ff; i++)
+        act = max64(act, hr_matmul_act_bytes(d->types_ff[i], T, d->n_ff));
+    if (L)
+        act = max64(act, hr_matmul_act_bytes(d->type_out, L, d->n_embd));
+    if (!T)
+        act = 0;
+    p->act_bytes = act;
     p->off_act = place(&c, act);
 
     /* The attention buffers and the FFN buffers are never live at once: lay

@@ -46,11 +46,14 @@ struct hr_plan_dims {
     uint32_t n_threads;
     uint64_t attn_scratch_bytes;     /* per thread (engine/attention.h) */
     uint64_t kv_block_bytes;
-    /* The largest activation scratch any matmul of the model needs per token
-     * row, per input width: act bytes for m rows = m * act_row_bytes_* */
-    uint64_t act_row_bytes_embd;     /* inputs of width n_embd (q, k, v, gate, up, output) */
-    uint64_t act_row_bytes_q;        /* inputs of width q_dim (Wo) */
-    uint64_t act_row_bytes_ff;       /* inputs of width n_ff (Wdown) */
+    /* The weight types of the model's matrices, per input width, so the plan
+     * can ask the kernels (hr_matmul_act_bytes) how much activation scratch a
+     * matmul over T rows needs. At most 4 distinct types per width. */
+    enum hr_ggml_type types_embd[4]; /* inputs of width n_embd: Wq, Wk, Wv, Wgate, Wup */
+    enum hr_ggml_type type_out;      /* the output matrix (input width n_embd, L rows) */
+    enum hr_ggml_type types_q[4];    /* Wo (input width q_dim) */
+    enum hr_ggml_type types_ff[4];   /* Wdown (input width n_ff) */
+    uint32_t n_types_embd, n_types_q, n_types_ff;
 };
 
 /* The shape of a candidate step: all a plan needs. */
@@ -61,7 +64,7 @@ struct hr_step_shape {
 };
 
 struct hr_plan {
-    uint64_t off_tokens, off_pos, off_seq_of, off_rope, off_x, off_xn, off_act;
+    uint64_t off_tokens, off_pos, off_seq_of, off_rope, off_x, off_xn, off_act, act_bytes;
     uint64_t off_q, off_k, off_v, off_attn, off_gate, off_up;
     uint64_t off_attn_scr, attn_scr_stride; /* per thread */
     uint64_t off_out_x, off_logits;
