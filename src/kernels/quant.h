@@ -1,14 +1,67 @@
 /*
- * quant.h - reference quantizers and dequantizers for the GGUF weight types.
+ * quant.h - reference quantizers and dequantizers for the GGUF weight types,
+ * and the activation conversions ggml-cpu applies before a dot product.
  *
  * These are the plain-C definitions every faster kernel is tested against,
  * and what the test-model generator uses to write quantized tensors. Each
- * quantizer is bit-identical to llama.cpp's reference quantizer
- * (`quantize_row_*_ref` in ggml-quants.c) for the same f32 input, so a model
- * we generate is the model llama.cpp would have produced from those floats.
+ * weight quantizer is bit-identical to llama.cpp's reference quantizer
+ * (`quantize_row_*_ref` in ggml-quants.c, which `ggml_quantize_chunk` runs
+ * when no importance matrix is given) for the same f32 input, so a model we
+ * generate is the model llama.cpp would have produced from those floats.
+ * tests/unit/test-quant-oracle.c compares the bytes with llama.cpp's own.
  *
- * Block layouts (little-endian, packed, as stored in GGUF):
- *   Q8_0: 32 values -> f16 d, int8 q[32];            x = d * q
+ * Block layouts (little-endian, packed, as stored in GGUF; "f16" is an IEEE
+ * half, dequantized value x, quant q):
+ *
+ *   Q8_0 (34 bytes / 32 values): f16 d, int8 qs[32].        x = d * q
+ *
+ *   Q4_0 (18 bytes / 32 values): f16 d, uint8 qs[16].       x = d * (q - 8)
+ *     Byte j holds value j in its low nibble and value j + 16 in its high
+ *     nibble (the two halves of the block, not neighbours).
+ *
+ *   The K-quants group 256 values into a super-block of 8 (or 16) sub-blocks;
+ *   each sub-block has a small integer scale (and min) that is itself
+ *   quantized against f16 super-block scales, so the per-sub-block
+ *   resolution costs 6 or 8 bits instead of 16.
+ *
+ *   Q4_K (144 bytes / 256 values): f16 d, f16 dmin, uint8 scales[12],
+ *     uint8 qs[128]. Eight sub-blocks of 32; sub-block j has a 6-bit scale
+ *     sc_j and a 6-bit min m_j:   x = d * sc_j * q - dmin * m_j,  q in 0..15.
+ *     The 16 six-bit numbers are packed into 12 bytes (get_scale_min_k4):
+ *       j < 4:  sc_j = scales[j] & 63,          m_j = scales[j + 4] & 63
+ *       j >= 4: sc_j = (scales[j + 4] & 15) | (scales[j - 4] >> 6) << 4
+ *               m_j  = (scales[j + 4] >> 4) | (scales[j]     >> 6) << 4
+ *     i.e. bytes 0-3 hold sc_0..3 plus the top 2 bits of sc_4..7, bytes 4-7
+ *     hold m_0..3 plus the top 2 bits of m_4..7, bytes 8-11 hold the low
+ *     nibbles of sc_4..7 (low) and m_4..7 (high).
+ *     Quants come in 4 chunks of 32 bytes; chunk c holds sub-block 2c in the
+ *     low nibbles and sub-block 2c + 1 in the high nibbles.
+ *
+ *   Q5_K (176 bytes / 256 values): f16 d, f16 dmin, uint8 scales[12],
+ *     uint8 qh[32], uint8 qs[128]. As Q4_K with a fifth bit: q in 0..31,
+ *     low 4 bits in qs exactly as Q4_K, bit 4 of value l of sub-block j in
+ *     bit j of qh[l].
+ *
+ *   Q6_K (210 bytes / 256 values): uint8 ql[128], uint8 qh[64],
+ *     int8 scales[16], f16 d. Sixteen sub-blocks of 16 with signed 8-bit
+ *     scales:  x = d * scales[j] * (q - 32),  q in 0..63.  Two halves of 128
+ *     values; in half h, for l in 0..31, values l, l+32, l+64, l+96 of the
+ *     half take their low 4 bits from the low nibble of ql[64h + l], the low
+ *     nibble of ql[64h + l + 32], the high nibble of ql[64h + l] and the high
+ *     nibble of ql[64h + l + 32], and their top two bits from qh[32h + l]
+ *     bits 0-1, 2-3, 4-5 and 6-7.
+ *
+ *   Q8_K (292 bytes / 256 values; activations only, never in files):
+ *     f32 d, int8 qs[256], int16 bsums[16] (the sum of each 16 quants, which
+ *     lets a dot product subtract mins and offsets without touching qs).
+ *
+ * Activation ("vec-dot") conversions: before a dot product llama.cpp's CPU
+ * backend converts the f32 activations to the weight type's vec_dot_type with
+ * that type's `from_float`. On x86 with AVX2 (every build headroom targets)
+ * Q8_0's `from_float` is NOT the reference quantizer: it scales by
+ * 127 / amax instead of 1 / (amax / 127) and rounds half to even. Q8_K's is
+ * the reference. hr_quantize_row_q8_0_act and hr_quantize_row_q8_K reproduce
+ * what runs, bit for bit, in plain C, on every ISA.
  *
  * Row lengths must be multiples of the block size (checked by the callers:
  * the GGUF reader and writer refuse other shapes).
@@ -23,29 +76,105 @@
 #include "gguf/ggml-types.h"
 
 #define HR_QK8_0 32
+#define HR_QK4_0 32
+#define HR_QK_K 256
 
 struct hr_block_q8_0 {
     uint16_t d;            /* f16 scale */
     int8_t qs[HR_QK8_0];   /* quants */
 };
 
-_Static_assert(sizeof(struct hr_block_q8_0) == 34, "Q8_0 block is 34 bytes");
+struct hr_block_q4_0 {
+    uint16_t d;                /* f16 scale */
+    uint8_t qs[HR_QK4_0 / 2];  /* nibbles: value j low, value j + 16 high */
+};
 
-/* n must be a multiple of 32. */
+struct hr_block_q4_K {
+    uint16_t d;               /* f16 super-block scale of the sub-block scales */
+    uint16_t dmin;            /* f16 super-block scale of the sub-block mins */
+    uint8_t scales[12];       /* 8 six-bit scales + 8 six-bit mins, packed */
+    uint8_t qs[HR_QK_K / 2];  /* 4-bit quants */
+};
+
+struct hr_block_q5_K {
+    uint16_t d;
+    uint16_t dmin;
+    uint8_t scales[12];
+    uint8_t qh[HR_QK_K / 8];  /* fifth bits */
+    uint8_t qs[HR_QK_K / 2];  /* low 4 bits */
+};
+
+struct hr_block_q6_K {
+    uint8_t ql[HR_QK_K / 2];     /* low 4 bits */
+    uint8_t qh[HR_QK_K / 4];     /* high 2 bits */
+    int8_t scales[HR_QK_K / 16]; /* 8-bit sub-block scales */
+    uint16_t d;                  /* f16 super-block scale */
+};
+
+struct hr_block_q8_K {
+    float d;
+    int8_t qs[HR_QK_K];
+    int16_t bsums[HR_QK_K / 16];
+};
+
+_Static_assert(sizeof(struct hr_block_q8_0) == 34, "Q8_0 block is 34 bytes");
+_Static_assert(sizeof(struct hr_block_q4_0) == 18, "Q4_0 block is 18 bytes");
+_Static_assert(sizeof(struct hr_block_q4_K) == 144, "Q4_K block is 144 bytes");
+_Static_assert(sizeof(struct hr_block_q5_K) == 176, "Q5_K block is 176 bytes");
+_Static_assert(sizeof(struct hr_block_q6_K) == 210, "Q6_K block is 210 bytes");
+_Static_assert(sizeof(struct hr_block_q8_K) == 292, "Q8_K block is 292 bytes");
+
+/* Weight quantizers (llama.cpp's reference, bit for bit) and dequantizers.
+ * n must be a multiple of the type's block size. */
 void hr_quantize_row_q8_0(const float *x, struct hr_block_q8_0 *y, size_t n);
 void hr_dequantize_row_q8_0(const struct hr_block_q8_0 *x, float *y, size_t n);
+void hr_quantize_row_q4_0(const float *x, struct hr_block_q4_0 *y, size_t n);
+void hr_dequantize_row_q4_0(const struct hr_block_q4_0 *x, float *y, size_t n);
+void hr_quantize_row_q4_K(const float *x, struct hr_block_q4_K *y, size_t n);
+void hr_dequantize_row_q4_K(const struct hr_block_q4_K *x, float *y, size_t n);
+void hr_quantize_row_q5_K(const float *x, struct hr_block_q5_K *y, size_t n);
+void hr_dequantize_row_q5_K(const struct hr_block_q5_K *x, float *y, size_t n);
+void hr_quantize_row_q6_K(const float *x, struct hr_block_q6_K *y, size_t n);
+void hr_dequantize_row_q6_K(const struct hr_block_q6_K *x, float *y, size_t n);
+
+/* Activation quantizers, as ggml-cpu's from_float runs them on x86 (see the
+ * top of this file). Q8_K is also its reference quantizer. */
+void hr_quantize_row_q8_0_act(const float *x, struct hr_block_q8_0 *y, size_t n);
+void hr_quantize_row_q8_K(const float *x, struct hr_block_q8_K *y, size_t n);
+void hr_dequantize_row_q8_K(const struct hr_block_q8_K *x, float *y, size_t n);
+
+/* Unpacks the 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block. */
+static inline void hr_q4_K_scale_min(int j, const uint8_t *scales, uint8_t *sc, uint8_t *m)
+{
+    if (j < 4) {
+        *sc = scales[j] & 63;
+        *m = scales[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4));
+        *m = (uint8_t)((scales[j + 4] >> 4) | ((scales[j - 0] >> 6) << 4));
+    }
+}
 
 void hr_convert_row_f16(const float *x, uint16_t *y, size_t n);
 void hr_convert_row_bf16(const float *x, uint16_t *y, size_t n);
 
 /*
  * Converts n f32 values (a multiple of the block size) into `type` at `dst`,
- * which holds n / block_elems * block_bytes bytes. Returns 0, or -1 when this
- * build cannot write `type`.
+ * which holds n / block_elems * block_bytes bytes, with the reference
+ * quantizer. Returns 0, or -1 when this build cannot write `type`.
+ * Writes F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K (and Q8_K).
  */
 int hr_quantize_row(enum hr_ggml_type type, const float *x, void *dst, size_t n);
 
 /* The inverse, for every type hr_quantize_row writes; -1 otherwise. */
 int hr_dequantize_row(enum hr_ggml_type type, const void *src, float *y, size_t n);
+
+/*
+ * Converts n f32 activations to vec-dot type `type` (F32, F16, BF16, Q8_0 or
+ * Q8_K) exactly as ggml-cpu's `from_float` for that type does on x86 with
+ * AVX2 or AVX-512: Q8_0 with hr_quantize_row_q8_0_act, the others as their
+ * reference. Returns 0, or -1 for another type.
+ */
+int hr_convert_act_row(enum hr_ggml_type type, const float *x, void *dst, size_t n);
 
 #endif

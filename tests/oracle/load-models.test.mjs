@@ -1,7 +1,8 @@
 // load-models.test.mjs - llama.cpp loads what our generator writes.
 //
 // For every architecture the generator knows (llama, qwen2, qwen3) and every
-// weight type the foundation writes (F32, F16, BF16, Q8_0), generate a small
+// weight type the generator writes (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K,
+// Q6_K), generate a small
 // model with a real vocabulary (build/gen-model), load it in llama.cpp
 // (node-llama-cpp@3.21.1, prebuilt CPU build), check llama.cpp reads the
 // shape we wrote, tokenize a few strings and compare the ids with the
@@ -35,7 +36,7 @@ const texts = [
 
 const cases = [];
 for (const arch of ["llama", "qwen2", "qwen3"]) {
-  for (const type of ["f32", "f16", "bf16", "q8_0"]) {
+  for (const type of ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k"]) {
     cases.push({ arch, type, vocab: arch === "llama" ? "llama3" : "qwen3", tied: true });
   }
 }

@@ -1,5 +1,6 @@
 /*
- * test-quant-oracle.c - our quantizers against llama.cpp's own, bit for bit.
+ * test-quant-oracle.c - our quantizers and dot products against llama.cpp's
+ * own: quantized bytes bit for bit, dot products to float rounding.
  *
  * The oracle is ggml itself: libggml-base.so from the prebuilt CPU binaries of
  * node-llama-cpp@3.21.1 (installed by `scripts/deps.sh --oracle` into
@@ -7,7 +8,18 @@
  * the f16/bf16 row converters on the same floats we quantize, then compare
  * bytes. Data: random normals at several scales, all-zero blocks, blocks
  * whose scaled values land exactly on .5 (rounding ties), huge and tiny
- * magnitudes, and rows of odd block counts.
+ * magnitudes (infinities included), and rows of odd block counts; K-quants on
+ * rows of 256, 512, 4096 and 256 * 19 values.
+ *
+ * The CPU backend is a second library, libggml-cpu-<variant>.so, one per
+ * instruction-set level; llama.cpp loads the variant whose
+ * ggml_backend_score() is highest on this CPU, and so do we (zen4 on the
+ * project's machines). From it we take ggml_get_type_traits_cpu(type):
+ * `from_float` of the vec-dot types (Q8_0, Q8_K, F16, BF16) is what llama.cpp
+ * does to activations before a matmul, compared byte for byte with
+ * hr_convert_act_row; `vec_dot` is its dot product, compared with our matmul
+ * (m = 1, one output) on every ISA this machine runs, within float rounding
+ * of the sum of |terms|.
  *
  * When the library is missing the tests are skipped with a message;
  * `make test` always installs it, so there they run.
@@ -26,24 +38,74 @@
 
 #include "../../tools/lib/rand.h"
 #include "base/fp16.h"
+#include "kernels/matmul.h"
 #include "kernels/quant.h"
 
-#define GGML_LIB                                                                                   \
-    HR_SOURCE_DIR "/tests/oracle/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/"           \
-                  "libggml-base.so"
+#define GGML_BINS HR_SOURCE_DIR "/tests/oracle/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/"
+#define GGML_LIB GGML_BINS "libggml-base.so"
 
 typedef size_t (*quantize_chunk_fn)(int type, const float *src, void *dst, int64_t start,
                                     int64_t nrows, int64_t n_per_row, const float *imatrix);
 typedef void (*row16_fn)(const float *x, uint16_t *y, int64_t n);
 
-static void *g_lib;
+/* ggml/include/ggml-cpu.h, struct ggml_type_traits_cpu (enum ggml_type is an int). */
+typedef void (*from_float_fn)(const float *x, void *y, int64_t n);
+typedef void (*vec_dot_fn)(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                           size_t by, int nrc);
+struct ggml_type_traits_cpu {
+    from_float_fn from_float;
+    vec_dot_fn vec_dot;
+    int vec_dot_type;
+    int64_t nrows;
+};
+typedef const struct ggml_type_traits_cpu *(*traits_fn)(int type);
+
+static void *g_lib, *g_cpu;
 static quantize_chunk_fn g_quantize_chunk;
 static row16_fn g_fp16_row, g_bf16_row;
+static traits_fn g_traits;
+static char g_cpu_variant[32];
+
+/* Loads the CPU backend variant llama.cpp's loader would pick: the highest
+ * ggml_backend_score() (0 = this CPU cannot run it). */
+static void load_cpu_backend(void)
+{
+    static const char *const variants[] = {
+        "sapphirerapids", "zen4", "cooperlake", "cannonlake", "cascadelake", "icelake",
+        "skylakex",       "alderlake", "haswell", "ivybridge", "sandybridge", "piledriver",
+        "sse42",          "x64"};
+    int best = 0;
+    for (size_t v = 0; v < sizeof(variants) / sizeof(variants[0]); v++) {
+        char path[1024];
+        snprintf(path, sizeof(path), GGML_BINS "libggml-cpu-%s.so", variants[v]);
+        void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        if (!h)
+            continue;
+        int (*score)(void) = (int (*)(void))dlsym(h, "ggml_backend_score");
+        int sc = score ? score() : 0;
+        if (sc > best) {
+            if (g_cpu)
+                dlclose(g_cpu);
+            g_cpu = h;
+            best = sc;
+            snprintf(g_cpu_variant, sizeof(g_cpu_variant), "%s", variants[v]);
+        } else {
+            dlclose(h);
+        }
+    }
+    if (!g_cpu)
+        return;
+    void (*init)(void) = (void (*)(void))dlsym(g_cpu, "ggml_cpu_init");
+    if (init)
+        init();
+    g_traits = (traits_fn)dlsym(g_cpu, "ggml_get_type_traits_cpu");
+    fprintf(stderr, "# ggml CPU backend: libggml-cpu-%s.so (score %d)\n", g_cpu_variant, best);
+}
 
 static int setup(void **state)
 {
     (void)state;
-    g_lib = dlopen(GGML_LIB, RTLD_NOW | RTLD_LOCAL);
+    g_lib = dlopen(GGML_LIB, RTLD_NOW | RTLD_GLOBAL);
     if (!g_lib) {
         fprintf(stderr, "# oracle library not found (%s); run scripts/deps.sh --oracle\n",
                 dlerror());
@@ -52,12 +114,15 @@ static int setup(void **state)
     g_quantize_chunk = (quantize_chunk_fn)dlsym(g_lib, "ggml_quantize_chunk");
     g_fp16_row = (row16_fn)dlsym(g_lib, "ggml_fp32_to_fp16_row");
     g_bf16_row = (row16_fn)dlsym(g_lib, "ggml_fp32_to_bf16_row_ref");
+    load_cpu_backend();
     return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
+    if (g_cpu)
+        dlclose(g_cpu);
     if (g_lib)
         dlclose(g_lib);
     return 0;
@@ -89,7 +154,7 @@ static void compare_type(enum hr_ggml_type type)
 {
     if (!g_quantize_chunk)
         skip();
-    static const size_t rows_len[] = {32, 64, 96, 4096, 32 * 37};
+    static const size_t rows_len[] = {32, 64, 96, 256, 512, 4096, 32 * 37, 256 * 19};
     const struct hr_ggml_type_info *ti = hr_ggml_type_info(type);
     int n_cases = 0;
     for (size_t li = 0; li < sizeof(rows_len) / sizeof(rows_len[0]); li++) {
@@ -128,6 +193,159 @@ static void test_q8_0_matches_llama_cpp(void **state)
 {
     (void)state;
     compare_type(HR_GGML_Q8_0);
+}
+
+static void test_q4_0_matches_llama_cpp(void **state)
+{
+    (void)state;
+    compare_type(HR_GGML_Q4_0);
+}
+
+static void test_q4_K_matches_llama_cpp(void **state)
+{
+    (void)state;
+    compare_type(HR_GGML_Q4_K);
+}
+
+static void test_q5_K_matches_llama_cpp(void **state)
+{
+    (void)state;
+    compare_type(HR_GGML_Q5_K);
+}
+
+static void test_q6_K_matches_llama_cpp(void **state)
+{
+    (void)state;
+    compare_type(HR_GGML_Q6_K);
+}
+
+static void test_f16_bf16_f32_chunks_match_llama_cpp(void **state)
+{
+    (void)state;
+    compare_type(HR_GGML_F16);
+    compare_type(HR_GGML_BF16);
+    compare_type(HR_GGML_F32);
+}
+
+/* The activation conversion (ggml-cpu's from_float of each vec-dot type). */
+static void test_act_conversion_matches_ggml_cpu(void **state)
+{
+    (void)state;
+    if (!g_traits)
+        skip();
+    static const enum hr_ggml_type types[] = {HR_GGML_Q8_0, HR_GGML_Q8_K, HR_GGML_F16,
+                                              HR_GGML_BF16, HR_GGML_F32};
+    static const size_t lens[] = {256, 512, 896, 4096, 256 * 19};
+    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+        const struct hr_ggml_type_info *info = hr_ggml_type_info(types[ti]);
+        int n_cases = 0;
+        for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+            size_t n = lens[li];
+            if (n % info->block_elems)
+                continue;
+            for (int kind = 0; kind < 4; kind++) {
+                for (int s = 0; s < 4; s++) {
+                    float *x = malloc(n * sizeof(float));
+                    size_t bytes = n / info->block_elems * info->block_bytes;
+                    uint8_t *ours = calloc(1, bytes), *theirs = calloc(1, bytes);
+                    fill(x, n, kind, pow(10.0, s * 2 - 3), 7000 + 100 * li + 10 * (size_t)kind + (size_t)s);
+                    assert_int_equal(hr_convert_act_row(types[ti], x, ours, n), 0);
+                    g_traits((int)types[ti])->from_float(x, theirs, (int64_t)n);
+                    if (memcmp(ours, theirs, bytes) != 0) {
+                        size_t i = 0;
+                        while (ours[i] == theirs[i])
+                            i++;
+                        fail_msg("from_float %s: n=%zu kind=%d scale=%g: first difference at "
+                                 "byte %zu (ours %02x, ggml-cpu %02x)",
+                                 info->name, n, kind, pow(10.0, s * 2 - 3), i, ours[i], theirs[i]);
+                    }
+                    free(x);
+                    free(ours);
+                    free(theirs);
+                    n_cases++;
+                }
+            }
+        }
+        assert_true(n_cases > 0);
+    }
+}
+
+/*
+ * Dot products: ggml-cpu's vec_dot on (quantized weight row, converted
+ * activations) against our matmul with m = 1, n_out = 1, on every ISA. The
+ * integer block sums are exact on both sides, so the only difference is
+ * the order of float additions: we require |ours - ggml| <= 4e-6 * sum|terms|
+ * (an integer block sum off by one would exceed that by far).
+ */
+static void test_vec_dot_matches_ggml_cpu(void **state)
+{
+    (void)state;
+    if (!g_traits || !g_quantize_chunk)
+        skip();
+    static const enum hr_ggml_type types[] = {HR_GGML_F32,  HR_GGML_F16,  HR_GGML_BF16,
+                                              HR_GGML_Q8_0, HR_GGML_Q4_0, HR_GGML_Q4_K,
+                                              HR_GGML_Q5_K, HR_GGML_Q6_K};
+    static const size_t lens[] = {256, 512, 896, 4096, 4864};
+    static const char *const isas[] = {"generic", "avx2", "avx512vnni"};
+    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+        const enum hr_ggml_type wt = types[ti];
+        const enum hr_ggml_type vt = hr_matmul_vec_dot_type(wt);
+        const struct hr_ggml_type_info *wi = hr_ggml_type_info(wt), *vi = hr_ggml_type_info(vt);
+        assert_int_equal(g_traits((int)wt)->vec_dot_type, (int)vt);
+        double worst = 0;
+        for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+            size_t k = lens[li];
+            if (k % wi->block_elems)
+                continue;
+            for (int trial = 0; trial < 6; trial++) {
+                float *wf = malloc(k * sizeof(float)), *x = malloc(k * sizeof(float));
+                float *wd = malloc(k * sizeof(float)), *ad = malloc(k * sizeof(float));
+                uint8_t *wq = malloc(hr_row_bytes(wt, k));
+                uint8_t *aq = calloc(1, k / vi->block_elems * vi->block_bytes);
+                size_t act_bytes = hr_matmul_act_bytes(wt, 1, k);
+                void *act = aligned_alloc(64, (act_bytes + 63) / 64 * 64);
+                fill(wf, k, 0, 0.05 * (trial + 1), 9000 + 10 * li + (size_t)trial);
+                fill(x, k, 0, trial % 2 ? 3.0 : 0.3, 9500 + 10 * li + (size_t)trial);
+                if (trial == 5) /* a spike: one large activation, the rest small */
+                    x[k / 3] = 40.0f;
+                g_quantize_chunk((int)wt, wf, wq, 0, 1, (int64_t)k, NULL);
+                g_traits((int)vt)->from_float(x, aq, (int64_t)k);
+                float theirs = 0;
+                g_traits((int)wt)->vec_dot((int)k, &theirs, 0, wq, 0, aq, 0, 1);
+                /* sum |terms| from the dequantized operands */
+                assert_int_equal(hr_dequantize_row(wt, wq, wd, k), 0);
+                assert_int_equal(hr_dequantize_row(vt, aq, ad, k), 0);
+                double mag = 0;
+                for (size_t j = 0; j < k; j++)
+                    mag += fabs((double)wd[j] * (double)ad[j]);
+                for (size_t is = 0; is < sizeof(isas) / sizeof(isas[0]); is++) {
+                    if (!hr_kernels_force_isa(isas[is]))
+                        continue;
+                    float ours = NAN;
+                    hr_matmul_prepare(wt, x, 1, k, act, 0, 1);
+                    hr_matmul_compute(wt, wq, k, 1, act, 1, &ours, 1, 0, 1);
+                    double err = fabs((double)ours - (double)theirs) / (mag + 1e-30);
+                    if (err > worst)
+                        worst = err;
+                    if (!(err <= 4e-6))
+                        fail_msg("vec_dot %s x %s (%s) k=%zu trial %d: ours %.9g, ggml-cpu %.9g "
+                                 "(|diff| / sum|terms| = %.3g)",
+                                 wi->name, vi->name, isas[is], k, trial, (double)ours,
+                                 (double)theirs, err);
+                }
+                hr_kernels_force_isa("best");
+                free(wf);
+                free(x);
+                free(wd);
+                free(ad);
+                free(wq);
+                free(aq);
+                free(act);
+            }
+        }
+        fprintf(stderr, "# vec_dot %-4s x %-4s: max |ours - ggml| / sum|terms| = %.2e\n",
+                wi->name, vi->name, worst);
+    }
 }
 
 static void test_f16_bf16_rows_match_llama_cpp(void **state)
@@ -194,7 +412,14 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_q8_0_matches_llama_cpp),
+        cmocka_unit_test(test_q4_0_matches_llama_cpp),
+        cmocka_unit_test(test_q4_K_matches_llama_cpp),
+        cmocka_unit_test(test_q5_K_matches_llama_cpp),
+        cmocka_unit_test(test_q6_K_matches_llama_cpp),
+        cmocka_unit_test(test_f16_bf16_f32_chunks_match_llama_cpp),
         cmocka_unit_test(test_f16_bf16_rows_match_llama_cpp),
+        cmocka_unit_test(test_act_conversion_matches_ggml_cpu),
+        cmocka_unit_test(test_vec_dot_matches_ggml_cpu),
         cmocka_unit_test(test_q8_0_roundtrip_error),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

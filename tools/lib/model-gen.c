@@ -4,8 +4,13 @@
  * Tensor names and shapes follow llama.cpp's (ne[0] is the input dimension
  * of a matrix, so attn_q.weight is [n_embd, n_head * head_dim]). 1-D tensors
  * (norms, biases, rope factors) are always F32, as llama.cpp's converter and
- * quantizer leave them; a 2-D tensor whose rows do not divide into the
- * requested type's blocks falls back to F16, as llama-quantize does.
+ * quantizer leave them. A 2-D tensor whose rows do not divide into the
+ * requested type's blocks falls back the way llama-quantize's
+ * tensor_type_fallback does, except that we write Q8_0 where it would pick
+ * Q5_0/Q5_1 (for Q4_K/Q5_K; Q6_K falls back to Q8_0 there too), since the
+ * engine does not implement those: 256-blocks -> Q8_0 when rows divide by
+ * 32, anything else -> F16. (Qwen2.5-0.5B's n_embd = 896 is such a case:
+ * only its ffn_down, 4864 wide, stays K-quantized.)
  *
  * Weight scale: matrices are N(0, 1/sqrt(fan_in)) so activations keep unit
  * scale through the layers and the final distribution is neither flat nor a
@@ -163,17 +168,28 @@ static void add(struct gen *g, const char *name, uint64_t ne0, uint64_t ne1, enu
     t->type = HR_GGML_F32;
     if (t->n_dims == 2) {
         const struct hr_ggml_type_info *ti = hr_ggml_type_info(g->p.type);
-        t->type = ne0 % ti->block_elems == 0 ? g->p.type : HR_GGML_F16;
+        if (ne0 % ti->block_elems == 0)
+            t->type = g->p.type;
+        else if (ti->block_elems > 32 && ne0 % 32 == 0)
+            t->type = HR_GGML_Q8_0;
+        else
+            t->type = HR_GGML_F16;
     }
 }
 
 static uint32_t file_type_of(enum hr_ggml_type t)
 {
-    /* llama.cpp's llama_ftype values */
+    /* llama.cpp's llama_ftype values. For a uniform K-quant file we write what
+     * `llama-quantize --pure ... Q4_K_M` writes: the _M id (the mix itself is
+     * not applied). */
     switch (t) {
     case HR_GGML_F32: return 0;
     case HR_GGML_F16: return 1;
+    case HR_GGML_Q4_0: return 2;
     case HR_GGML_Q8_0: return 7;
+    case HR_GGML_Q4_K: return 15;
+    case HR_GGML_Q5_K: return 17;
+    case HR_GGML_Q6_K: return 18;
     case HR_GGML_BF16: return 32;
     default: return 0;
     }
@@ -247,11 +263,21 @@ enum hr_status hr_gen_model(const struct hr_gen_params *params, const char *path
     }
     if (p->head_dim % 2 != 0)
         return hr_err_set(err, HR_ERR_INVALID, "head_dim %u must be even for RoPE", p->head_dim);
-    if (p->type != HR_GGML_F32 && p->type != HR_GGML_F16 && p->type != HR_GGML_BF16 &&
-        p->type != HR_GGML_Q8_0)
+    switch (p->type) {
+    case HR_GGML_F32:
+    case HR_GGML_F16:
+    case HR_GGML_BF16:
+    case HR_GGML_Q8_0:
+    case HR_GGML_Q4_0:
+    case HR_GGML_Q4_K:
+    case HR_GGML_Q5_K:
+    case HR_GGML_Q6_K: break;
+    default:
         return hr_err_set(err, HR_ERR_UNSUPPORTED,
-                          "weight type %s (the generator writes F32, F16, BF16 and Q8_0)",
+                          "weight type %s (the generator writes F32, F16, BF16, Q8_0, Q4_0, "
+                          "Q4_K, Q5_K and Q6_K)",
                           hr_ggml_type_name(p->type));
+    }
     if (p->rope_scaling == HR_GEN_ROPE_LLAMA3 && (!is_llama || !p->rope_orig_ctx))
         return hr_err_set(err, HR_ERR_INVALID,
                           "llama3 rope scaling needs arch llama and an original context");

@@ -1,0 +1,1095 @@
+/*
+ * matmul-avx512.c - AVX-512 (F, BW, VL, DQ, VNNI; BF16 when present) matmul
+ * kernels, tuned on Zen 4 (2 cores here; numbers from bench-matmul).
+ *
+ * Two shapes of work, chosen by the number of tokens m (gemm_min_m below):
+ *
+ * GEMV (decode, m below 6-16): memory-bound. Each thread streams its slice
+ * of the weight rows once per pass of up to 4 tokens, row by row, the k loop
+ * innermost, every token's accumulators in registers (matmul-gemv-x86.h, and
+ * gemv_float / gemv_bf16 here). A Q8_0 block costs per token one vpdpbusd,
+ * one convert and one fma; the kernels run at 30 GB/s (Q8_0, Q6_K), 22
+ * (Q4_K) and 36+ (F16) from L2, above the 17-26 GB/s one thread pulls from
+ * DRAM, so decode is bound by memory as it should be. Software prefetch was
+ * measured and did not help (the hardware prefetcher follows the rows).
+ *
+ * GEMM (prefill): compute-bound. The weights are packed, 32 rows x a k-chunk
+ * at a time, into a small panel (L1) where every 64-byte vector holds the
+ * same 4 consecutive k of 16 different rows (transpose16x8 / transpose16);
+ * the micro-kernel broadcasts 4 activation bytes of one token against it, so
+ * one vpdpbusd advances 16 output rows x 4 k, and the per-block scales are
+ * applied once per 8 vpdpbusd instead of once per vpdpbusd. A tile of I
+ * tokens x 32 rows lives in registers (I x 2 block sums + I x 2 float
+ * accumulators, 24-28 of the 32 zmm), so each panel vector feeds I
+ * instructions and each activation broadcast feeds 2. A thread takes one
+ * panel at a time and walks its k-chunks, each over all m tokens, so the 32
+ * outputs x m tokens it accumulates in Y stay in L2 between chunks, and
+ * every weight byte is packed once. Per Q8_0 block and 6-token tile: 96
+ * vpdpbusd + 12 x (convert, multiply, fma). On Zen 4 vpdpbusd, vmulps and
+ * vfmadd share the two 512-bit pipes and the convert does not, so the
+ * ceiling is ~80% of the 469 GOPS/core vpdpbusd peak; measured ~300-335
+ * GOPS per core (Q8_0), ~280 (Q4_K, whose sub-block scales cost a vpmulld
+ * and a vpaddd per 8 vpdpbusd). The float types use the same panels with
+ * vfmadd231ps (F32; F16 widened at packing: ~90 GFLOP/s per core, 75-80% of
+ * the 116 GFLOP/s fma peak) or vdpbf16ps (BF16, two products per lane).
+ *
+ * Numerics are those of matmul-ref.c: integer block sums exact (the
+ * unsigned-weight offset is removed by starting each accumulator at `comp`,
+ * see matmul-impl.h), then f32(d_w) * d_a rounded to f32, then accumulation
+ * in f32. Every kernel is tested against the reference in
+ * tests/unit/test-kernels.c and against ggml-cpu in test-quant-oracle.c.
+ *
+ * Every function carries a target attribute, so a portable build (no
+ * -march=native) still contains these kernels; matmul.c runs them only when
+ * CPUID reports the features.
+ */
+#include "kernels/matmul-impl.h"
+
+#if defined(__x86_64__)
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "base/fp16.h"
+#include "kernels/matmul.h"
+#include "kernels/quant.h"
+
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi2")))
+#define T512BF                                                                                     \
+    __attribute__((target(                                                                         \
+        "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16,avx2,fma,f16c,bmi2")))
+#define INLINE static inline __attribute__((always_inline))
+/* Register tiles are arrays indexed by small constant loops; they stay in
+ * registers only when those loops are fully unrolled. */
+#define UNROLL _Pragma("GCC unroll 16")
+
+/* Below this many tokens the GEMV kernels run (in passes of 4 tokens, each
+ * pass re-reading the weights); from it on, the packed GEMM. Crossovers
+ * measured with bench-matmul on Zen 4 (GEMV throughput per token is flat in
+ * m, the GEMM's grows as packing is amortized): Q8_0/Q4_0 at 6 tokens, the
+ * float types at 12, the K-quants (costlier to unpack) at 16. */
+static size_t gemm_min_m(enum hr_ggml_type t)
+{
+#ifdef HR_GEMM_MIN_M
+    (void)t;
+    return HR_GEMM_MIN_M; /* for experiments */
+#else
+    switch (t) {
+    case HR_GGML_Q8_0:
+    case HR_GGML_Q4_0: return 6;
+    case HR_GGML_Q4_K:
+    case HR_GGML_Q5_K:
+    case HR_GGML_Q6_K: return 16;
+    default: return 12;
+    }
+#endif
+}
+
+static inline size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
+
+/* ======================================================================== */
+/* activation conversion                                                     */
+/* ======================================================================== */
+
+T512 static float hmax512(__m512 v) { return _mm512_reduce_max_ps(v); }
+
+/* hr_quantize_row_q8_0_act for one row, into the act arrays. For NaN-free
+ * input the result is the reference's: the maximum does not depend on the
+ * reduction order, vcvtps2dq rounds half to even like vroundps + cvt, and
+ * vpmovsdb saturates like the two packs. */
+T512 static void prep_q8_0_row(const float *x, size_t nb, int32_t off, int8_t *qs, float *d,
+                               int32_t *comp)
+{
+    const __m512 sign = _mm512_set1_ps(-0.0f);
+    for (size_t b = 0; b < nb; b++) {
+        __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
+        __m512 am = _mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1));
+        const float amax = hmax512(am);
+        const float db = amax / 127.f;
+        const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+        d[b] = hr_f16_to_f32(hr_f32_to_f16(db));
+        __m512 mul = _mm512_set1_ps(id);
+        __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, mul));
+        __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, mul));
+        __m128i q0 = _mm512_cvtsepi32_epi8(i0), q1 = _mm512_cvtsepi32_epi8(i1);
+        _mm_storeu_si128((__m128i *)(qs + 32 * b), q0);
+        _mm_storeu_si128((__m128i *)(qs + 32 * b + 16), q1);
+        /* sum of the stored (saturated) quants */
+        __m512i s = _mm512_add_epi32(_mm512_cvtepi8_epi32(q0), _mm512_cvtepi8_epi32(q1));
+        comp[b] = -off * _mm512_reduce_add_epi32(s);
+    }
+}
+
+/* hr_quantize_row_q8_K for one row, with ggml's nearest_int done the same way
+ * (add 1.5 * 2^23, keep the mantissa), so even NaN maps identically. */
+T512 static void prep_q8_K_row(const float *x, size_t nb, bool q6, int8_t *qs, float *d,
+                               int16_t *bsum, void *aux)
+{
+    const __m512 sign = _mm512_set1_ps(-0.0f);
+    for (size_t b = 0; b < nb; b++) {
+        const float *xb = x + 256 * b;
+        __m512 am = _mm512_setzero_ps();
+        for (int j = 0; j < 16; j++)
+            am = _mm512_max_ps(_mm512_andnot_ps(sign, _mm512_loadu_ps(xb + 16 * j)), am);
+        const float amax = hmax512(am);
+        int16_t bs[16];
+        if (amax == 0.0f) {
+            d[b] = 0;
+            memset(qs + 256 * b, 0, 256);
+            memset(bs, 0, sizeof(bs));
+        } else {
+            /* the first element with |x| == amax gives the sign, as in the scalar loop */
+            const __m512 vmax = _mm512_set1_ps(amax);
+            float max = amax;
+            for (int j = 0; j < 16; j++) {
+                __mmask16 hit = _mm512_cmp_ps_mask(
+                    _mm512_andnot_ps(sign, _mm512_loadu_ps(xb + 16 * j)), vmax, _CMP_EQ_OQ);
+                if (hit) {
+                    max = xb[16 * j + __builtin_ctz(hit)];
+                    break;
+                }
+            }
+            const float iscale = -127.f / max;
+            const __m512 vis = _mm512_set1_ps(iscale), magic = _mm512_set1_ps(12582912.f);
+            const __m512i mant = _mm512_set1_epi32(0x007fffff), bias = _mm512_set1_epi32(0x00400000),
+                          lim = _mm512_set1_epi32(127);
+            for (int j = 0; j < 16; j++) {
+                __m512 v = _mm512_add_ps(_mm512_mul_ps(vis, _mm512_loadu_ps(xb + 16 * j)), magic);
+                __m512i q = _mm512_sub_epi32(_mm512_and_si512(_mm512_castps_si512(v), mant), bias);
+                q = _mm512_min_epi32(q, lim);
+                __m128i q8 = _mm512_cvtepi32_epi8(q); /* the low byte, as the int8 store */
+                _mm_storeu_si128((__m128i *)(qs + 256 * b + 16 * j), q8);
+                bs[j] = (int16_t)_mm512_reduce_add_epi32(_mm512_cvtepi8_epi32(q8));
+            }
+            d[b] = 1 / iscale;
+        }
+        memcpy(bsum + 16 * b, bs, sizeof(bs));
+        if (q6) {
+            int32_t *c16 = (int32_t *)aux + 16 * b;
+            for (int j = 0; j < 16; j++)
+                c16[j] = -32 * bs[j];
+        } else {
+            int16_t *s32 = (int16_t *)aux + 8 * b;
+            for (int j = 0; j < 8; j++)
+                s32[j] = (int16_t)(bs[2 * j] + bs[2 * j + 1]);
+        }
+    }
+}
+
+T512 static void prepare_avx512(const struct hr_mm_layout *l, const float *x, size_t i0, size_t i1,
+                                void *act)
+{
+    const size_t k = l->k;
+    uint8_t *base = act;
+    const enum hr_ggml_type vt = hr_matmul_vec_dot_type(l->wtype);
+    for (size_t i = i0; i < i1; i++) {
+        const float *xi = x + i * k;
+        if (vt == HR_GGML_Q8_0) {
+            int8_t *qs = (int8_t *)(base + l->qs_off + i * l->qs_stride);
+            prep_q8_0_row(xi, l->nb, hr_mm_comp_offset(l->wtype), qs,
+                          (float *)(base + l->d_off) + i * l->nb,
+                          (int32_t *)(base + l->comp_off) + i * l->nb);
+            memset(qs + k, 0, l->qs_stride - k);
+        } else if (vt == HR_GGML_Q8_K) {
+            int8_t *qs = (int8_t *)(base + l->qs_off + i * l->qs_stride);
+            const bool q6 = l->wtype == HR_GGML_Q6_K;
+            void *aux = q6 ? (void *)((int32_t *)(base + l->aux_off) + i * l->nb * 16)
+                           : (void *)((int16_t *)(base + l->aux_off) + i * l->nb * 8);
+            prep_q8_K_row(xi, l->nb, q6, qs, (float *)(base + l->d_off) + i * l->nb,
+                          (int16_t *)(base + l->bsum_off) + i * l->nb * 16, aux);
+            memset(qs + k, 0, l->qs_stride - k);
+        } else if (vt == HR_GGML_BF16) {
+            /* hr_f32_to_bf16: round to nearest even, NaN -> quiet NaN */
+            uint16_t *row = (uint16_t *)(base + l->qs_off + i * l->qs_stride);
+            const size_t n_pad = l->qs_stride / 2;
+            for (size_t j = 0; j < n_pad; j += 16) {
+                __mmask16 mk = j + 16 <= k ? 0xffff : j < k ? (__mmask16)((1u << (k - j)) - 1) : 0;
+                __m512i u = _mm512_castps_si512(_mm512_maskz_loadu_ps(mk, xi + j));
+                __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+                __m512i r = _mm512_srli_epi32(
+                    _mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
+                __m512i abs = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+                __mmask16 nan = _mm512_cmpgt_epu32_mask(abs, _mm512_set1_epi32(0x7f800000));
+                __m512i qn = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(64));
+                r = _mm512_mask_mov_epi32(r, nan, qn);
+                _mm256_storeu_si256((__m256i *)(row + j), _mm512_cvtepi32_epi16(r));
+            }
+        } else if (vt == HR_GGML_F16) {
+            /* vcvtps2ph rounds to nearest even, as hr_f32_to_f16 */
+            uint16_t *row = (uint16_t *)(base + l->qs_off + i * l->qs_stride);
+            const size_t n_pad = l->qs_stride / 2;
+            for (size_t j = 0; j < n_pad; j += 16) {
+                __mmask16 mk = j + 16 <= k ? 0xffff : j < k ? (__mmask16)((1u << (k - j)) - 1) : 0;
+                _mm256_storeu_si256((__m256i *)(row + j),
+                                    _mm512_cvtps_ph(_mm512_maskz_loadu_ps(mk, xi + j),
+                                                    _MM_FROUND_TO_NEAREST_INT));
+            }
+        } else {
+            float *row = (float *)(base + l->qs_off + i * l->qs_stride);
+            const size_t n_pad = l->qs_stride / 4;
+            for (size_t j = 0; j < n_pad; j += 16) {
+                __mmask16 mk = j + 16 <= k ? 0xffff : j < k ? (__mmask16)((1u << (k - j)) - 1) : 0;
+                _mm512_storeu_ps(row + j, _mm512_maskz_loadu_ps(mk, xi + j));
+            }
+        }
+    }
+}
+
+/* ======================================================================== */
+/* GEMV (small m)                                                           */
+/* ======================================================================== */
+
+#define HR_GEMV_TARGET T512
+#define HR_GEMV_VNNI 1
+#include "kernels/matmul-gemv-x86.h"
+
+/* F16/F32/BF16 rows stream well with the hardware prefetcher alone; software
+ * prefetch measured slower (see HR_PREFETCH). */
+#ifndef PF_FLOAT
+#define PF_FLOAT 0
+#endif
+
+/* 16 weights of a float type as f32 (masked). */
+INLINE T512 __m512 load_w16(enum hr_ggml_type wt, const uint8_t *wr, size_t j, __mmask16 mk)
+{
+    if (wt == HR_GGML_F32)
+        return _mm512_maskz_loadu_ps(mk, wr + 4 * j);
+    const __m256i h = _mm256_maskz_loadu_epi16(mk, wr + 2 * j);
+    if (wt == HR_GGML_F16)
+        return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* 16 activations as f32 (f16 converted, bf16 widened by a shift). */
+INLINE T512 __m512 load_a16(enum hr_ggml_type wt, const void *a, size_t j)
+{
+    if (wt == HR_GGML_F32)
+        return _mm512_loadu_ps((const float *)a + j);
+    const __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)a + j));
+    if (wt == HR_GGML_F16)
+        return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/*
+ * F32 / F16 rows (and BF16 without AVX512_BF16): 64 values per step, four
+ * accumulators per token (the fma latency is 4 cycles), a masked 16-wide
+ * tail. F16 activations stay f16 (half the bytes re-read per weight row; a
+ * decode pass at k = 8192 would otherwise push an f32 row out of L1) and are
+ * widened with vcvtph2ps like the weights.
+ */
+INLINE T512 void gemv_float(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
+                            const void *act, size_t i0, const int M, float *y, size_t ldy)
+{
+    const size_t k = l->k;
+    const enum hr_ggml_type wt = l->wtype;
+    const size_t esz = wt == HR_GGML_F32 ? 4 : 2;
+    const void *a[GEMV_MAX_M];
+    UNROLL
+    for (int i = 0; i < M; i++)
+        a[i] = wt == HR_GGML_F32 ? (const void *)hr_mm_f32(l, act, i0 + i)
+                                 : (const void *)hr_mm_u16(l, act, i0 + i);
+    for (size_t r = r0; r < r1; r++) {
+        const uint8_t *wr = (const uint8_t *)w + r * k * esz;
+        __m512 acc[GEMV_MAX_M][4];
+        UNROLL
+        for (int i = 0; i < M; i++)
+            acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = _mm512_setzero_ps();
+        size_t j = 0;
+        for (; j + 64 <= k; j += 64) {
+            HR_PREFETCH(wr + j * esz, PF_FLOAT, 0);
+            HR_PREFETCH(wr + j * esz, PF_FLOAT, 64);
+            if (esz == 4) {
+                HR_PREFETCH(wr + j * esz, PF_FLOAT, 128);
+                HR_PREFETCH(wr + j * esz, PF_FLOAT, 192);
+            }
+            __m512 wv[4];
+            UNROLL
+            for (int u = 0; u < 4; u++)
+                wv[u] = load_w16(wt, wr, j + 16 * (size_t)u, 0xffff);
+            UNROLL
+            for (int i = 0; i < M; i++) {
+                UNROLL
+                for (int u = 0; u < 4; u++)
+                    acc[i][u] = _mm512_fmadd_ps(wv[u], load_a16(wt, a[i], j + 16 * (size_t)u), acc[i][u]);
+            }
+        }
+        for (; j < k; j += 16) {
+            const __mmask16 mk = j + 16 <= k ? 0xffff : (__mmask16)((1u << (k - j)) - 1);
+            const __m512 wv = load_w16(wt, wr, j, mk);
+            UNROLL
+            for (int i = 0; i < M; i++) /* activation padding is zero */
+                acc[i][0] = _mm512_fmadd_ps(wv, load_a16(wt, a[i], j), acc[i][0]);
+        }
+        UNROLL
+        for (int i = 0; i < M; i++)
+            y[(i0 + i) * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(
+                _mm512_add_ps(acc[i][0], acc[i][1]), _mm512_add_ps(acc[i][2], acc[i][3])));
+    }
+}
+
+/*
+ * BF16 rows with AVX512_BF16: vdpbf16ps multiplies 32 bf16 pairs of weights
+ * and activations (products exact in f32) into 16 f32 lanes, so a step of 64
+ * values is 2 loads and 2 instructions per token; two accumulators.
+ */
+INLINE T512BF void gemv_bf16(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
+                             const void *act, size_t i0, const int M, float *y, size_t ldy)
+{
+    const size_t k = l->k;
+    const uint16_t *a[GEMV_MAX_M];
+    UNROLL
+    for (int i = 0; i < M; i++)
+        a[i] = hr_mm_u16(l, act, i0 + i);
+    for (size_t r = r0; r < r1; r++) {
+        const uint16_t *wr = (const uint16_t *)w + r * k;
+        __m512 acc[GEMV_MAX_M][2];
+        UNROLL
+        for (int i = 0; i < M; i++)
+            acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+        size_t j = 0;
+        for (; j + 64 <= k; j += 64) {
+            HR_PREFETCH(wr + j, PF_FLOAT, 0);
+            HR_PREFETCH(wr + j, PF_FLOAT, 64);
+            const __m512bh w0 = (__m512bh)_mm512_loadu_si512(wr + j);
+            const __m512bh w1 = (__m512bh)_mm512_loadu_si512(wr + j + 32);
+            UNROLL
+            for (int i = 0; i < M; i++) {
+                acc[i][0] = _mm512_dpbf16_ps(acc[i][0], w0, (__m512bh)_mm512_loadu_si512(a[i] + j));
+                acc[i][1] = _mm512_dpbf16_ps(acc[i][1], w1, (__m512bh)_mm512_loadu_si512(a[i] + j + 32));
+            }
+        }
+        for (; j < k; j += 32) {
+            const __mmask32 mk = j + 32 <= k ? 0xffffffffu : (__mmask32)((1u << (k - j)) - 1);
+            const __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(mk, wr + j);
+            UNROLL
+            for (int i = 0; i < M; i++) /* activation padding is zero */
+                acc[i][0] = _mm512_dpbf16_ps(acc[i][0], wv, (__m512bh)_mm512_loadu_si512(a[i] + j));
+        }
+        UNROLL
+        for (int i = 0; i < M; i++)
+            y[(i0 + i) * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]));
+    }
+}
+
+T512 static void gemv_avx512(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
+                             const void *act, float *y, size_t ldy)
+{
+    const size_t m = l->m;
+    switch (l->wtype) {
+    case HR_GGML_Q8_0:
+    case HR_GGML_Q4_0:
+    case HR_GGML_Q4_K:
+    case HR_GGML_Q5_K:
+    case HR_GGML_Q6_K: gemv_quant(l, w, r0, r1, act, 0, m, y, ldy); break;
+    default:
+#define C(M) gemv_float(l, w, r0, r1, act, i0, M, y, ldy)
+        GEMV_DISPATCH(C)
+#undef C
+        break;
+    }
+}
+
+T512BF static void gemv_bf16_avx512(const struct hr_mm_layout *l, const void *w, size_t r0,
+                                    size_t r1, const void *act, float *y, size_t ldy)
+{
+    const size_t m = l->m;
+#define C(M) gemv_bf16(l, w, r0, r1, act, i0, M, y, ldy)
+    GEMV_DISPATCH(C)
+#undef C
+}
+
+/* ======================================================================== */
+/* GEMM (prefill): packed weight panels                                     */
+/* ======================================================================== */
+
+#define NR 32         /* weight rows per panel: two 16-lane vectors */
+#define KB_Q8 16      /* Q8_0/Q4_0 blocks per k-chunk (512 values) */
+#define KB_K 2        /* K-quant super-blocks per k-chunk (512 values) */
+#ifndef KC_F32
+#define KC_F32 256    /* F32/F16 values per k-chunk (32 KiB panel) */
+#endif
+#define KC_BF16 256   /* BF16 values per k-chunk */
+/* Tokens per register tile (the arrays below are sized for the largest; a
+ * call with fewer uses a prefix and the compiler drops the rest). */
+#define TILE_Q8_MAX 6
+#define TILE_K_MAX 4
+#define TILE_F_MAX 12
+
+/* [block][group of 4 k][vector]: 16 rows x 4 unsigned bytes; plus f32 scales. */
+struct panel_q8 {
+    __m512i w[KB_Q8][8][2];
+    float d[KB_Q8][2][16];
+};
+
+/* [super-block][group of 4 k][vector] bytes, per sub-block scales as i32,
+ * min pairs (m_2p | m_2p+1 << 16) for vpdpwssd, f32 d and dmin. */
+struct panel_k {
+    __m512i w[KB_K][64][2];
+    int32_t sc[KB_K][16][2][16];
+    int32_t mp[KB_K][4][2][16];
+    float d[KB_K][2][16];
+    float dmin[KB_K][2][16];
+};
+
+struct panel_f32 {
+    float w[KC_F32][2][16];
+};
+
+struct panel_bf16 {
+    uint32_t w[KC_BF16 / 2][2][16]; /* pairs of consecutive k of one row */
+};
+
+/* Stores a tile row of 32 outputs (nr valid) for one token. */
+INLINE T512 void store_row(float *dst, __m512 c0, __m512 c1, size_t nr)
+{
+    if (nr >= NR) {
+        _mm512_storeu_ps(dst, c0);
+        _mm512_storeu_ps(dst + 16, c1);
+    } else {
+        __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
+        __mmask16 m1 = nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0;
+        _mm512_mask_storeu_ps(dst, m0, c0);
+        _mm512_mask_storeu_ps(dst + 16, m1, c1);
+    }
+}
+
+INLINE T512 void load_row(const float *src, __m512 *c0, __m512 *c1, size_t nr)
+{
+    __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
+    __mmask16 m1 = nr >= NR ? 0xffff : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0;
+    *c0 = _mm512_maskz_loadu_ps(m0, src);
+    *c1 = _mm512_maskz_loadu_ps(m1, src + 16);
+}
+
+/* ---- Q8_0 / Q4_0 ---- */
+
+/* The 32 quants of one Q8_0/Q4_0 block as unsigned bytes (Q8_0: w + 128,
+ * Q4_0: the nibbles 0..15), in value order. */
+INLINE T512 __m256i q80_unsigned(const uint8_t *blk, bool q4)
+{
+    if (q4) {
+        const __m128i q = _mm_loadu_si128((const __m128i *)(blk + 2));
+        return _mm256_and_si256(
+            _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1),
+            _mm256_set1_epi8(0x0F));
+    }
+    return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)),
+                            _mm256_set1_epi8((char)0x80));
+}
+
+/*
+ * 16 rows x 8 dwords -> 8 vectors of 16 dwords (vector t = dword t of every
+ * row, row i in lane i): rows i and i + 8 share a register, then 8 vpunpck*dq,
+ * 8 vpunpck*qdq and 8 vpermt2q. The core of every quantized panel packer.
+ */
+INLINE T512 void transpose16x8(const __m256i rows[16], __m512i out[8])
+{
+    const __m512i lo_idx = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+    const __m512i hi_idx = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+    __m512i A[8], T[8], U[8];
+    UNROLL
+    for (int r = 0; r < 8; r++)
+        A[r] = _mm512_inserti64x4(_mm512_castsi256_si512(rows[r]), rows[r + 8], 1);
+    UNROLL
+    for (int r = 0; r < 4; r++) {
+        T[2 * r] = _mm512_unpacklo_epi32(A[2 * r], A[2 * r + 1]);
+        T[2 * r + 1] = _mm512_unpackhi_epi32(A[2 * r], A[2 * r + 1]);
+    }
+    UNROLL
+    for (int h = 0; h < 2; h++) {
+        U[4 * h + 0] = _mm512_unpacklo_epi64(T[4 * h + 0], T[4 * h + 2]);
+        U[4 * h + 1] = _mm512_unpackhi_epi64(T[4 * h + 0], T[4 * h + 2]);
+        U[4 * h + 2] = _mm512_unpacklo_epi64(T[4 * h + 1], T[4 * h + 3]);
+        U[4 * h + 3] = _mm512_unpackhi_epi64(T[4 * h + 1], T[4 * h + 3]);
+    }
+    /* U[t] (t < 4) holds dword t (128-bit lanes 0, 2) and t + 4 (lanes 1, 3)
+     * of rows 0-3 / 8-11; U[t + 4] the same for rows 4-7 / 12-15 */
+    UNROLL
+    for (int t = 0; t < 4; t++) {
+        out[t] = _mm512_permutex2var_epi64(U[t], lo_idx, U[t + 4]);
+        out[t + 4] = _mm512_permutex2var_epi64(U[t], hi_idx, U[t + 4]);
+    }
+}
+
+/* Lane i: row i's offset, for gathers of one field from 16 rows. */
+INLINE T512 __m512i row_offsets(size_t row_bytes)
+{
+    return _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                              _mm512_set1_epi32((int)row_bytes));
+}
+
+/*
+ * Packs rows [0, nr) of a 32-row panel, blocks [kb0, kb0 + kbn): per 16 rows
+ * and block, 16 loads, one transpose16x8 and a masked gather of the 16
+ * scales; about 50 vector ops per 512 bytes, a quarter of a scalar
+ * transpose. Rows past nr are zero.
+ */
+T512 static void pack_q8_0(struct panel_q8 *p, const uint8_t *w, size_t row_bytes, size_t nr,
+                           size_t kb0, size_t kbn, bool q4)
+{
+    const size_t bb = q4 ? 18 : 34;
+    const __m512i roff = row_offsets(row_bytes);
+    for (size_t v = 0; v < 2; v++) {
+        const size_t rv = 16 * v;
+        const __mmask16 rows = rv >= nr ? 0 : nr - rv >= 16 ? 0xffff : (__mmask16)((1u << (nr - rv)) - 1);
+        for (size_t b = 0; b < kbn; b++) {
+            if (rv >= nr) { /* an empty half panel */
+                for (int t = 0; t < 8; t++)
+                    _mm512_store_si512(&p->w[b][t][v], _mm512_setzero_si512());
+                _mm512_store_ps(p->d[b][v], _mm512_setzero_ps());
+                continue;
+            }
+            const uint8_t *base = w + rv * row_bytes + (kb0 + b) * bb;
+            __m256i q[16];
+            __m512i out[8];
+            UNROLL
+            for (int r = 0; r < 16; r++)
+                q[r] = rv + (size_t)r < nr ? q80_unsigned(base + (size_t)r * row_bytes, q4)
+                                           : _mm256_setzero_si256();
+            transpose16x8(q, out);
+            UNROLL
+            for (int t = 0; t < 8; t++)
+                _mm512_store_si512(&p->w[b][t][v], out[t]);
+            const __m512i d32 = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), rows, roff, base, 1);
+            _mm512_store_ps(p->d[b][v], _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d32)));
+        }
+    }
+}
+
+INLINE T512 void tile_q8_0(const struct panel_q8 *p, size_t kbn, size_t kb0,
+                           const struct hr_mm_layout *l, const void *act, size_t i0, const int I,
+                           float *y, size_t ldy, size_t r, size_t nr, bool first)
+{
+    const int8_t *qs[TILE_Q8_MAX];
+    const float *da[TILE_Q8_MAX];
+    const int32_t *comp[TILE_Q8_MAX];
+    __m512 c[TILE_Q8_MAX][2];
+    UNROLL
+    for (int i = 0; i < I; i++) {
+        qs[i] = hr_mm_qs(l, act, i0 + i) + 32 * kb0;
+        da[i] = hr_mm_d(l, act, i0 + i) + kb0;
+        comp[i] = hr_mm_comp(l, act, i0 + i) + kb0;
+        if (first)
+            c[i][0] = c[i][1] = _mm512_setzero_ps();
+        else
+            load_row(y + (i0 + i) * ldy + r, &c[i][0], &c[i][1], nr);
+    }
+    for (size_t b = 0; b < kbn; b++) {
+        __m512i acc[TILE_Q8_MAX][2];
+        UNROLL
+        for (int i = 0; i < I; i++)
+            acc[i][0] = acc[i][1] = _mm512_set1_epi32(comp[i][b]);
+        UNROLL
+        for (int t = 0; t < 8; t++) {
+            const __m512i w0 = _mm512_load_si512(&p->w[b][t][0]);
+            const __m512i w1 = _mm512_load_si512(&p->w[b][t][1]);
+            UNROLL
+            for (int i = 0; i < I; i++) {
+                int32_t a4;
+                memcpy(&a4, qs[i] + 32 * b + 4 * t, 4);
+                const __m512i a = _mm512_set1_epi32(a4);
+                acc[i][0] = _mm512_dpbusd_epi32(acc[i][0], w0, a);
+                acc[i][1] = _mm512_dpbusd_epi32(acc[i][1], w1, a);
+            }
+        }
+        const __m512 d0 = _mm512_load_ps(p->d[b][0]), d1 = _mm512_load_ps(p->d[b][1]);
+        UNROLL
+        for (int i = 0; i < I; i++) {
+            const __m512 ad = _mm512_set1_ps(da[i][b]);
+            c[i][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][0]), _mm512_mul_ps(d0, ad), c[i][0]);
+            c[i][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][1]), _mm512_mul_ps(d1, ad), c[i][1]);
+        }
+    }
+    UNROLL
+    for (int i = 0; i < I; i++)
+        store_row(y + (i0 + i) * ldy + r, c[i][0], c[i][1], nr);
+}
+
+T512 static void gemm_q8_0(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
+                           const void *act, float *y, size_t ldy)
+{
+    const bool q4 = l->wtype == HR_GGML_Q4_0;
+    const size_t nb = l->nb, row_bytes = nb * (q4 ? 18 : 34), m = l->m;
+    struct panel_q8 p __attribute__((aligned(64)));
+    for (size_t r = r0; r < r1; r += NR) {
+        const size_t nr = min_sz(NR, r1 - r);
+        for (size_t kb0 = 0; kb0 < nb; kb0 += KB_Q8) {
+            const size_t kbn = min_sz(KB_Q8, nb - kb0);
+            pack_q8_0(&p, (const uint8_t *)w + r * row_bytes, row_bytes, nr, kb0, kbn, q4);
+            size_t i0 = 0;
+            for (; i0 + 6 <= m; i0 += 6)
+                tile_q8_0(&p, kbn, kb0, l, act, i0, 6, y, ldy, r, nr, kb0 == 0);
+            switch (m - i0) {
+            case 5: tile_q8_0(&p, kbn, kb0, l, act, i0, 5, y, ldy, r, nr, kb0 == 0); break;
+            case 4: tile_q8_0(&p, kbn, kb0, l, act, i0, 4, y, ldy, r, nr, kb0 == 0); break;
+            case 3: tile_q8_0(&p, kbn, kb0, l, act, i0, 3, y, ldy, r, nr, kb0 == 0); break;
+            case 2: tile_q8_0(&p, kbn, kb0, l, act, i0, 2, y, ldy, r, nr, kb0 == 0); break;
+            case 1: tile_q8_0(&p, kbn, kb0, l, act, i0, 1, y, ldy, r, nr, kb0 == 0); break;
+            default: break;
+            }
+        }
+    }
+}
+
+/* ---- K-quants ---- */
+
+/* Values 32c .. 32c + 31 of a Q4_K/Q5_K/Q6_K block as unsigned bytes (q, not
+ * q - 32 for Q6_K), in value order. */
+INLINE T512 __m256i k_chunk(enum hr_ggml_type t, const uint8_t *blk, int c)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    if (t == HR_GGML_Q6_K) {
+        const struct hr_block_q6_K *x = (const struct hr_block_q6_K *)blk;
+        const int h = c / 4, quarter = c % 4;
+        const __m256i ql = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32 * (quarter & 1)));
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+        const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(ql, 4 * (quarter >> 1)), m4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * quarter), _mm256_set1_epi8(3));
+        return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+    }
+    const bool q5 = t == HR_GGML_Q5_K;
+    const __m256i q = _mm256_loadu_si256((const __m256i *)(blk + (q5 ? 48 : 16) + 32 * (c / 2)));
+    __m256i v = _mm256_and_si256(_mm256_srli_epi16(q, 4 * (c & 1)), m4);
+    if (q5) {
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 16));
+        const __m256i bit = _mm256_and_si256(_mm256_srli_epi16(qh, c), _mm256_set1_epi8(1));
+        v = _mm256_or_si256(v, _mm256_slli_epi16(bit, 4));
+    }
+    return v;
+}
+
+/*
+ * Packs rows [0, nr) of a 32-row panel, super-blocks [kb0, kb0 + kbn): the
+ * quants 32 values (8 dwords) at a time through transpose16x8, the sub-block
+ * scales (and mins, d, dmin) per row in scalar code (1/32 of the data).
+ */
+T512 static void pack_k(struct panel_k *p, enum hr_ggml_type t, const uint8_t *w, size_t row_bytes,
+                        size_t nr, size_t kb0, size_t kbn)
+{
+    const size_t blk_bytes = t == HR_GGML_Q4_K ? 144 : t == HR_GGML_Q5_K ? 176 : 210;
+    for (size_t v = 0; v < 2; v++) {
+        const size_t rv = 16 * v;
+        for (size_t b = 0; b < kbn; b++) {
+            if (rv >= nr) { /* an empty half panel */
+                for (int g = 0; g < 64; g++)
+                    _mm512_store_si512(&p->w[b][g][v], _mm512_setzero_si512());
+                for (size_t lane = 0; lane < 16; lane++) {
+                    for (int j = 0; j < 16; j++)
+                        p->sc[b][j][v][lane] = 0;
+                    for (int j = 0; j < 4; j++)
+                        p->mp[b][j][v][lane] = 0;
+                    p->d[b][v][lane] = p->dmin[b][v][lane] = 0;
+                }
+                continue;
+            }
+            const uint8_t *base = w + rv * row_bytes + (kb0 + b) * blk_bytes;
+            for (int c = 0; c < 8; c++) {
+                __m256i q[16];
+                __m512i out[8];
+                UNROLL
+                for (int r = 0; r < 16; r++)
+                    q[r] = rv + (size_t)r < nr ? k_chunk(t, base + (size_t)r * row_bytes, c)
+                                               : _mm256_setzero_si256();
+                transpose16x8(q, out);
+                UNROLL
+                for (int g = 0; g < 8; g++)
+                    _mm512_store_si512(&p->w[b][8 * c + g][v], out[g]);
+            }
+            for (size_t lane = 0; lane < 16; lane++) {
+                if (rv + lane >= nr) {
+                    for (int j = 0; j < 16; j++)
+                        p->sc[b][j][v][lane] = 0;
+                    for (int j = 0; j < 4; j++)
+                        p->mp[b][j][v][lane] = 0;
+                    p->d[b][v][lane] = p->dmin[b][v][lane] = 0;
+                    continue;
+                }
+                const uint8_t *blk = base + lane * row_bytes;
+                if (t == HR_GGML_Q6_K) {
+                    const struct hr_block_q6_K *x = (const struct hr_block_q6_K *)blk;
+                    for (int j = 0; j < 16; j++)
+                        p->sc[b][j][v][lane] = x->scales[j];
+                    p->d[b][v][lane] = hr_f16_to_f32(x->d);
+                    p->dmin[b][v][lane] = 0;
+                } else {
+                    uint8_t sc[8], mn[8];
+                    for (int j = 0; j < 8; j++)
+                        hr_q4_K_scale_min(j, blk + 4, &sc[j], &mn[j]);
+                    for (int j = 0; j < 8; j++)
+                        p->sc[b][j][v][lane] = sc[j];
+                    for (int j = 0; j < 4; j++)
+                        p->mp[b][j][v][lane] = (int32_t)((uint32_t)mn[2 * j] | ((uint32_t)mn[2 * j + 1] << 16));
+                    p->d[b][v][lane] = hr_f16_to_f32(*(const uint16_t *)blk);
+                    p->dmin[b][v][lane] = hr_f16_to_f32(*(const uint16_t *)(blk + 2));
+                }
+            }
+        }
+    }
+}
+
+/* NS sub-blocks of 256 / NS values; Q6_K (NS = 16) starts each sub-block's
+ * sum at -32 * bsum, Q4_K/Q5_K (NS = 8) subtract dmin * mins at the end. */
+INLINE T512 void tile_k(const struct panel_k *p, size_t kbn, size_t kb0, const struct hr_mm_layout *l,
+                        const void *act, size_t i0, const int I, float *y, size_t ldy, size_t r,
+                        size_t nr, bool first, const int NS)
+{
+    const int G = 64 / NS; /* groups of 4 k per sub-block */
+    const int8_t *qs[TILE_K_MAX];
+    const float *da[TILE_K_MAX];
+    const int32_t *c16[TILE_K_MAX];
+    const int16_t *s32[TILE_K_MAX];
+    __m512 c[TILE_K_MAX][2];
+    UNROLL
+    for (int i = 0; i < I; i++) {
+        qs[i] = hr_mm_qs(l, act, i0 + i) + 256 * kb0;
+        da[i] = hr_mm_d(l, act, i0 + i) + kb0;
+        c16[i] = NS == 16 ? hr_mm_comp16(l, act, i0 + i) + 16 * kb0 : NULL;
+        s32[i] = NS == 8 ? hr_mm_sum32(l, act, i0 + i) + 8 * kb0 : NULL;
+        if (first)
+            c[i][0] = c[i][1] = _mm512_setzero_ps();
+        else
+            load_row(y + (i0 + i) * ldy + r, &c[i][0], &c[i][1], nr);
+    }
+    for (size_t b = 0; b < kbn; b++) {
+        __m512i isum[TILE_K_MAX][2];
+        UNROLL
+        for (int i = 0; i < I; i++)
+            isum[i][0] = isum[i][1] = _mm512_setzero_si512();
+        UNROLL
+        for (int s = 0; s < NS; s++) {
+            __m512i acc[TILE_K_MAX][2];
+            UNROLL
+            for (int i = 0; i < I; i++)
+                acc[i][0] = acc[i][1] =
+                    NS == 16 ? _mm512_set1_epi32(c16[i][16 * b + (size_t)s]) : _mm512_setzero_si512();
+            UNROLL
+            for (int g = 0; g < G; g++) {
+                const __m512i w0 = _mm512_load_si512(&p->w[b][s * G + g][0]);
+                const __m512i w1 = _mm512_load_si512(&p->w[b][s * G + g][1]);
+                UNROLL
+                for (int i = 0; i < I; i++) {
+                    int32_t a4;
+                    memcpy(&a4, qs[i] + 256 * b + (size_t)(4 * (s * G + g)), 4);
+                    const __m512i a = _mm512_set1_epi32(a4);
+                    acc[i][0] = _mm512_dpbusd_epi32(acc[i][0], w0, a);
+                    acc[i][1] = _mm512_dpbusd_epi32(acc[i][1], w1, a);
+                }
+            }
+            const __m512i sc0 = _mm512_load_si512(p->sc[b][s][0]);
+            const __m512i sc1 = _mm512_load_si512(p->sc[b][s][1]);
+            UNROLL
+            for (int i = 0; i < I; i++) {
+                isum[i][0] = _mm512_add_epi32(isum[i][0], _mm512_mullo_epi32(acc[i][0], sc0));
+                isum[i][1] = _mm512_add_epi32(isum[i][1], _mm512_mullo_epi32(acc[i][1], sc1));
+            }
+        }
+        const __m512 d0 = _mm512_load_ps(p->d[b][0]), d1 = _mm512_load_ps(p->d[b][1]);
+        UNROLL
+        for (int i = 0; i < I; i++) {
+            const __m512 ad = _mm512_set1_ps(da[i][b]);
+            c[i][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i][0]), _mm512_mul_ps(d0, ad), c[i][0]);
+            c[i][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i][1]), _mm512_mul_ps(d1, ad), c[i][1]);
+        }
+        if (NS == 8) {
+            const __m512 m0 = _mm512_load_ps(p->dmin[b][0]), m1 = _mm512_load_ps(p->dmin[b][1]);
+            UNROLL
+            for (int i = 0; i < I; i++) {
+                __m512i ms0 = _mm512_setzero_si512(), ms1 = _mm512_setzero_si512();
+                UNROLL
+                for (int j = 0; j < 4; j++) {
+                    int32_t pair;
+                    memcpy(&pair, s32[i] + 8 * b + 2 * (size_t)j, 4);
+                    const __m512i sp = _mm512_set1_epi32(pair);
+                    ms0 = _mm512_dpwssd_epi32(ms0, _mm512_load_si512(p->mp[b][j][0]), sp);
+                    ms1 = _mm512_dpwssd_epi32(ms1, _mm512_load_si512(p->mp[b][j][1]), sp);
+                }
+                const __m512 ad = _mm512_set1_ps(da[i][b]);
+                c[i][0] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(ms0), _mm512_mul_ps(m0, ad), c[i][0]);
+                c[i][1] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(ms1), _mm512_mul_ps(m1, ad), c[i][1]);
+            }
+        }
+    }
+    UNROLL
+    for (int i = 0; i < I; i++)
+        store_row(y + (i0 + i) * ldy + r, c[i][0], c[i][1], nr);
+}
+
+#define TILE_K_SWITCH(NSV)                                                                          \
+    do {                                                                                           \
+        size_t i0 = 0;                                                                             \
+        for (; i0 + 4 <= m; i0 += 4)                                                               \
+            tile_k(&p, kbn, kb0, l, act, i0, 4, y, ldy, r, nr, kb0 == 0, NSV);                     \
+        switch (m - i0) {                                                                          \
+        case 3: tile_k(&p, kbn, kb0, l, act, i0, 3, y, ldy, r, nr, kb0 == 0, NSV); break;          \
+        case 2: tile_k(&p, kbn, kb0, l, act, i0, 2, y, ldy, r, nr, kb0 == 0, NSV); break;          \
+        case 1: tile_k(&p, kbn, kb0, l, act, i0, 1, y, ldy, r, nr, kb0 == 0, NSV); break;          \
+        default: break;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+T512 static void gemm_k(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
+                        const void *act, float *y, size_t ldy)
+{
+    const enum hr_ggml_type t = l->wtype;
+    const size_t nb = l->nb, m = l->m;
+    const size_t row_bytes = nb * (t == HR_GGML_Q4_K ? 144 : t == HR_GGML_Q5_K ? 176 : 210);
+    struct panel_k p __attribute__((aligned(64)));
+    for (size_t r = r0; r < r1; r += NR) {
+        const size_t nr = min_sz(NR, r1 - r);
+        for (size_t kb0 = 0; kb0 < nb; kb0 += KB_K) {
+            const size_t kbn = min_sz(KB_K, nb - kb0);
+            pack_k(&p, t, (const uint8_t *)w + r * row_bytes, row_bytes, nr, kb0, kbn);
+            if (t == HR_GGML_Q6_K)
+                TILE_K_SWITCH(16);
+            else
+                TILE_K_SWITCH(8);
+        }
+    }
+}
+
+/* ---- F32 / F16 ---- */
+
+/* In-register transpose of a 16 x 16 f32 block: r[i] row i in, r[e] column
+ * e out (16 unpcklps/unpckhps, 16 unpcklpd/unpckhpd, 32 vshuff32x4). */
+INLINE T512 void transpose16(__m512 r[16])
+{
+    __m512 a[16], b[16];
+    UNROLL
+    for (int i = 0; i < 8; i++) {
+        a[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        a[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    UNROLL
+    for (int g = 0; g < 4; g++) {
+        const __m512d x0 = _mm512_castps_pd(a[4 * g]), x1 = _mm512_castps_pd(a[4 * g + 1]);
+        const __m512d x2 = _mm512_castps_pd(a[4 * g + 2]), x3 = _mm512_castps_pd(a[4 * g + 3]);
+        b[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(x0, x2));
+        b[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(x0, x2));
+        b[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(x1, x3));
+        b[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(x1, x3));
+    }
+    /* b[4g + j], 128-bit lane L: element 4L + j of rows 4g .. 4g + 3 */
+    UNROLL
+    for (int j = 0; j < 4; j++) {
+        const __m512 c_lo = _mm512_shuffle_f32x4(b[j], b[4 + j], 0x88);
+        const __m512 c_hi = _mm512_shuffle_f32x4(b[j], b[4 + j], 0xDD);
+        const __m512 d_lo = _mm512_shuffle_f32x4(b[8 + j], b[12 + j], 0x88);
+        const __m512 d_hi = _mm512_shuffle_f32x4(b[8 + j], b[12 + j], 0xDD);
+        r[0 + j] = _mm512_shuffle_f32x4(c_lo, d_lo, 0x88);
+        r[8 + j] = _mm512_shuffle_f32x4(c_lo, d_lo, 0xDD);
+        r[4 + j] = _mm512_shuffle_f32x4(c_hi, d_hi, 0x88);
+        r[12 + j] = _mm512_shuffle_f32x4(c_hi, d_hi, 0xDD);
+    }
+}
+
+/* Packs rows [0, nr) of a 32-row panel, k in [k0, k0 + kn), widened to f32:
+ * 16 x 16 blocks loaded (F16 through vcvtph2ps), transposed in registers,
+ * stored as one vector per k. Rows past nr and k past kn are zero. */
+T512 static void pack_f32(struct panel_f32 *p, enum hr_ggml_type t, const uint8_t *w, size_t k,
+                          size_t nr, size_t k0, size_t kn)
+{
+    const size_t esz = t == HR_GGML_F32 ? 4 : 2;
+    for (size_t v = 0; v < 2; v++) {
+        for (size_t g = 0; g < kn; g += 16) {
+            const __mmask16 mk = kn - g >= 16 ? 0xffff : (__mmask16)((1u << (kn - g)) - 1);
+            __m512 r[16];
+            UNROLL
+            for (int i = 0; i < 16; i++) {
+                const size_t row = 16 * v + (size_t)i;
+                const uint8_t *src = w + (row * k + k0 + g) * esz;
+                if (row >= nr)
+                    r[i] = _mm512_setzero_ps();
+                else if (t == HR_GGML_F32)
+                    r[i] = _mm512_maskz_loadu_ps(mk, src);
+                else
+                    r[i] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, src));
+            }
+            transpose16(r);
+            UNROLL
+            for (int e = 0; e < 16; e++)
+                _mm512_store_ps(p->w[g + (size_t)e][v], r[e]);
+        }
+    }
+}
+
+INLINE T512 void tile_f32(const struct panel_f32 *p, size_t kn, size_t k0,
+                          const struct hr_mm_layout *l, const void *act, size_t i0, const int I,
+                          float *y, size_t ldy, size_t r, size_t nr, bool first, float *abuf)
+{
+    const float *a[TILE_F_MAX];
+    __m512 c[TILE_F_MAX][2];
+    UNROLL
+    for (int i = 0; i < I; i++) {
+        if (l->wtype == HR_GGML_F16) {
+            /* F16 activations are widened once per tile and chunk (3% of the fmas) */
+            const uint16_t *h = hr_mm_u16(l, act, i0 + i) + k0;
+            for (size_t j = 0; j < kn; j += 16) /* rows are zero-padded to 32 */
+                _mm512_store_ps(abuf + i * KC_F32 + j,
+                                _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + j))));
+            a[i] = abuf + i * KC_F32;
+        } else {
+            a[i] = hr_mm_f32(l, act, i0 + i) + k0;
+        }
+        if (first)
+            c[i][0] = c[i][1] = _mm512_setzero_ps();
+        else
+            load_row(y + (i0 + i) * ldy + r, &c[i][0], &c[i][1], nr);
+    }
+    for (size_t j = 0; j < kn; j++) {
+        const __m512 w0 = _mm512_load_ps(p->w[j][0]), w1 = _mm512_load_ps(p->w[j][1]);
+        UNROLL
+        for (int i = 0; i < I; i++) {
+            const __m512 av = _mm512_set1_ps(a[i][j]);
+            c[i][0] = _mm512_fmadd_ps(w0, av, c[i][0]);
+            c[i][1] = _mm512_fmadd_ps(w1, av, c[i][1]);
+        }
+    }
+    UNROLL
+    for (int i = 0; i < I; i++)
+        store_row(y + (i0 + i) * ldy + r, c[i][0], c[i][1], nr);
+}
+
+T512 static void gemm_f32(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
+                          const void *act, float *y, size_t ldy)
+{
+    const enum hr_ggml_type t = l->wtype;
+    const size_t k = l->k, m = l->m, esz = t == HR_GGML_F32 ? 4 : 2;
+    struct panel_f32 p __attribute__((aligned(64)));
+    float abuf[TILE_F_MAX * KC_F32] __attribute__((aligned(64))); /* widened F16 activations */
+    for (size_t r = r0; r < r1; r += NR) {
+        const size_t nr = min_sz(NR, r1 - r);
+        for (size_t k0 = 0; k0 < k; k0 += KC_F32) {
+            const size_t kn = min_sz(KC_F32, k - k0);
+            pack_f32(&p, t, (const uint8_t *)w + r * k * esz, k, nr, k0, kn);
+            size_t i0 = 0;
+            for (; i0 + 12 <= m; i0 += 12)
+                tile_f32(&p, kn, k0, l, act, i0, 12, y, ldy, r, nr, k0 == 0, abuf);
+            const size_t left = m - i0;
+            if (left >= 8) {
+                tile_f32(&p, kn, k0, l, act, i0, 8, y, ldy, r, nr, k0 == 0, abuf);
+                i0 += 8;
+            } else if (left >= 4) {
+                tile_f32(&p, kn, k0, l, act, i0, 4, y, ldy, r, nr, k0 == 0, abuf);
+                i0 += 4;
+            }
+            for (; i0 < m; i0++)
+                tile_f32(&p, kn, k0, l, act, i0, 1, y, ldy, r, nr, k0 == 0, abuf);
+        }
+    }
+}
+
+/* ---- BF16 (vdpbf16ps) ---- */
+
+T512 static void pack_bf16(struct panel_bf16 *p, const uint16_t *w, size_t k, size_t nr,
+                           size_t k0, size_t kn)
+{
+    const size_t np = (kn + 1) / 2;
+    for (size_t rr = 0; rr < NR; rr++) {
+        const size_t v = rr / 16, lane = rr % 16;
+        const uint16_t *src = w + rr * k + k0;
+        for (size_t j = 0; j < np; j++) {
+            uint32_t lo = 0, hi = 0;
+            if (rr < nr) {
+                lo = src[2 * j];
+                hi = 2 * j + 1 < kn ? src[2 * j + 1] : 0;
+            }
+            p->w[j][v][lane] = lo | hi << 16;
+        }
+    }
+}
+
+INLINE T512BF void tile_bf16(const struct panel_bf16 *p, size_t np, size_t k0,
+                             const struct hr_mm_layout *l, const void *act, size_t i0, const int I,
+                             float *y, size_t ldy, size_t r, size_t nr, bool first)
+{
+    const uint16_t *a[TILE_F_MAX];
+    __m512 c[TILE_F_MAX][2];
+    UNROLL
+    for (int i = 0; i < I; i++) {
+        a[i] = hr_mm_u16(l, act, i0 + i) + k0;
+        if (first)
+            c[i][0] = c[i][1] = _mm512_setzero_ps();
+        else
+            load_row(y + (i0 + i) * ldy + r, &c[i][0], &c[i][1], nr);
+    }
+    for (size_t j = 0; j < np; j++) {
+        const __m512bh w0 = (__m512bh)_mm512_load_si512(p->w[j][0]);
+        const __m512bh w1 = (__m512bh)_mm512_load_si512(p->w[j][1]);
+        UNROLL
+        for (int i = 0; i < I; i++) {
+            int32_t pair;
+            memcpy(&pair, a[i] + 2 * j, 4);
+            const __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
+            c[i][0] = _mm512_dpbf16_ps(c[i][0], w0, av);
+            c[i][1] = _mm512_dpbf16_ps(c[i][1], w1, av);
+        }
+    }
+    UNROLL
+    for (int i = 0; i < I; i++)
+        store_row(y + (i0 + i) * ldy + r, c[i][0], c[i][1], nr);
+}
+
+T512BF static void gemm_bf16(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
+                             const void *act, float *y, size_t ldy)
+{
+    const size_t k = l->k, m = l->m;
+    struct panel_bf16 p __attribute__((aligned(64)));
+    for (size_t r = r0; r < r1; r += NR) {
+        const size_t nr = min_sz(NR, r1 - r);
+        for (size_t k0 = 0; k0 < k; k0 += KC_BF16) {
+            const size_t kn = min_sz(KC_BF16, k - k0), np = (kn + 1) / 2;
+            pack_bf16(&p, (const uint16_t *)w + r * k, k, nr, k0, kn);
+            size_t i0 = 0;
+            for (; i0 + 12 <= m; i0 += 12)
+                tile_bf16(&p, np, k0, l, act, i0, 12, y, ldy, r, nr, k0 == 0);
+            if (m - i0 >= 4) {
+                tile_bf16(&p, np, k0, l, act, i0, 4, y, ldy, r, nr, k0 == 0);
+                i0 += 4;
+            }
+            if (m - i0 >= 4) {
+                tile_bf16(&p, np, k0, l, act, i0, 4, y, ldy, r, nr, k0 == 0);
+                i0 += 4;
+            }
+            for (; i0 < m; i0++)
+                tile_bf16(&p, np, k0, l, act, i0, 1, y, ldy, r, nr, k0 == 0);
+        }
+    }
+}
+
+/* ======================================================================== */
+
+T512 static void compute_avx512(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
+                                const void *act, float *y, size_t ldy)
+{
+    if (l->m < gemm_min_m(l->wtype)) {
+        if (l->wtype == HR_GGML_BF16 && hr_mm_cpu_has_avx512bf16())
+            gemv_bf16_avx512(l, w, r0, r1, act, y, ldy);
+        else
+            gemv_avx512(l, w, r0, r1, act, y, ldy);
+        return;
+    }
+    switch (l->wtype) {
+    case HR_GGML_Q8_0:
+    case HR_GGML_Q4_0: gemm_q8_0(l, w, r0, r1, act, y, ldy); break;
+    case HR_GGML_Q4_K:
+    case HR_GGML_Q5_K:
+    case HR_GGML_Q6_K: gemm_k(l, w, r0, r1, act, y, ldy); break;
+    case HR_GGML_BF16:
+        if (hr_mm_cpu_has_avx512bf16())
+            gemm_bf16(l, w, r0, r1, act, y, ldy);
+        else
+            gemv_avx512(l, w, r0, r1, act, y, ldy);
+        break;
+    default: gemm_f32(l, w, r0, r1, act, y, ldy); break;
+    }
+}
+
+const struct hr_mm_isa hr_mm_isa_avx512 = {
+    .name = "avx512vnni",
+    .row_align = NR,
+    .prepare = prepare_avx512,
+    .compute = compute_avx512,
+};
+
+#endif

@@ -1,0 +1,147 @@
+/*
+ * matmul-impl.h - what the matmul implementations share: the layout of the
+ * converted activations (the `act` scratch) and the per-ISA kernel table.
+ * Private to src/kernels/matmul*.c and the kernel tests.
+ *
+ * The act scratch is not ggml's block format; it is the same information
+ * split into arrays the SIMD kernels can load directly (ggml's 34-byte Q8_0
+ * blocks would make every quant load unaligned and every scale a gather).
+ * The quants and scales are exactly those of ggml's activation blocks:
+ * ggml block = {f16(d[b]), qs[32b .. 32b+31]}, so nothing is lost. Layout
+ * per vec-dot family, every array 64-byte aligned, rows of `m` tokens:
+ *
+ *   Q8_0 (weights Q8_0, Q4_0):
+ *     qs   int8  [m][k_pad]   quants, k_pad = k rounded up to 64
+ *     d    f32   [m][k/32]    block scales (the f16 of the ggml block, widened)
+ *     comp i32   [m][k/32]    -off * (sum of the block's 32 quants), off = 128
+ *                             for Q8_0 weights, 8 for Q4_0 (see below)
+ *   Q8_K (weights Q4_K, Q5_K, Q6_K):
+ *     qs   int8  [m][k_pad]
+ *     d    f32   [m][k/256]
+ *     bsum i16   [m][k/16]    ggml's bsums: sums of 16 quants
+ *     aux  Q4_K/Q5_K: i16 [m][k/32]   sums of 32 quants (bsum pairs), for the mins
+ *          Q6_K:      i32 [m][k/16]   -32 * bsum, the offset of q - 32
+ *   F32 weights:         f32 [m][k_pad32]
+ *   F16 / BF16 weights:  u16 [m][k_pad32] f16 / bf16 bits (half the bytes of
+ *                        f32: a decode pass re-reads the row per weight row)
+ *   Padding elements of every row are zero.
+ *
+ * Why `comp`: the integer kernels use vpdpbusd, which multiplies an unsigned
+ * byte by a signed byte. Weights are made unsigned by an offset (Q8_0: w + 128
+ * by flipping the top bit; Q4_0 and the K-quants are stored unsigned already,
+ * q = value + 8 / + 32), and sum((w + off) * a) - off * sum(a) is the exact
+ * signed dot product. The kernels start each block's accumulator at `comp`,
+ * so the correction costs nothing.
+ */
+#ifndef HR_KERNELS_MATMUL_IMPL_H
+#define HR_KERNELS_MATMUL_IMPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf/ggml-types.h"
+
+struct hr_mm_layout {
+    enum hr_ggml_type wtype;
+    size_t m, k;
+    size_t nb;          /* blocks per row: k/32 (Q8_0), k/256 (Q8_K), 0 for float types */
+    size_t qs_stride;   /* bytes per row of the first array */
+    size_t qs_off, d_off, comp_off, bsum_off, aux_off; /* byte offsets; 0 if absent */
+    size_t total;       /* bytes */
+};
+
+/* Fills `l` for weights of `wtype` and m x k activations. */
+void hr_mm_layout_init(struct hr_mm_layout *l, enum hr_ggml_type wtype, size_t m, size_t k);
+
+/* Bytes of a row of the first array that hold values (the rest is zero padding). */
+static inline size_t hr_mm_layout_row_used_bytes(const struct hr_mm_layout *l)
+{
+    switch (l->wtype) {
+    case HR_GGML_F32: return l->k * sizeof(float);
+    case HR_GGML_F16:
+    case HR_GGML_BF16: return l->k * sizeof(uint16_t);
+    default: return l->k;
+    }
+}
+
+/* Typed views into the act scratch. */
+static inline const int8_t *hr_mm_qs(const struct hr_mm_layout *l, const void *act, size_t i)
+{
+    return (const int8_t *)act + l->qs_off + i * l->qs_stride;
+}
+static inline const float *hr_mm_d(const struct hr_mm_layout *l, const void *act, size_t i)
+{
+    return (const float *)((const uint8_t *)act + l->d_off) + i * l->nb;
+}
+static inline const int32_t *hr_mm_comp(const struct hr_mm_layout *l, const void *act, size_t i)
+{
+    return (const int32_t *)((const uint8_t *)act + l->comp_off) + i * l->nb;
+}
+static inline const int16_t *hr_mm_bsum(const struct hr_mm_layout *l, const void *act, size_t i)
+{
+    return (const int16_t *)((const uint8_t *)act + l->bsum_off) + i * l->nb * 16;
+}
+/* Q4_K/Q5_K: sums of 32; Q6_K: see hr_mm_comp16. */
+static inline const int16_t *hr_mm_sum32(const struct hr_mm_layout *l, const void *act, size_t i)
+{
+    return (const int16_t *)((const uint8_t *)act + l->aux_off) + i * l->nb * 8;
+}
+static inline const int32_t *hr_mm_comp16(const struct hr_mm_layout *l, const void *act, size_t i)
+{
+    return (const int32_t *)((const uint8_t *)act + l->aux_off) + i * l->nb * 16;
+}
+static inline const float *hr_mm_f32(const struct hr_mm_layout *l, const void *act, size_t i)
+{
+    return (const float *)((const uint8_t *)act + l->qs_off + i * l->qs_stride);
+}
+static inline const uint16_t *hr_mm_u16(const struct hr_mm_layout *l, const void *act, size_t i)
+{
+    return (const uint16_t *)((const uint8_t *)act + l->qs_off + i * l->qs_stride);
+}
+
+/* The weight offset `comp` corrects for (see the top of this file). */
+static inline int32_t hr_mm_comp_offset(enum hr_ggml_type wtype)
+{
+    return wtype == HR_GGML_Q8_0 ? 128 : wtype == HR_GGML_Q4_0 ? 8 : 32;
+}
+
+/*
+ * One ISA's kernels.
+ *  prepare: converts activation rows [i0, i1) into the act scratch.
+ *  compute: output rows [r0, r1) of all m tokens. The rows are this thread's
+ *           share; r0 is a multiple of `row_align`.
+ */
+struct hr_mm_isa {
+    const char *name;
+    size_t row_align;
+    void (*prepare)(const struct hr_mm_layout *l, const float *x, size_t i0, size_t i1,
+                    void *act);
+    void (*compute)(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
+                    const void *act, float *y, size_t ldy);
+};
+
+extern const struct hr_mm_isa hr_mm_isa_generic;
+#if defined(__x86_64__)
+extern const struct hr_mm_isa hr_mm_isa_avx2;
+extern const struct hr_mm_isa hr_mm_isa_avx512;
+#endif
+
+/* The generic (plain C) prepare; the SIMD ones must write the same bytes. */
+void hr_mm_prepare_generic(const struct hr_mm_layout *l, const float *x, size_t i0, size_t i1,
+                           void *act);
+
+/*
+ * Reference dot products, one per (weight type, vec-dot type) pair: weight
+ * row `w` (k values in GGUF layout) with activation row i of the act scratch,
+ * computed the way ggml defines them: exact integer sums per block, then
+ * float scaling. Every SIMD kernel is tested against these.
+ */
+float hr_mm_dot_ref(const struct hr_mm_layout *l, const void *w, const void *act, size_t i);
+
+/* True when the CPU (and OS) can run AVX2+FMA+F16C / the AVX-512 set we use. */
+bool hr_mm_cpu_has_avx2(void);
+bool hr_mm_cpu_has_avx512(void);
+bool hr_mm_cpu_has_avx512bf16(void);
+
+#endif

@@ -1,0 +1,253 @@
+/*
+ * matmul.c - the public matmul entry points: activation layout, the work
+ * split between threads, and the choice of implementation; see matmul.h.
+ *
+ * The kernels live in matmul-ref.c (plain C, the reference and the portable
+ * fallback), matmul-avx2.c and matmul-avx512.c. Each SIMD file compiles its
+ * functions with a `target` attribute, so even a portable build (no
+ * -march=native) carries them, and hr_mm_isa_select() picks the best one the
+ * CPU supports, once, from CPUID.
+ *
+ * Work split: phase 1 gives each thread a contiguous range of activation
+ * rows; phase 2 gives each thread a contiguous range of output rows (weight
+ * rows), rounded to the kernel's panel size, so every thread streams its own
+ * slice of the weights exactly once and no two threads write the same cache
+ * line of Y except at the slice boundaries.
+ */
+#include "kernels/matmul.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+#include "kernels/matmul-impl.h"
+#include "kernels/quant.h"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
+/* ---- activation layout --------------------------------------------------- */
+
+static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+void hr_mm_layout_init(struct hr_mm_layout *l, enum hr_ggml_type wtype, size_t m, size_t k)
+{
+    memset(l, 0, sizeof(*l));
+    l->wtype = wtype;
+    l->m = m;
+    l->k = k;
+    size_t off = 0;
+    switch (hr_matmul_vec_dot_type(wtype)) {
+    case HR_GGML_Q8_0:
+        l->nb = k / 32;
+        l->qs_stride = round_up(k, 64);
+        l->qs_off = off, off = round_up(off + m * l->qs_stride, 64);
+        l->d_off = off, off = round_up(off + m * l->nb * sizeof(float), 64);
+        l->comp_off = off, off = round_up(off + m * l->nb * sizeof(int32_t), 64);
+        break;
+    case HR_GGML_Q8_K:
+        l->nb = k / 256;
+        l->qs_stride = round_up(k, 64);
+        l->qs_off = off, off = round_up(off + m * l->qs_stride, 64);
+        l->d_off = off, off = round_up(off + m * l->nb * sizeof(float), 64);
+        l->bsum_off = off, off = round_up(off + m * l->nb * 16 * sizeof(int16_t), 64);
+        l->aux_off = off;
+        if (wtype == HR_GGML_Q6_K)
+            off = round_up(off + m * l->nb * 16 * sizeof(int32_t), 64);
+        else
+            off = round_up(off + m * l->nb * 8 * sizeof(int16_t), 64);
+        break;
+    case HR_GGML_BF16:
+    case HR_GGML_F16: /* 16-bit rows, as ggml's vec-dot format */
+        l->qs_stride = round_up(k, 32) * sizeof(uint16_t);
+        l->qs_off = off, off = round_up(off + m * l->qs_stride, 64);
+        break;
+    default: /* F32: f32 rows */
+        l->qs_stride = round_up(k, 32) * sizeof(float);
+        l->qs_off = off, off = round_up(off + m * l->qs_stride, 64);
+        break;
+    }
+    l->total = off;
+}
+
+/* ---- CPU features -------------------------------------------------------- */
+
+#if defined(__x86_64__)
+struct cpu_features {
+    bool avx2, avx512, avx512bf16;
+};
+
+static struct cpu_features detect(void)
+{
+    struct cpu_features f = {0};
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return f;
+    bool fma = c & (1u << 12), f16c = c & (1u << 29), osxsave = c & (1u << 27),
+         avx = c & (1u << 28);
+    if (!osxsave || !avx)
+        return f;
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    bool os_ymm = (xlo & 0x6) == 0x6, os_zmm = (xlo & 0xe6) == 0xe6;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return f;
+    bool avx2 = b & (1u << 5), f512 = b & (1u << 16), dq = b & (1u << 17), bw = b & (1u << 30),
+         vl = b & (1u << 31), vnni = c & (1u << 11);
+    f.avx2 = os_ymm && avx2 && fma && f16c;
+    f.avx512 = f.avx2 && os_zmm && f512 && dq && bw && vl && vnni;
+    unsigned a1 = 0, b1, c1, d1;
+    if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1))
+        f.avx512bf16 = f.avx512 && (a1 & (1u << 5));
+    return f;
+}
+
+/* CPUID traps to the hypervisor in a VM (microseconds), so the answer is
+ * computed once; racing first callers compute the same bits. */
+static int features(void)
+{
+    static _Atomic int cached = -1;
+    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v < 0) {
+        struct cpu_features f = detect();
+        v = (f.avx2 ? 1 : 0) | (f.avx512 ? 2 : 0) | (f.avx512bf16 ? 4 : 0);
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return v;
+}
+
+bool hr_mm_cpu_has_avx2(void) { return features() & 1; }
+bool hr_mm_cpu_has_avx512(void) { return features() & 2; }
+bool hr_mm_cpu_has_avx512bf16(void) { return features() & 4; }
+#else
+bool hr_mm_cpu_has_avx2(void) { return false; }
+bool hr_mm_cpu_has_avx512(void) { return false; }
+bool hr_mm_cpu_has_avx512bf16(void) { return false; }
+#endif
+
+/* ---- implementation choice ----------------------------------------------- */
+
+static _Atomic(const struct hr_mm_isa *) g_isa;
+
+static const struct hr_mm_isa *isa_best(void)
+{
+#if defined(__x86_64__)
+    if (hr_mm_cpu_has_avx512())
+        return &hr_mm_isa_avx512;
+    if (hr_mm_cpu_has_avx2())
+        return &hr_mm_isa_avx2;
+#endif
+    return &hr_mm_isa_generic;
+}
+
+static const struct hr_mm_isa *isa(void)
+{
+    const struct hr_mm_isa *p = atomic_load_explicit(&g_isa, memory_order_acquire);
+    if (!p) {
+        p = isa_best();
+        atomic_store_explicit(&g_isa, p, memory_order_release);
+    }
+    return p;
+}
+
+const char *hr_kernels_isa(void) { return isa()->name; }
+
+bool hr_kernels_force_isa(const char *name)
+{
+    const struct hr_mm_isa *p = NULL;
+    if (strcmp(name, "generic") == 0)
+        p = &hr_mm_isa_generic;
+#if defined(__x86_64__)
+    else if (strcmp(name, "avx2") == 0 && hr_mm_cpu_has_avx2())
+        p = &hr_mm_isa_avx2;
+    else if (strcmp(name, "avx512vnni") == 0 && hr_mm_cpu_has_avx512())
+        p = &hr_mm_isa_avx512;
+#endif
+    else if (strcmp(name, "best") == 0)
+        p = isa_best();
+    if (!p)
+        return false;
+    atomic_store_explicit(&g_isa, p, memory_order_release);
+    return true;
+}
+
+/* ---- public API ---------------------------------------------------------- */
+
+bool hr_matmul_supports(enum hr_ggml_type type)
+{
+    switch (type) {
+    case HR_GGML_F32:
+    case HR_GGML_F16:
+    case HR_GGML_BF16:
+    case HR_GGML_Q8_0:
+    case HR_GGML_Q4_0:
+    case HR_GGML_Q4_K:
+    case HR_GGML_Q5_K:
+    case HR_GGML_Q6_K: return true;
+    default: return false;
+    }
+}
+
+enum hr_ggml_type hr_matmul_vec_dot_type(enum hr_ggml_type wtype)
+{
+    switch (wtype) {
+    case HR_GGML_Q8_0:
+    case HR_GGML_Q4_0: return HR_GGML_Q8_0;
+    case HR_GGML_Q4_K:
+    case HR_GGML_Q5_K:
+    case HR_GGML_Q6_K: return HR_GGML_Q8_K;
+    case HR_GGML_F16: return HR_GGML_F16;
+    case HR_GGML_BF16: return HR_GGML_BF16;
+    default: return HR_GGML_F32;
+    }
+}
+
+size_t hr_row_bytes(enum hr_ggml_type type, size_t n)
+{
+    const struct hr_ggml_type_info *ti = hr_ggml_type_info(type);
+    return ti ? n / ti->block_elems * ti->block_bytes : 0;
+}
+
+size_t hr_matmul_act_bytes(enum hr_ggml_type wtype, size_t m, size_t k)
+{
+    struct hr_mm_layout l;
+    hr_mm_layout_init(&l, wtype, m, k);
+    return l.total;
+}
+
+/* [lo, hi) of n items for thread ith of nth, lo a multiple of `align`. */
+static void split(size_t n, size_t align, int ith, int nth, size_t *lo, size_t *hi)
+{
+    size_t units = (n + align - 1) / align;
+    size_t u0 = units * (size_t)ith / (size_t)nth, u1 = units * (size_t)(ith + 1) / (size_t)nth;
+    *lo = u0 * align < n ? u0 * align : n;
+    *hi = u1 * align < n ? u1 * align : n;
+}
+
+void hr_matmul_prepare(enum hr_ggml_type wtype, const float *x, size_t m, size_t k, void *act,
+                       int ith, int nth)
+{
+    struct hr_mm_layout l;
+    hr_mm_layout_init(&l, wtype, m, k);
+    size_t i0, i1;
+    split(m, 1, ith, nth, &i0, &i1);
+    if (i0 < i1)
+        isa()->prepare(&l, x, i0, i1, act);
+}
+
+void hr_matmul_compute(enum hr_ggml_type wtype, const void *w, size_t k, size_t n_out,
+                       const void *act, size_t m, float *y, size_t ldy, int ith, int nth)
+{
+    const struct hr_mm_isa *p = isa();
+    struct hr_mm_layout l;
+    hr_mm_layout_init(&l, wtype, m, k);
+    size_t r0, r1;
+    split(n_out, p->row_align, ith, nth, &r0, &r1);
+    if (r0 < r1 && m > 0)
+        p->compute(&l, w, r0, r1, act, y, ldy);
+}
+
+void hr_dequantize_row_any(enum hr_ggml_type type, const void *src, float *dst, size_t n)
+{
+    (void)hr_dequantize_row(type, src, dst, n);
+}

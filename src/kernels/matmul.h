@@ -1,0 +1,102 @@
+/*
+ * matmul.h - the CPU matrix kernels the engine calls: Y = X * W^T for a
+ * weight matrix W of any supported GGUF type and f32 activations X.
+ *
+ * Shapes follow GGUF/ggml: W has `n_out` rows of `k` elements (ne[0] = k is
+ * the fastest dimension), stored in W's type; X has `m` rows (tokens) of `k`
+ * floats; Y has `m` rows of `n_out` floats with row stride `ldy`.
+ *
+ * Supported weight types: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K
+ * (hr_matmul_supports). k must be a multiple of the type's block size.
+ *
+ * Numerics match llama.cpp's CPU backend: activations are first converted to
+ * the weight type's "vec-dot type" exactly as ggml-cpu does on x86 with AVX2
+ * or AVX-512 (Q8_0 blocks for Q8_0/Q4_0 weights, Q8_K blocks for the
+ * K-quants, f16 for F16, bf16 for BF16, f32 for F32; bit-identical, see
+ * hr_convert_act_row in quant.h), and each output is a dot product between a
+ * weight row and an activation row in that pair of formats. Integer block
+ * products are exact; only the order of the float accumulation differs from
+ * llama.cpp's (measured: within 4e-8 of ggml-cpu's vec_dot relative to the
+ * sum of |terms|, tests/unit/test-quant-oracle.c). The result does not depend
+ * on the number of threads, and every implementation computes the same
+ * integer parts.
+ *
+ * Two phases, so the caller's threadpool can split both and put a barrier
+ * between them (the engine owns threads; these functions never spawn any):
+ *
+ *   // phase 1: every thread converts its share of the m activation rows
+ *   hr_matmul_prepare(wtype, X, m, k, act, ith, nth);
+ *   barrier();
+ *   // phase 2: every thread computes its share of the n_out output rows
+ *   hr_matmul_compute(wtype, W, k, n_out, act, m, Y, ldy, ith, nth);
+ *
+ * `act` is caller-owned scratch of hr_matmul_act_bytes(wtype, m, k) bytes,
+ * 64-byte aligned (the engine carves it from the step arena, sized by the
+ * step plan). Its contents are private to the kernels: the vec-dot blocks
+ * split into arrays the SIMD code loads directly (layout in matmul-impl.h).
+ * It depends only on (wtype, m, k), never on the thread count or the ISA.
+ * Nothing here allocates; hr_matmul_compute uses up to 48 KiB of its
+ * thread's stack for the packed weight panel of the prefill kernels.
+ *
+ * Work split: phase 1 gives thread ith a contiguous range of activation
+ * rows; phase 2 a contiguous range of weight rows (a multiple of 32), so each
+ * thread streams its own slice of W once. Any thread may run any ith; the
+ * calls for one matmul may run concurrently (they write disjoint bytes of
+ * act, then of Y), but phase 2 must not start before all of phase 1 ended.
+ *
+ * Cost on the project's Zen 4 (2 cores; bench/bench-matmul.c): decode (m up
+ * to 5-15 tokens) streams the weights at 17-26 GB/s per thread; prefill runs
+ * packed GEMM micro-kernels at ~300 GOPS per core for Q8_0/Q4_K (vpdpbusd)
+ * and ~90 GFLOP/s per core for F16 (fma, 75-80% of peak).
+ *
+ * Which implementation runs (AVX-512/VNNI, AVX2, portable C) is chosen once
+ * from the CPU's features (CPUID), also in a portable build: the SIMD files
+ * compile with per-function target attributes. hr_kernels_isa() names it.
+ * Every SIMD path is tested against the plain C reference in
+ * tests/unit/test-kernels.c.
+ */
+#ifndef HR_KERNELS_MATMUL_H
+#define HR_KERNELS_MATMUL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf/ggml-types.h"
+
+/* True when the engine can compute with weights of `type`. */
+bool hr_matmul_supports(enum hr_ggml_type type);
+
+/* The activation format paired with weight type `wtype` (ggml's vec_dot_type). */
+enum hr_ggml_type hr_matmul_vec_dot_type(enum hr_ggml_type wtype);
+
+/* Bytes of one row of `n` elements of `type` (n a multiple of its block size). */
+size_t hr_row_bytes(enum hr_ggml_type type, size_t n);
+
+/* Scratch bytes hr_matmul_prepare needs for m rows of k activations (a
+ * multiple of 64). */
+size_t hr_matmul_act_bytes(enum hr_ggml_type wtype, size_t m, size_t k);
+
+/* Phase 1: converts thread ith's share of the m rows of x (m x k floats,
+ * row stride k) into `act`. */
+void hr_matmul_prepare(enum hr_ggml_type wtype, const float *x, size_t m, size_t k, void *act,
+                       int ith, int nth);
+
+/* Phase 2: writes thread ith's share of the n_out columns of y (m rows,
+ * stride ldy >= n_out); `w` is n_out rows of k elements of wtype (an mmap'd
+ * tensor: read-only, any alignment). */
+void hr_matmul_compute(enum hr_ggml_type wtype, const void *w, size_t k, size_t n_out,
+                       const void *act, size_t m, float *y, size_t ldy, int ith, int nth);
+
+/* Dequantizes one row of `n` elements of `type` to f32 (embedding lookups). */
+void hr_dequantize_row_any(enum hr_ggml_type type, const void *src, float *dst, size_t n);
+
+/* "avx512vnni", "avx2" or "generic". */
+const char *hr_kernels_isa(void);
+
+/* Forces an implementation for tests and benchmarks: "avx512vnni", "avx2",
+ * "generic", or "best" (the automatic choice); returns false if this CPU or
+ * build cannot run it. Not thread-safe with respect to running matmuls. */
+bool hr_kernels_force_isa(const char *name);
+
+#endif

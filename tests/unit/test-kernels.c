@@ -1,0 +1,537 @@
+/*
+ * test-kernels.c - the matmul kernels (src/kernels/matmul*.c) against the
+ * plain-C reference, on every implementation this machine can run.
+ *
+ * For every weight type (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) and
+ * every ISA (generic, avx2, avx512vnni; hr_kernels_force_isa picks):
+ *  - prepare writes the same act bytes on every ISA, and those bytes are
+ *    ggml's activation blocks (hr_convert_act_row, itself compared with
+ *    ggml-cpu in test-quant-oracle.c);
+ *  - on random data the result is within float-accumulation rounding of the
+ *    reference (hr_mm_dot_ref), for odd shapes: m = 1, 2, 3, 5, 6, 12, 16,
+ *    17, 64 (the decode kernels, the switches to the packed GEMM at 6, 12 and
+ *    16 tokens, tile tails), n_out = 1, 7, 33,
+ *    64 (partial panels), k = the smallest block multiple and larger (k-chunk
+ *    boundaries included);
+ *  - on data where every float operation is exact (power-of-two scales,
+ *    integer values) the result equals the reference bit for bit, which
+ *    proves the integer block sums exact: an off-by-one in any block would
+ *    show;
+ *  - the result is within the activation-quantization error of the f32 dot
+ *    product of the dequantized weights with the original activations;
+ *  - splitting the work over 2 or 3 threads gives the same bits as 1.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../../tools/lib/rand.h"
+#include "base/fp16.h"
+#include "kernels/matmul-impl.h"
+#include "kernels/matmul.h"
+#include "kernels/quant.h"
+
+static const enum hr_ggml_type k_types[] = {HR_GGML_F32,  HR_GGML_F16,  HR_GGML_BF16,
+                                            HR_GGML_Q8_0, HR_GGML_Q4_0, HR_GGML_Q4_K,
+                                            HR_GGML_Q5_K, HR_GGML_Q6_K};
+#define N_TYPES (sizeof(k_types) / sizeof(k_types[0]))
+static const char *const k_isas[] = {"generic", "avx2", "avx512vnni"};
+#define N_ISAS (sizeof(k_isas) / sizeof(k_isas[0]))
+
+static size_t block_of(enum hr_ggml_type t) { return hr_ggml_type_info(t)->block_elems; }
+
+/* k values per type: the smallest legal one and larger ones crossing the
+ * kernels' k-chunks (128 floats, 512 quantized values). */
+static size_t ks_for(enum hr_ggml_type t, size_t out[4])
+{
+    size_t b = block_of(t);
+    if (b == 1) {
+        out[0] = 1, out[1] = 17, out[2] = 160, out[3] = 300;
+        return 4;
+    }
+    if (b == 32) {
+        out[0] = 32, out[1] = 96, out[2] = 544;
+        return 3;
+    }
+    out[0] = 256, out[1] = 768;
+    return 2;
+}
+
+static void *xalloc(size_t n)
+{
+    void *p = aligned_alloc(64, (n + 63) / 64 * 64);
+    assert_non_null(p);
+    memset(p, 0, (n + 63) / 64 * 64);
+    return p;
+}
+
+static void fill_normal(float *x, size_t n, double scale, uint64_t seed)
+{
+    struct hr_rng r;
+    hr_rng_seed(&r, seed);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(hr_rng_normal(&r) * scale);
+}
+
+/* Runs the whole matmul (prepare + compute) single-threaded on the current ISA. */
+static void run_matmul(enum hr_ggml_type t, const void *w, size_t k, size_t n_out, const float *x,
+                       size_t m, float *y, size_t ldy, int nth)
+{
+    void *act = xalloc(hr_matmul_act_bytes(t, m, k));
+    for (int ith = 0; ith < nth; ith++)
+        hr_matmul_prepare(t, x, m, k, act, ith, nth);
+    for (int ith = nth - 1; ith >= 0; ith--) /* any order: the shares are disjoint */
+        hr_matmul_compute(t, w, k, n_out, act, m, y, ldy, ith, nth);
+    free(act);
+}
+
+/* The reference result and sum |w| |a| of every output, from the generic prepare. */
+static void reference(enum hr_ggml_type t, const void *w, size_t k, size_t n_out, const float *x,
+                      size_t m, float *ref, double *mag)
+{
+    struct hr_mm_layout l;
+    hr_mm_layout_init(&l, t, m, k);
+    void *act = xalloc(l.total);
+    hr_mm_prepare_generic(&l, x, 0, m, act);
+    const size_t rb = hr_row_bytes(t, k);
+    float *wd = malloc(k * sizeof(float)), *ad = malloc(m * k * sizeof(float));
+    enum hr_ggml_type vt = hr_matmul_vec_dot_type(t);
+    const struct hr_ggml_type_info *vi = hr_ggml_type_info(vt);
+    uint8_t *abuf = malloc(k / vi->block_elems * vi->block_bytes + 64);
+    for (size_t i = 0; i < m; i++) {
+        assert_int_equal(hr_convert_act_row(vt, x + i * k, abuf, k), 0);
+        assert_int_equal(hr_dequantize_row(vt, abuf, ad + i * k, k), 0);
+    }
+    for (size_t r = 0; r < n_out; r++) {
+        const uint8_t *wr = (const uint8_t *)w + r * rb;
+        assert_int_equal(hr_dequantize_row(t, wr, wd, k), 0);
+        for (size_t i = 0; i < m; i++) {
+            ref[i * n_out + r] = hr_mm_dot_ref(&l, wr, act, i);
+            double s = 0;
+            for (size_t j = 0; j < k; j++)
+                s += fabs((double)wd[j] * (double)ad[i * k + j]);
+            mag[i * n_out + r] = s;
+        }
+    }
+    free(wd);
+    free(ad);
+    free(abuf);
+    free(act);
+}
+
+/* Sequential float accumulations per output in the worst kernel (bounds the rounding). */
+static double n_accum(enum hr_ggml_type t, size_t k)
+{
+    size_t b = block_of(t);
+    return b == 1 ? (double)k : (double)(k / b) * (b == 256 ? 2 : 1);
+}
+
+/* ---- prepare ------------------------------------------------------------- */
+
+static void test_prepare_identical_across_isas(void **state)
+{
+    (void)state;
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const enum hr_ggml_type t = k_types[ti];
+        size_t ks[4], nk = ks_for(t, ks);
+        for (size_t ki = 0; ki < nk; ki++) {
+            const size_t k = ks[ki], m = 5;
+            float *x = malloc(m * k * sizeof(float));
+            fill_normal(x, m * k, 2.0, 100 + ti * 10 + ki);
+            x[0] = 0; /* a zero, an all-zero block and a tie are worth having */
+            for (size_t j = 0; j < (k < 256 ? k : 256); j++)
+                x[k + j] = 0;
+            /* row 2: extremes (no NaN: its propagation through a maximum is
+             * order-dependent and not part of the contract) */
+            static const float ext[] = {INFINITY, -3e38f, 1e-45f, -0.0f, 65520.f, 6e-8f, 1.0f};
+            for (size_t j = 0; j < k; j++)
+                x[2 * k + j] = ext[j % 7] * (float)(1 + j % 3);
+            struct hr_mm_layout l;
+            hr_mm_layout_init(&l, t, m, k);
+            assert_int_equal(l.total, hr_matmul_act_bytes(t, m, k));
+            uint8_t *ref = xalloc(l.total), *got = xalloc(l.total);
+            /* Gaps between the arrays are never written; row padding must be zeroed. */
+            memset(ref, 0xAB, l.total);
+            hr_mm_prepare_generic(&l, x, 0, m, ref);
+            for (size_t i = 0; i < m; i++) {
+                const uint8_t *row = ref + l.qs_off + i * l.qs_stride;
+                size_t used = hr_mm_layout_row_used_bytes(&l);
+                for (size_t j = used; j < l.qs_stride; j++)
+                    assert_int_equal(row[j], 0);
+            }
+            /* the generic layout carries exactly ggml's activation blocks */
+            enum hr_ggml_type vt = hr_matmul_vec_dot_type(t);
+            const struct hr_ggml_type_info *vi = hr_ggml_type_info(vt);
+            uint8_t *blk = malloc(k / vi->block_elems * vi->block_bytes);
+            for (size_t i = 0; i < m; i++) {
+                assert_int_equal(hr_convert_act_row(vt, x + i * k, blk, k), 0);
+                if (vt == HR_GGML_Q8_0) {
+                    const struct hr_block_q8_0 *b = (const void *)blk;
+                    for (size_t bi = 0; bi < k / 32; bi++) {
+                        assert_int_equal(hr_f32_to_f16(hr_mm_d(&l, ref, i)[bi]), b[bi].d);
+                        assert_memory_equal(hr_mm_qs(&l, ref, i) + 32 * bi, b[bi].qs, 32);
+                    }
+                } else if (vt == HR_GGML_Q8_K) {
+                    const struct hr_block_q8_K *b = (const void *)blk;
+                    for (size_t bi = 0; bi < k / 256; bi++) {
+                        assert_true(hr_mm_d(&l, ref, i)[bi] == b[bi].d);
+                        assert_memory_equal(hr_mm_qs(&l, ref, i) + 256 * bi, b[bi].qs, 256);
+                        assert_memory_equal(hr_mm_bsum(&l, ref, i) + 16 * bi, b[bi].bsums, 32);
+                    }
+                } else if (vt == HR_GGML_F16 || vt == HR_GGML_BF16) {
+                    assert_memory_equal(hr_mm_u16(&l, ref, i), blk, k * 2);
+                } else {
+                    assert_memory_equal(hr_mm_f32(&l, ref, i), blk, k * 4);
+                }
+            }
+            free(blk);
+            for (size_t is = 1; is < N_ISAS; is++) {
+                if (!hr_kernels_force_isa(k_isas[is]))
+                    continue;
+                memset(got, 0xAB, l.total);
+                hr_matmul_prepare(t, x, m, k, got, 0, 2);
+                hr_matmul_prepare(t, x, m, k, got, 1, 2);
+                if (memcmp(ref, got, l.total) != 0) {
+                    size_t i = 0;
+                    while (ref[i] == got[i])
+                        i++;
+                    fail_msg("%s prepare (%s) k=%zu differs from generic at byte %zu of %zu",
+                             hr_ggml_type_name(t), k_isas[is], k, i, l.total);
+                }
+            }
+            hr_kernels_force_isa("best");
+            free(x);
+            free(ref);
+            free(got);
+        }
+    }
+}
+
+/* ---- random data vs the reference ----------------------------------------- */
+
+static void check_random(enum hr_ggml_type t, size_t m, size_t n_out, size_t k, uint64_t seed)
+{
+    const size_t rb = hr_row_bytes(t, k);
+    float *wf = malloc(n_out * k * sizeof(float)), *x = malloc(m * k * sizeof(float));
+    uint8_t *w = malloc(n_out * rb);
+    fill_normal(wf, n_out * k, 0.1, seed);
+    fill_normal(x, m * k, 1.5, seed + 1);
+    for (size_t r = 0; r < n_out; r++)
+        assert_int_equal(hr_quantize_row(t, wf + r * k, w + r * rb, k), 0);
+    float *ref = malloc(m * n_out * sizeof(float));
+    double *mag = malloc(m * n_out * sizeof(double));
+    reference(t, w, k, n_out, x, m, ref, mag);
+    const size_t ldy = n_out + 3; /* a row stride wider than n_out */
+    float *y = malloc(m * ldy * sizeof(float));
+    const double tol = 2.0 * (n_accum(t, k) + 16) * 6e-8;
+    for (size_t is = 0; is < N_ISAS; is++) {
+        if (!hr_kernels_force_isa(k_isas[is]))
+            continue;
+        for (size_t i = 0; i < m * ldy; i++)
+            y[i] = NAN;
+        run_matmul(t, w, k, n_out, x, m, y, ldy, 1);
+        for (size_t i = 0; i < m; i++) {
+            for (size_t r = 0; r < n_out; r++) {
+                double got = y[i * ldy + r], want = ref[i * n_out + r];
+                double err = fabs(got - want), lim = tol * mag[i * n_out + r] + 1e-30;
+                if (!(err <= lim))
+                    fail_msg("%s (%s) m=%zu n_out=%zu k=%zu: y[%zu][%zu] = %.9g, reference "
+                             "%.9g (err %.3g > %.3g)",
+                             hr_ggml_type_name(t), k_isas[is], m, n_out, k, i, r, got, want, err,
+                             lim);
+            }
+            for (size_t r = n_out; r < ldy; r++) /* nothing written past n_out */
+                assert_true(isnan(y[i * ldy + r]));
+        }
+    }
+    hr_kernels_force_isa("best");
+    free(wf);
+    free(x);
+    free(w);
+    free(ref);
+    free(mag);
+    free(y);
+}
+
+static void test_random_vs_reference(void **state)
+{
+    (void)state;
+    static const size_t ms[] = {1, 2, 3, 5, 6, 12, 16, 17, 64};
+    static const size_t ns[] = {1, 7, 33, 64};
+    uint64_t seed = 1;
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        size_t ks[4], nk = ks_for(k_types[ti], ks);
+        for (size_t ki = 0; ki < nk; ki++)
+            for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++)
+                for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++)
+                    check_random(k_types[ti], ms[mi], ns[ni], ks[ki], seed += 2);
+    }
+}
+
+/* ---- exact data ------------------------------------------------------------ */
+
+/*
+ * Weights built directly as blocks: random quants and sub-block scales,
+ * super-block scales 2^-12 (2^-14 for the mins); float weights small
+ * integers. Activations: integers in [-127, 127] with a +-127 in every block,
+ * so every activation scale is exactly +-1 and the quants are the values.
+ * Then every product and partial sum is a multiple of a power of two well
+ * inside f32's 24 bits, so any summation order gives the same float, and the
+ * kernels must agree with the reference exactly.
+ */
+static void make_exact_weights(enum hr_ggml_type t, uint8_t *w, size_t n_out, size_t k,
+                               struct hr_rng *r)
+{
+    const size_t rb = hr_row_bytes(t, k);
+    const uint16_t d_small = hr_f32_to_f16(1.0f / 4096), d_min = hr_f32_to_f16(1.0f / 16384);
+    for (size_t row = 0; row < n_out; row++) {
+        uint8_t *wr = w + row * rb;
+        for (size_t i = 0; i < rb; i++)
+            wr[i] = (uint8_t)hr_rng_u64(r);
+        const size_t n = k / block_of(t);
+        for (size_t b = 0; b < n; b++) {
+            switch (t) {
+            case HR_GGML_F32: ((float *)wr)[b] = (float)((int)(hr_rng_u64(r) % 15) - 7); break;
+            case HR_GGML_F16:
+                ((uint16_t *)wr)[b] = hr_f32_to_f16((float)((int)(hr_rng_u64(r) % 15) - 7));
+                break;
+            case HR_GGML_BF16:
+                ((uint16_t *)wr)[b] = hr_f32_to_bf16((float)((int)(hr_rng_u64(r) % 15) - 7));
+                break;
+            case HR_GGML_Q8_0: ((struct hr_block_q8_0 *)wr)[b].d = d_small; break;
+            case HR_GGML_Q4_0: ((struct hr_block_q4_0 *)wr)[b].d = d_small; break;
+            case HR_GGML_Q4_K:
+                ((struct hr_block_q4_K *)wr)[b].d = d_small;
+                ((struct hr_block_q4_K *)wr)[b].dmin = d_min;
+                break;
+            case HR_GGML_Q5_K:
+                ((struct hr_block_q5_K *)wr)[b].d = d_small;
+                ((struct hr_block_q5_K *)wr)[b].dmin = d_min;
+                break;
+            case HR_GGML_Q6_K: {
+                /* small sub-block scales keep the block sums far below 2^24 */
+                struct hr_block_q6_K *x6 = (struct hr_block_q6_K *)wr + b;
+                x6->d = d_small;
+                for (int j = 0; j < 16; j++)
+                    x6->scales[j] = (int8_t)((int)(hr_rng_u64(r) % 32) - 16);
+                break;
+            }
+            default: break;
+            }
+        }
+    }
+}
+
+static void test_exact_vs_reference(void **state)
+{
+    (void)state;
+    static const size_t ms[] = {1, 3, 6, 17};
+    static const size_t ns[] = {7, 33};
+    struct hr_rng rng;
+    hr_rng_seed(&rng, 77);
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const enum hr_ggml_type t = k_types[ti];
+        size_t ks[4], nk = ks_for(t, ks);
+        for (size_t ki = 0; ki < nk; ki++) {
+            for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++) {
+                for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
+                    const size_t k = ks[ki], m = ms[mi], n_out = ns[ni];
+                    const size_t rb = hr_row_bytes(t, k);
+                    uint8_t *w = malloc(n_out * rb);
+                    make_exact_weights(t, w, n_out, k, &rng);
+                    float *x = malloc(m * k * sizeof(float));
+                    const size_t blk = block_of(t) == 1 ? 32 : block_of(t);
+                    for (size_t i = 0; i < m * k; i++) {
+                        const bool first = (i % k) % blk == 0;
+                        x[i] = first ? (hr_rng_u64(&rng) & 1 ? 127.f : -127.f)
+                                     : (float)((int)(hr_rng_u64(&rng) % 255) - 127);
+                    }
+                    float *ref = malloc(m * n_out * sizeof(float)), *y = malloc(m * n_out * sizeof(float));
+                    double *mag = malloc(m * n_out * sizeof(double));
+                    reference(t, w, k, n_out, x, m, ref, mag);
+                    for (size_t is = 0; is < N_ISAS; is++) {
+                        if (!hr_kernels_force_isa(k_isas[is]))
+                            continue;
+                        run_matmul(t, w, k, n_out, x, m, y, n_out, 1);
+                        for (size_t e = 0; e < m * n_out; e++)
+                            if (y[e] != ref[e])
+                                fail_msg("%s (%s) exact data m=%zu n_out=%zu k=%zu: y[%zu] = %.9g, "
+                                         "reference %.9g",
+                                         hr_ggml_type_name(t), k_isas[is], m, n_out, k, e,
+                                         (double)y[e], (double)ref[e]);
+                    }
+                    hr_kernels_force_isa("best");
+                    free(w);
+                    free(x);
+                    free(ref);
+                    free(y);
+                    free(mag);
+                }
+            }
+        }
+    }
+}
+
+/* ---- quantization error ------------------------------------------------- */
+
+/*
+ * Against the f32 dot product of the dequantized weights with the original
+ * (unquantized) activations: the only difference is the activation
+ * conversion, bounded per element by half a quantization step (Q8_0 and
+ * Q8_K: d / 2 of the element's block; f16: 2^-11 relative; bf16: 2^-8).
+ */
+static void test_within_activation_quantization_error(void **state)
+{
+    (void)state;
+    const size_t m = 9, n_out = 40;
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const enum hr_ggml_type t = k_types[ti], vt = hr_matmul_vec_dot_type(t);
+        const size_t k = block_of(t) == 1 ? 200 : 512, rb = hr_row_bytes(t, k);
+        float *wf = malloc(n_out * k * sizeof(float)), *wd = malloc(n_out * k * sizeof(float));
+        float *x = malloc(m * k * sizeof(float)), *y = malloc(m * n_out * sizeof(float));
+        float *ad = malloc(k * sizeof(float));
+        const struct hr_ggml_type_info *vi = hr_ggml_type_info(vt);
+        uint8_t *w = malloc(n_out * rb), *abuf = malloc(k / vi->block_elems * vi->block_bytes);
+        fill_normal(wf, n_out * k, 0.05, 500 + ti);
+        fill_normal(x, m * k, 1.0, 600 + ti);
+        for (size_t r = 0; r < n_out; r++) {
+            assert_int_equal(hr_quantize_row(t, wf + r * k, w + r * rb, k), 0);
+            assert_int_equal(hr_dequantize_row(t, w + r * rb, wd + r * k, k), 0);
+        }
+        for (size_t is = 0; is < N_ISAS; is++) {
+            if (!hr_kernels_force_isa(k_isas[is]))
+                continue;
+            run_matmul(t, w, k, n_out, x, m, y, n_out, 2);
+            for (size_t i = 0; i < m; i++) {
+                const float *xi = x + i * k;
+                assert_int_equal(hr_convert_act_row(vt, xi, abuf, k), 0);
+                assert_int_equal(hr_dequantize_row(vt, abuf, ad, k), 0);
+                for (size_t r = 0; r < n_out; r++) {
+                    double exact = 0, bound = 0, mag = 0;
+                    for (size_t j = 0; j < k; j++) {
+                        double wj = wd[r * k + j];
+                        exact += wj * xi[j];
+                        mag += fabs(wj * xi[j]);
+                        double step;
+                        if (vt == HR_GGML_Q8_0)
+                            step = 0.5 * hr_f16_to_f32(((struct hr_block_q8_0 *)abuf)[j / 32].d);
+                        else if (vt == HR_GGML_Q8_K)
+                            step = 0.5 * fabs(((struct hr_block_q8_K *)abuf)[j / 256].d);
+                        else if (vt == HR_GGML_F16)
+                            step = fabs(xi[j]) * 0x1p-11;
+                        else if (vt == HR_GGML_BF16)
+                            step = fabs(xi[j]) * 0x1p-8;
+                        else
+                            step = 0;
+                        bound += fabs(wj) * step * 1.0001;
+                    }
+                    bound += 1e-5 * mag; /* float accumulation */
+                    double err = fabs(y[i * n_out + r] - exact);
+                    if (!(err <= bound))
+                        fail_msg("%s (%s): y[%zu][%zu] = %.9g, f32 dot of dequantized weights "
+                                 "%.9g: error %.3g exceeds the activation quantization bound %.3g",
+                                 hr_ggml_type_name(t), k_isas[is], i, r, (double)y[i * n_out + r],
+                                 exact, err, bound);
+                }
+            }
+        }
+        hr_kernels_force_isa("best");
+        free(wf);
+        free(wd);
+        free(x);
+        free(y);
+        free(ad);
+        free(w);
+        free(abuf);
+    }
+}
+
+/* ---- threads --------------------------------------------------------------- */
+
+static void test_thread_split_is_bitwise_identical(void **state)
+{
+    (void)state;
+    static const size_t ms[] = {1, 4, 40};
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const enum hr_ggml_type t = k_types[ti];
+        const size_t k = block_of(t) == 1 ? 96 : 512, n_out = 100, rb = hr_row_bytes(t, k);
+        float *wf = malloc(n_out * k * sizeof(float));
+        uint8_t *w = malloc(n_out * rb);
+        fill_normal(wf, n_out * k, 0.1, 900 + ti);
+        for (size_t r = 0; r < n_out; r++)
+            assert_int_equal(hr_quantize_row(t, wf + r * k, w + r * rb, k), 0);
+        for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++) {
+            const size_t m = ms[mi];
+            float *x = malloc(m * k * sizeof(float));
+            float *y1 = malloc(m * n_out * sizeof(float)), *yn = malloc(m * n_out * sizeof(float));
+            fill_normal(x, m * k, 1.0, 950 + mi);
+            for (size_t is = 0; is < N_ISAS; is++) {
+                if (!hr_kernels_force_isa(k_isas[is]))
+                    continue;
+                run_matmul(t, w, k, n_out, x, m, y1, n_out, 1);
+                for (int nth = 2; nth <= 3; nth++) {
+                    memset(yn, 0xff, m * n_out * sizeof(float));
+                    run_matmul(t, w, k, n_out, x, m, yn, n_out, nth);
+                    if (memcmp(y1, yn, m * n_out * sizeof(float)) != 0)
+                        fail_msg("%s (%s) m=%zu: %d threads differ from 1", hr_ggml_type_name(t),
+                                 k_isas[is], m, nth);
+                }
+            }
+            hr_kernels_force_isa("best");
+            free(x);
+            free(y1);
+            free(yn);
+        }
+        free(wf);
+        free(w);
+    }
+}
+
+/* ---- API ---------------------------------------------------------------- */
+
+static void test_api(void **state)
+{
+    (void)state;
+    for (size_t ti = 0; ti < N_TYPES; ti++)
+        assert_true(hr_matmul_supports(k_types[ti]));
+    assert_false(hr_matmul_supports(HR_GGML_Q2_K));
+    assert_false(hr_matmul_supports(HR_GGML_Q8_K));
+    assert_int_equal(hr_matmul_vec_dot_type(HR_GGML_Q4_0), HR_GGML_Q8_0);
+    assert_int_equal(hr_matmul_vec_dot_type(HR_GGML_Q6_K), HR_GGML_Q8_K);
+    assert_int_equal(hr_matmul_vec_dot_type(HR_GGML_F16), HR_GGML_F16);
+    assert_int_equal(hr_row_bytes(HR_GGML_Q4_K, 512), 288);
+    assert_int_equal(hr_matmul_act_bytes(HR_GGML_Q8_0, 3, 64) % 64, 0);
+    assert_true(hr_kernels_force_isa("generic"));
+    assert_string_equal(hr_kernels_isa(), "generic");
+    assert_false(hr_kernels_force_isa("sse9"));
+    assert_true(hr_kernels_force_isa("best"));
+    fprintf(stderr, "# kernels: best ISA on this machine: %s\n", hr_kernels_isa());
+    /* dequantize_row_any is the reference dequantizer */
+    float x[256], a[256], b[256];
+    struct hr_block_q4_K q[1];
+    fill_normal(x, 256, 1.0, 5);
+    hr_quantize_row_q4_K(x, q, 256);
+    hr_dequantize_row_any(HR_GGML_Q4_K, q, a, 256);
+    hr_dequantize_row_q4_K(q, b, 256);
+    assert_memory_equal(a, b, sizeof(a));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_api),
+        cmocka_unit_test(test_prepare_identical_across_isas),
+        cmocka_unit_test(test_random_vs_reference),
+        cmocka_unit_test(test_exact_vs_reference),
+        cmocka_unit_test(test_within_activation_quantization_error),
+        cmocka_unit_test(test_thread_split_is_bitwise_identical),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
