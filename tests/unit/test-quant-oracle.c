@@ -59,11 +59,22 @@ struct ggml_type_traits_cpu {
     int64_t nrows;
 };
 typedef const struct ggml_type_traits_cpu *(*traits_fn)(int type);
+/* ggml/include/ggml.h, struct ggml_type_traits (the part up to to_float). */
+struct ggml_type_traits {
+    const char *type_name;
+    int64_t blck_size;
+    int64_t blck_size_interleave;
+    size_t type_size;
+    bool is_quantized;
+    void (*to_float)(const void *x, float *y, int64_t n);
+};
+typedef const struct ggml_type_traits *(*base_traits_fn)(int type);
 
 static void *g_lib, *g_cpu;
 static quantize_chunk_fn g_quantize_chunk;
 static row16_fn g_fp16_row, g_bf16_row;
 static traits_fn g_traits;
+static base_traits_fn g_base_traits;
 static char g_cpu_variant[32];
 
 /* Loads the CPU backend variant llama.cpp's loader would pick: the highest
@@ -114,6 +125,7 @@ static int setup(void **state)
     g_quantize_chunk = (quantize_chunk_fn)dlsym(g_lib, "ggml_quantize_chunk");
     g_fp16_row = (row16_fn)dlsym(g_lib, "ggml_fp32_to_fp16_row");
     g_bf16_row = (row16_fn)dlsym(g_lib, "ggml_fp32_to_bf16_row_ref");
+    g_base_traits = (base_traits_fn)dlsym(g_lib, "ggml_get_type_traits");
     load_cpu_backend();
     return 0;
 }
@@ -348,6 +360,42 @@ static void test_vec_dot_matches_ggml_cpu(void **state)
     }
 }
 
+/* Dequantizers (embedding lookups) against ggml's to_float, on the bytes
+ * of every quantizer case: the floats must be identical. */
+static void test_dequantize_matches_llama_cpp(void **state)
+{
+    (void)state;
+    if (!g_base_traits || !g_quantize_chunk)
+        skip();
+    static const enum hr_ggml_type types[] = {HR_GGML_Q8_0, HR_GGML_Q4_0, HR_GGML_Q4_K,
+                                              HR_GGML_Q5_K, HR_GGML_Q6_K, HR_GGML_F16,
+                                              HR_GGML_BF16};
+    static const size_t lens[] = {256, 512, 4096};
+    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+        const struct hr_ggml_type_info *info = hr_ggml_type_info(types[ti]);
+        for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+            for (int kind = 0; kind < 3; kind++) {
+                size_t n = lens[li], bytes = n / info->block_elems * info->block_bytes;
+                float *x = malloc(n * sizeof(float)), *a = malloc(n * sizeof(float));
+                float *b = malloc(n * sizeof(float));
+                uint8_t *q = malloc(bytes);
+                fill(x, n, kind, 0.7, 3000 + 10 * li + (size_t)kind);
+                g_quantize_chunk((int)types[ti], x, q, 0, 1, (int64_t)n, NULL);
+                assert_int_equal(hr_dequantize_row(types[ti], q, a, n), 0);
+                g_base_traits((int)types[ti])->to_float(q, b, (int64_t)n);
+                for (size_t i = 0; i < n; i++)
+                    if (memcmp(&a[i], &b[i], sizeof(float)) != 0)
+                        fail_msg("dequantize %s n=%zu kind=%d: value %zu: ours %.9g, ggml %.9g",
+                                 info->name, n, kind, i, (double)a[i], (double)b[i]);
+                free(x);
+                free(a);
+                free(b);
+                free(q);
+            }
+        }
+    }
+}
+
 static void test_f16_bf16_rows_match_llama_cpp(void **state)
 {
     (void)state;
@@ -418,6 +466,7 @@ int main(void)
         cmocka_unit_test(test_q6_K_matches_llama_cpp),
         cmocka_unit_test(test_f16_bf16_f32_chunks_match_llama_cpp),
         cmocka_unit_test(test_f16_bf16_rows_match_llama_cpp),
+        cmocka_unit_test(test_dequantize_matches_llama_cpp),
         cmocka_unit_test(test_act_conversion_matches_ggml_cpu),
         cmocka_unit_test(test_vec_dot_matches_ggml_cpu),
         cmocka_unit_test(test_q8_0_roundtrip_error),
