@@ -304,9 +304,12 @@ static void matmul(struct hr_engine *e, const struct hr_weight *w, const float *
     hr_matmul_compute(w->type, w->data, w->ne0, w->ne1, act, m, y, w->ne1, ith, nth);
 }
 
+/* Reuse prepared activations only for the same weight type: the kernels'
+ * activation layout may carry per-type extras (the K-quants' auxiliary sums
+ * differ between Q4_K/Q5_K and Q6_K), so equal vec-dot types are not enough. */
 static bool same_act(const struct hr_weight *a, const struct hr_weight *b)
 {
-    return hr_matmul_vec_dot_type(a->type) == hr_matmul_vec_dot_type(b->type);
+    return a->type == b->type;
 }
 
 static void add_bias(float *y, const struct hr_weight *b, uint32_t n)
