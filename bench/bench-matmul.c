@@ -25,7 +25,9 @@
  *
  * Usage: bench-matmul [--types q8_0,f16,...] [--shapes qwen,llama] [--m 1,512]
  *                     [--threads 1,2] [--isa avx512vnni|avx2|generic] [--no-ggml]
- *                     [--min-time SECONDS]
+ *                     [--no-invariant] [--min-time SECONDS]
+ * (--no-invariant: the faster decode kernels that are not batch-invariant,
+ * see hr_kernels_set_batch_invariant.)
  * ggml's side does not use llama.cpp's weight repacking (CPU_REPACK buffers
  * for Q4_0/Q4_K), only the plain type traits and llamafile's sgemm.
  */
@@ -462,6 +464,8 @@ int main(int argc, char **argv)
             min_time = atof(v), i++;
         else if (strcmp(a, "--no-ggml") == 0)
             with_ggml = false;
+        else if (strcmp(a, "--no-invariant") == 0)
+            hr_kernels_set_batch_invariant(false);
         else if (strcmp(a, "--isa") == 0 && v) {
             if (!hr_kernels_force_isa(v)) {
                 fprintf(stderr, "bench-matmul: this CPU or build cannot run ISA '%s'\n", v);
@@ -472,7 +476,7 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr, "usage: bench-matmul [--types LIST] [--shapes qwen,llama|NAME,..] "
                             "[--m LIST] [--threads LIST] [--isa NAME] [--no-ggml] "
-                            "[--min-time S]\n");
+                            "[--no-invariant] [--min-time S]\n");
             return 2;
         }
     }
@@ -486,8 +490,8 @@ int main(int argc, char **argv)
     }
     if (with_ggml)
         ggml_load();
-    printf("bench matmul_setup isa=%s ggml=%s load=\"%s\"\n", hr_kernels_isa(),
-           G.ok ? G.variant : "unavailable", load);
+    printf("bench matmul_setup isa=%s invariant=%d ggml=%s load=\"%s\"\n", hr_kernels_isa(),
+           hr_kernels_batch_invariant(), G.ok ? G.variant : "unavailable", load);
     with_ggml = with_ggml && G.ok;
     static const enum hr_ggml_type all[] = {HR_GGML_F32,  HR_GGML_F16,  HR_GGML_BF16,
                                             HR_GGML_Q8_0, HR_GGML_Q4_0, HR_GGML_Q4_K,

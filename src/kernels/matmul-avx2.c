@@ -39,8 +39,8 @@
 /* hr_quantize_row_q8_0_act, vectorized the way ggml-cpu's AVX2 code is (the
  * maximum in SIMD order, 127 / amax, vroundps to nearest even, saturating
  * packs), so the bytes are the reference's. */
-T2 static void prep_q8_0_row(const float *x, size_t nb, int32_t off, int8_t *qs, float *d,
-                             int32_t *comp)
+T2 static void prep_q8_0_row(const float *x, size_t nb, int8_t *qs, float *d, int32_t *comp,
+                             int32_t *comp4)
 {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     for (size_t b = 0; b < nb; b++) {
@@ -71,7 +71,8 @@ T2 static void prep_q8_0_row(const float *x, size_t nb, int32_t off, int8_t *qs,
             for (int j = 0; j < 32; j++)
                 s += qs[32 * b + (size_t)j];
         }
-        comp[b] = -off * s;
+        comp[b] = -128 * s;
+        comp4[b] = -8 * s;
     }
 }
 
@@ -91,9 +92,9 @@ T2 static void prepare_avx2(const struct hr_mm_layout *l, const float *x, size_t
         const float *xi = x + i * k;
         if (vt == HR_GGML_Q8_0) {
             int8_t *qs = (int8_t *)(base + l->qs_off + i * l->qs_stride);
-            prep_q8_0_row(xi, l->nb, hr_mm_comp_offset(l->wtype), qs,
-                          (float *)(base + l->d_off) + i * l->nb,
-                          (int32_t *)(base + l->comp_off) + i * l->nb);
+            prep_q8_0_row(xi, l->nb, qs, (float *)(base + l->d_off) + i * l->nb,
+                          (int32_t *)(base + l->comp_off) + i * l->nb,
+                          (int32_t *)(base + l->comp4_off) + i * l->nb);
             memset(qs + k, 0, l->qs_stride - k);
         } else {
             uint16_t *row = (uint16_t *)(base + l->qs_off + i * l->qs_stride);

@@ -4,14 +4,17 @@
  *
  * Two shapes of work, chosen by the number of tokens m (gemm_min_m below):
  *
- * GEMV (decode, m below 6-16): memory-bound. Each thread streams its slice
- * of the weight rows once per pass of up to 4 tokens, row by row, the k loop
- * innermost, every token's accumulators in registers (matmul-gemv-x86.h, and
- * gemv_float / gemv_bf16 here). A Q8_0 block costs per token one vpdpbusd,
- * one convert and one fma; the kernels run at 30 GB/s (Q8_0, Q6_K), 22
- * (Q4_K) and 36+ (F16) from L2, above the 17-26 GB/s one thread pulls from
- * DRAM, so decode is bound by memory as it should be. Software prefetch was
- * measured and did not help (the hardware prefetcher follows the rows).
+ * GEMV (decode, m below 2-16): memory-bound. Each thread streams its slice
+ * of the weight rows once per pass of up to 4 tokens, the k loop innermost,
+ * every token's accumulators in registers (matmul-gemv-x86.h, and
+ * gemv_float / gemv_bf16 here). With batch invariance on (the default, see
+ * matmul.h) the quantized types use the GEMM-order kernels, which fold each
+ * block's integer sum before scaling exactly as the GEMM below does, so a
+ * token gets the same bits at any m; Q8_0 then runs at ~25-30 GB/s from L2
+ * (the free-running kernel: ~40), K-quants at ~20-30, F16 at 36. One thread
+ * pulls 17-26 GB/s from DRAM, so decode is memory-bound except for Q8_0's
+ * invariant kernel on one thread. Software prefetch helped only the
+ * GEMM-order kernels (whose two passes leave the memory idle in between).
  *
  * GEMM (prefill): compute-bound. The weights are packed, 32 rows x a k-chunk
  * at a time, into a small panel (L1) where every 64-byte vector holds the
@@ -63,11 +66,14 @@
  * registers only when those loops are fully unrolled. */
 #define UNROLL _Pragma("GCC unroll 16")
 
-/* Below this many tokens the GEMV kernels run (in passes of 4 tokens, each
- * pass re-reading the weights); from it on, the packed GEMM. Crossovers
- * measured with bench-matmul on Zen 4 (GEMV throughput per token is flat in
- * m, the GEMM's grows as packing is amortized): Q8_0/Q4_0 at 6 tokens, the
- * float types at 12, the K-quants (costlier to unpack) at 16. */
+/* Below this many tokens the GEMV kernels run (in passes of up to 4 tokens,
+ * each pass re-reading the weights); from it on, the packed GEMM. Measured
+ * with bench-matmul on Zen 4 (GEMV throughput per token is flat in m, the
+ * GEMM's grows as packing is amortized): the K-quants (costlier to unpack)
+ * switch at 16 tokens, the float types at 12, Q8_0/Q4_0 at 6. With batch
+ * invariance on, Q8_0/Q4_0 use the GEMM from 2 tokens: their invariant
+ * decode kernel does one token per pass, and at 2-5 tokens the GEMM is as
+ * fast. */
 static size_t gemm_min_m(enum hr_ggml_type t)
 {
 #ifdef HR_GEMM_MIN_M
@@ -76,7 +82,7 @@ static size_t gemm_min_m(enum hr_ggml_type t)
 #else
     switch (t) {
     case HR_GGML_Q8_0:
-    case HR_GGML_Q4_0: return 6;
+    case HR_GGML_Q4_0: return hr_kernels_batch_invariant() ? 2 : 6;
     case HR_GGML_Q4_K:
     case HR_GGML_Q5_K:
     case HR_GGML_Q6_K: return 16;
@@ -97,8 +103,8 @@ T512 static float hmax512(__m512 v) { return _mm512_reduce_max_ps(v); }
  * input the result is the reference's: the maximum does not depend on the
  * reduction order, vcvtps2dq rounds half to even like vroundps + cvt, and
  * vpmovsdb saturates like the two packs. */
-T512 static void prep_q8_0_row(const float *x, size_t nb, int32_t off, int8_t *qs, float *d,
-                               int32_t *comp)
+T512 static void prep_q8_0_row(const float *x, size_t nb, int8_t *qs, float *d, int32_t *comp,
+                               int32_t *comp4)
 {
     const __m512 sign = _mm512_set1_ps(-0.0f);
     for (size_t b = 0; b < nb; b++) {
@@ -116,14 +122,16 @@ T512 static void prep_q8_0_row(const float *x, size_t nb, int32_t off, int8_t *q
         _mm_storeu_si128((__m128i *)(qs + 32 * b + 16), q1);
         /* sum of the stored (saturated) quants */
         __m512i s = _mm512_add_epi32(_mm512_cvtepi8_epi32(q0), _mm512_cvtepi8_epi32(q1));
-        comp[b] = -off * _mm512_reduce_add_epi32(s);
+        const int32_t sum = _mm512_reduce_add_epi32(s);
+        comp[b] = -128 * sum;
+        comp4[b] = -8 * sum;
     }
 }
 
 /* hr_quantize_row_q8_K for one row, with ggml's nearest_int done the same way
  * (add 1.5 * 2^23, keep the mantissa), so even NaN maps identically. */
-T512 static void prep_q8_K_row(const float *x, size_t nb, bool q6, int8_t *qs, float *d,
-                               int16_t *bsum, void *aux)
+T512 static void prep_q8_K_row(const float *x, size_t nb, int8_t *qs, float *d, int16_t *bsum,
+                               int16_t *sum32, int32_t *comp16)
 {
     const __m512 sign = _mm512_set1_ps(-0.0f);
     for (size_t b = 0; b < nb; b++) {
@@ -164,15 +172,10 @@ T512 static void prep_q8_K_row(const float *x, size_t nb, bool q6, int8_t *qs, f
             d[b] = 1 / iscale;
         }
         memcpy(bsum + 16 * b, bs, sizeof(bs));
-        if (q6) {
-            int32_t *c16 = (int32_t *)aux + 16 * b;
-            for (int j = 0; j < 16; j++)
-                c16[j] = -32 * bs[j];
-        } else {
-            int16_t *s32 = (int16_t *)aux + 8 * b;
-            for (int j = 0; j < 8; j++)
-                s32[j] = (int16_t)(bs[2 * j] + bs[2 * j + 1]);
-        }
+        for (int j = 0; j < 16; j++)
+            comp16[16 * b + (size_t)j] = -32 * bs[j];
+        for (int j = 0; j < 8; j++)
+            sum32[8 * b + (size_t)j] = (int16_t)(bs[2 * j] + bs[2 * j + 1]);
     }
 }
 
@@ -186,17 +189,16 @@ T512 static void prepare_avx512(const struct hr_mm_layout *l, const float *x, si
         const float *xi = x + i * k;
         if (vt == HR_GGML_Q8_0) {
             int8_t *qs = (int8_t *)(base + l->qs_off + i * l->qs_stride);
-            prep_q8_0_row(xi, l->nb, hr_mm_comp_offset(l->wtype), qs,
-                          (float *)(base + l->d_off) + i * l->nb,
-                          (int32_t *)(base + l->comp_off) + i * l->nb);
+            prep_q8_0_row(xi, l->nb, qs, (float *)(base + l->d_off) + i * l->nb,
+                          (int32_t *)(base + l->comp_off) + i * l->nb,
+                          (int32_t *)(base + l->comp4_off) + i * l->nb);
             memset(qs + k, 0, l->qs_stride - k);
         } else if (vt == HR_GGML_Q8_K) {
             int8_t *qs = (int8_t *)(base + l->qs_off + i * l->qs_stride);
-            const bool q6 = l->wtype == HR_GGML_Q6_K;
-            void *aux = q6 ? (void *)((int32_t *)(base + l->aux_off) + i * l->nb * 16)
-                           : (void *)((int16_t *)(base + l->aux_off) + i * l->nb * 8);
-            prep_q8_K_row(xi, l->nb, q6, qs, (float *)(base + l->d_off) + i * l->nb,
-                          (int16_t *)(base + l->bsum_off) + i * l->nb * 16, aux);
+            prep_q8_K_row(xi, l->nb, qs, (float *)(base + l->d_off) + i * l->nb,
+                          (int16_t *)(base + l->bsum_off) + i * l->nb * 16,
+                          (int16_t *)(base + l->sum32_off) + i * l->nb * 8,
+                          (int32_t *)(base + l->comp16_off) + i * l->nb * 16);
             memset(qs + k, 0, l->qs_stride - k);
         } else if (vt == HR_GGML_BF16) {
             /* hr_f32_to_bf16: round to nearest even, NaN -> quiet NaN */
@@ -379,9 +381,26 @@ T512 static void gemv_avx512(const struct hr_mm_layout *l, const void *w, size_t
     switch (l->wtype) {
     case HR_GGML_Q8_0:
     case HR_GGML_Q4_0:
+        if (hr_kernels_batch_invariant()) {
+            for (size_t i = 0; i < m; i++) {
+                if (l->wtype == HR_GGML_Q4_0)
+                    gemv1_q80_rows8(l, w, r0, r1, act, i, y, ldy, true);
+                else
+                    gemv1_q80_rows8(l, w, r0, r1, act, i, y, ldy, false);
+            }
+        } else {
+#define C(M) gemv_q80(l, w, r0, r1, act, i0, M, y, ldy, l->wtype == HR_GGML_Q4_0)
+            GEMV_DISPATCH(C)
+#undef C
+        }
+        break;
     case HR_GGML_Q4_K:
     case HR_GGML_Q5_K:
-    case HR_GGML_Q6_K: gemv_quant(l, w, r0, r1, act, 0, m, y, ldy); break;
+    case HR_GGML_Q6_K:
+#define C(M) gemv_k_rows8(l, w, r0, r1, act, i0, M, y, ldy)
+        GEMV_DISPATCH(C)
+#undef C
+        break;
     default:
 #define C(M) gemv_float(l, w, r0, r1, act, i0, M, y, ldy)
         GEMV_DISPATCH(C)

@@ -9,10 +9,17 @@
  * (static inline always_inline) and UNROLL (a full-unroll pragma) defined.
  * Private to src/kernels/; every function is static.
  *
- * Shape: one weight row at a time, the k loop innermost, M <= GEMV_MAX_M
- * tokens per pass with all accumulators in registers; each thread streams its
- * rows once per pass, so decode reads every weight byte once. The integer
- * parts are exact (tested against hr_mm_dot_ref in test-kernels.c).
+ * Two families:
+ *  - free-running (gemv_q80, gemv_q45_K, gemv_q6_K; the AVX2 build, and the
+ *    AVX-512 Q8_0/Q4_0 decode with batch invariance off): one weight row at a
+ *    time, the k loop innermost, M <= GEMV_MAX_M tokens per pass with all
+ *    accumulators in registers, 8-lane partial sums scaled per block;
+ *  - GEMM-order (gemv1_q80_rows8, gemv_k_rows8; AVX-512 only): 8 rows at a
+ *    time, integer sums folded per block and scaled in the packed GEMM's
+ *    order, so results do not depend on m (see the comment at the #if).
+ * Each thread streams its rows once per pass, so decode reads every weight
+ * byte once. The integer parts are exact (tested against hr_mm_dot_ref in
+ * test-kernels.c).
  */
 #ifndef HR_GEMV_TARGET
 #error "define HR_GEMV_TARGET and HR_GEMV_VNNI before including matmul-gemv-x86.h"
@@ -207,13 +214,65 @@ static inline void k4_unpack_scales(const uint8_t *scales, uint32_t out[4])
 }
 
 /*
- * Q4_K / Q5_K rows: per 64 values one 32-byte load of nibbles gives two
- * sub-blocks; vpmaddubsw makes pairwise products (at most 2 * 31 * 127, no
- * saturation) and vpdpwssd multiplies them by the sub-block scale into the
- * block's integer sum, one chain per 64 values so the dpwssd latency
- * overlaps. Mins come from the activation's 32-sums. Per block and token:
- * 8 maddubs + 8 dpwssd; per block: 12 unpack + 8 scale shuffles.
+ * Q4_K / Q5_K, the integer parts of one block of one row for M tokens: is[i]
+ * holds 8 int32 lanes whose sum is the block's exact sum_j sc_j * (q . a)_j,
+ * ms[i] the exact sum_j m_j * (sum of 32 activation quants)_j. Per 64 values
+ * one 32-byte load of nibbles gives two sub-blocks; vpmaddubsw makes pairwise
+ * products (at most 2 * 31 * 127, no saturation) and vpmaddwd / vpdpwssd
+ * multiply them by the sub-block scale, one chain per 64 values so the
+ * latencies overlap. Per block and token: 8 maddubs + 8 madd/dpwssd; per
+ * block: 12 unpack + 8 scale shuffles.
  */
+INLINE HR_GEMV_TARGET void q45_block_ints(const uint8_t *blk, const bool q5,
+                                          const int8_t *const *qs, const int16_t *const *s32,
+                                          size_t b, const int M, __m256i *is, int32_t *ms)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    uint32_t u[4];
+    k4_unpack_scales(blk + 4, u);
+    const __m128i mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)u[3], (int)u[2]));
+    /* the 8 scales as int16 in both 128-bit lanes; shuffles pick one per sub-block */
+    const __m256i scd = _mm256_broadcastsi128_si256(
+        _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)u[1], (int)u[0])));
+    const uint8_t *q4 = blk + (q5 ? 48 : 16);
+    __m256i hbits = q5 ? _mm256_loadu_si256((const __m256i *)(blk + 16)) : _mm256_setzero_si256();
+    __m256i isum[GEMV_MAX_M][4];
+    UNROLL
+    for (int c = 0; c < 4; c++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(q4 + 32 * c));
+        __m256i ql = _mm256_and_si256(q, m4);
+        __m256i qh = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if (q5) {
+            ql = _mm256_or_si256(ql, _mm256_slli_epi16(_mm256_and_si256(hbits, one), 4));
+            qh = _mm256_or_si256(
+                qh, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 1), one), 4));
+            hbits = _mm256_srli_epi16(hbits, 2);
+        }
+        const __m256i sc_l =
+            _mm256_shuffle_epi8(scd, _mm256_set1_epi16((short)(((4 * c + 1) << 8) | (4 * c))));
+        const __m256i sc_h =
+            _mm256_shuffle_epi8(scd, _mm256_set1_epi16((short)(((4 * c + 3) << 8) | (4 * c + 2))));
+        UNROLL
+        for (int i = 0; i < M; i++) {
+            const int8_t *a = qs[i] + 256 * b + 64 * c;
+            __m256i pl = _mm256_maddubs_epi16(ql, _mm256_load_si256((const __m256i *)a));
+            __m256i ph = _mm256_maddubs_epi16(qh, _mm256_load_si256((const __m256i *)(a + 32)));
+            isum[i][c] = HR_DPWSSD(_mm256_madd_epi16(pl, sc_l), ph, sc_h);
+        }
+    }
+    UNROLL
+    for (int i = 0; i < M; i++) {
+        is[i] = _mm256_add_epi32(_mm256_add_epi32(isum[i][0], isum[i][1]),
+                                 _mm256_add_epi32(isum[i][2], isum[i][3]));
+        __m128i pm = _mm_madd_epi16(mins, _mm_loadu_si128((const __m128i *)(s32[i] + 8 * b)));
+        pm = _mm_add_epi32(pm, _mm_unpackhi_epi64(pm, pm));
+        pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 1));
+        ms[i] = _mm_cvtsi128_si32(pm);
+    }
+}
+
+/* Q4_K / Q5_K rows one at a time (the AVX2 build): per block acc += isum *
+ * (d * da) in 8 lanes, mins in a scalar; one horizontal sum per row. */
 INLINE HR_GEMV_TARGET void gemv_q45_K(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
                             const void *act, size_t i0, const int M, float *y, size_t ldy,
                             const bool q5)
@@ -228,7 +287,6 @@ INLINE HR_GEMV_TARGET void gemv_q45_K(const struct hr_mm_layout *l, const void *
         da[i] = hr_mm_d(l, act, i0 + i);
         s32[i] = hr_mm_sum32(l, act, i0 + i);
     }
-    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
     for (size_t r = r0; r < r1; r++) {
         const uint8_t *wr = (const uint8_t *)w + r * row_bytes;
         __m256 acc[GEMV_MAX_M];
@@ -243,45 +301,13 @@ INLINE HR_GEMV_TARGET void gemv_q45_K(const struct hr_mm_layout *l, const void *
             HR_PREFETCH(blk, PF_K, 128);
             const float d = _cvtsh_ss(*(const uint16_t *)blk);
             const float dmin = _cvtsh_ss(*(const uint16_t *)(blk + 2));
-            uint32_t u[4];
-            k4_unpack_scales(blk + 4, u);
-            const __m128i mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)u[3], (int)u[2]));
-            /* the 8 scales as int16 in both 128-bit lanes; shuffles pick one per sub-block */
-            const __m256i scd = _mm256_broadcastsi128_si256(
-                _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)u[1], (int)u[0])));
-            const uint8_t *q4 = blk + (q5 ? 48 : 16);
-            __m256i hbits = q5 ? _mm256_loadu_si256((const __m256i *)(blk + 16)) : _mm256_setzero_si256();
-            __m256i isum[GEMV_MAX_M][4];
-            UNROLL
-            for (int c = 0; c < 4; c++) {
-                const __m256i q = _mm256_loadu_si256((const __m256i *)(q4 + 32 * c));
-                __m256i ql = _mm256_and_si256(q, m4);
-                __m256i qh = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-                if (q5) {
-                    ql = _mm256_or_si256(ql, _mm256_slli_epi16(_mm256_and_si256(hbits, one), 4));
-                    qh = _mm256_or_si256(
-                        qh, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 1), one), 4));
-                    hbits = _mm256_srli_epi16(hbits, 2);
-                }
-                const __m256i sc_l = _mm256_shuffle_epi8(scd, _mm256_set1_epi16((short)(((4 * c + 1) << 8) | (4 * c))));
-                const __m256i sc_h = _mm256_shuffle_epi8(scd, _mm256_set1_epi16((short)(((4 * c + 3) << 8) | (4 * c + 2))));
-                UNROLL
-                for (int i = 0; i < M; i++) {
-                    const int8_t *a = qs[i] + 256 * b + 64 * c;
-                    __m256i pl = _mm256_maddubs_epi16(ql, _mm256_load_si256((const __m256i *)a));
-                    __m256i ph = _mm256_maddubs_epi16(qh, _mm256_load_si256((const __m256i *)(a + 32)));
-                    isum[i][c] = HR_DPWSSD(_mm256_madd_epi16(pl, sc_l), ph, sc_h);
-                }
-            }
+            __m256i is[GEMV_MAX_M];
+            int32_t ms[GEMV_MAX_M];
+            q45_block_ints(blk, q5, qs, s32, b, M, is, ms);
             UNROLL
             for (int i = 0; i < M; i++) {
-                const __m256i is = _mm256_add_epi32(_mm256_add_epi32(isum[i][0], isum[i][1]),
-                                                    _mm256_add_epi32(isum[i][2], isum[i][3]));
-                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_set1_ps(da[i][b] * d), acc[i]);
-                __m128i pm = _mm_madd_epi16(mins, _mm_loadu_si128((const __m128i *)(s32[i] + 8 * b)));
-                pm = _mm_add_epi32(pm, _mm_unpackhi_epi64(pm, pm));
-                pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 1));
-                accm[i] += da[i][b] * dmin * (float)_mm_cvtsi128_si32(pm);
+                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[i]), _mm256_set1_ps(da[i][b] * d), acc[i]);
+                accm[i] += da[i][b] * dmin * (float)ms[i];
             }
         }
         UNROLL
@@ -290,9 +316,64 @@ INLINE HR_GEMV_TARGET void gemv_q45_K(const struct hr_mm_layout *l, const void *
     }
 }
 
-/* Q6_K rows: four 32-value groups per 128 are rebuilt from ql/qh (q in
- * 0..63), multiplied with vpmaddubsw, scaled per 16 with vpdpwssd; the -32
- * offset is removed once per block through the bsums. */
+/*
+ * Q6_K, the integer part of one block of one row for M tokens: is[i] holds 8
+ * int32 lanes whose sum is the block's exact sum_j sc_j * ((q - 32) . a)_j.
+ * Four 32-value groups per 128 are rebuilt from ql/qh (q in 0..63),
+ * multiplied with vpmaddubsw, scaled per 16 with vpmaddwd / vpdpwssd; the -32
+ * offset is removed once per block through the bsums.
+ */
+INLINE HR_GEMV_TARGET void q6_block_ints(const struct hr_block_q6_K *x, const int8_t *const *qs,
+                                         const int16_t *const *bsum, size_t b, const int M,
+                                         __m256i *is)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03);
+    /* lanes 0-7 take scale 2p, lanes 8-15 scale 2p+1 (from a 128-bit-duplicated int16 vector) */
+    const __m256i shuf0 = _mm256_set_epi8(3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 1, 0, 1, 0,
+                                          1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
+    __m256i isum[GEMV_MAX_M][4];
+    UNROLL
+    for (int i = 0; i < M; i++) {
+        /* -32 * sum_j sc_j * bsum_j, the q - 32 offset */
+        __m256i c = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)(bsum[i] + 16 * b)));
+        isum[i][0] = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_setzero_si256(), c), 5);
+        isum[i][1] = isum[i][2] = isum[i][3] = _mm256_setzero_si256();
+    }
+    UNROLL
+    for (int h = 0; h < 2; h++) {
+        const __m256i scd = _mm256_broadcastsi128_si256(
+            _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(x->scales + 8 * h))));
+        const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h));
+        const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32));
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+        __m256i q[4];
+        q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
+        q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
+                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
+        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
+        q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
+        UNROLL
+        for (int g = 0; g < 4; g++) {
+            const __m256i scv =
+                _mm256_shuffle_epi8(scd, _mm256_add_epi8(shuf0, _mm256_set1_epi8((char)(4 * g))));
+            UNROLL
+            for (int i = 0; i < M; i++) {
+                const int8_t *a = qs[i] + 256 * b + 128 * h + 32 * g;
+                __m256i p = _mm256_maddubs_epi16(q[g], _mm256_load_si256((const __m256i *)a));
+                isum[i][g] = HR_DPWSSD(isum[i][g], p, scv);
+            }
+        }
+    }
+    UNROLL
+    for (int i = 0; i < M; i++)
+        is[i] = _mm256_add_epi32(_mm256_add_epi32(isum[i][0], isum[i][1]),
+                                 _mm256_add_epi32(isum[i][2], isum[i][3]));
+}
+
+/* Q6_K rows one at a time (the AVX2 build). */
 INLINE HR_GEMV_TARGET void gemv_q6_K(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
                            const void *act, size_t i0, const int M, float *y, size_t ldy)
 {
@@ -306,10 +387,6 @@ INLINE HR_GEMV_TARGET void gemv_q6_K(const struct hr_mm_layout *l, const void *w
         da[i] = hr_mm_d(l, act, i0 + i);
         bsum[i] = hr_mm_bsum(l, act, i0 + i);
     }
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03);
-    /* lanes 0-7 take scale 2p, lanes 8-15 scale 2p+1 (from a 128-bit-duplicated int16 vector) */
-    const __m256i shuf0 = _mm256_set_epi8(3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 1, 0, 1, 0,
-                                          1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0);
     for (size_t r = r0; r < r1; r++) {
         const struct hr_block_q6_K *wr = (const struct hr_block_q6_K *)((const uint8_t *)w + r * row_bytes);
         __m256 acc[GEMV_MAX_M];
@@ -323,54 +400,298 @@ INLINE HR_GEMV_TARGET void gemv_q6_K(const struct hr_mm_layout *l, const void *w
             HR_PREFETCH(x, PF_K, 128);
             HR_PREFETCH(x, PF_K, 192);
             const float d = _cvtsh_ss(x->d);
-            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
-            __m256i isum[GEMV_MAX_M][4];
+            __m256i is[GEMV_MAX_M];
+            q6_block_ints(x, qs, bsum, b, M, is);
             UNROLL
-            for (int i = 0; i < M; i++) {
-                /* -32 * sum_j sc_j * bsum_j, the q - 32 offset */
-                __m256i c = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)(bsum[i] + 16 * b)));
-                isum[i][0] = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_setzero_si256(), c), 5);
-                isum[i][1] = isum[i][2] = isum[i][3] = _mm256_setzero_si256();
-            }
-            UNROLL
-            for (int h = 0; h < 2; h++) {
-                const __m256i scd = _mm256_broadcastsi128_si256(
-                    _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(x->scales + 8 * h))));
-                const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h));
-                const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32));
-                const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
-                __m256i q[4];
-                q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
-                q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
-                q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
-                q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
-                UNROLL
-                for (int g = 0; g < 4; g++) {
-                    const __m256i scv = _mm256_shuffle_epi8(
-                        scd, _mm256_add_epi8(shuf0, _mm256_set1_epi8((char)(4 * g))));
-                    UNROLL
-                    for (int i = 0; i < M; i++) {
-                        const int8_t *a = qs[i] + 256 * b + 128 * h + 32 * g;
-                        __m256i p = _mm256_maddubs_epi16(q[g], _mm256_load_si256((const __m256i *)a));
-                        isum[i][g] = HR_DPWSSD(isum[i][g], p, scv);
-                    }
-                }
-            }
-            UNROLL
-            for (int i = 0; i < M; i++) {
-                const __m256i is = _mm256_add_epi32(_mm256_add_epi32(isum[i][0], isum[i][1]),
-                                                    _mm256_add_epi32(isum[i][2], isum[i][3]));
-                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_set1_ps(da[i][b] * d), acc[i]);
-            }
+            for (int i = 0; i < M; i++)
+                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[i]), _mm256_set1_ps(da[i][b] * d), acc[i]);
         }
         UNROLL
         for (int i = 0; i < M; i++)
             y[(i0 + i) * ldy + r] = hsum256(acc[i]);
     }
 }
+
+#if HR_GEMV_VNNI
+/*
+ * Decode kernels whose results are bit-identical to the packed GEMM's
+ * (matmul-avx512.c), so a token's output does not depend on how many other
+ * tokens share the call (ragged batches, prefill chunk sizes). The GEMM
+ * keeps one lane per weight row and, per block, adds cvt(exact integer sum)
+ * * (d_w * d_a) with one fma, blocks in order. These kernels take 8 rows at a
+ * time in two passes per chunk of blocks:
+ *   1. row by row, front to back (one sequential stream, as a plain decode
+ *      kernel reads it), the exact integer block sums, folded 8 blocks at a
+ *      time into one vector by hsum8x8 and parked in a small buffer;
+ *   2. the buffer transposed 8 x 8 (lanes = rows), then the GEMM's fmas in
+ *      the GEMM's order.
+ * The folding and transposes cost ~3 ops per row and block on top of the
+ * integer work; tested bit for bit against the GEMM in test-kernels.c.
+ */
+
+/* Lane u of the result = the sum of the 8 lanes of p[u] (exact integers). */
+INLINE HR_GEMV_TARGET __m256i hsum8x8(const __m256i p[8])
+{
+    __m256i a[4], b0, b1;
+    UNROLL
+    for (int j = 0; j < 4; j++)
+        a[j] = _mm256_add_epi32(_mm256_unpacklo_epi32(p[2 * j], p[2 * j + 1]),
+                                _mm256_unpackhi_epi32(p[2 * j], p[2 * j + 1]));
+    b0 = _mm256_add_epi32(_mm256_unpacklo_epi64(a[0], a[1]), _mm256_unpackhi_epi64(a[0], a[1]));
+    b1 = _mm256_add_epi32(_mm256_unpacklo_epi64(a[2], a[3]), _mm256_unpackhi_epi64(a[2], a[3]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(b0, b1, 0x20),
+                            _mm256_permute2x128_si256(b0, b1, 0x31));
+}
+
+/* 8 x 8 int32 transpose: r[j] lane u -> r[u] lane j. */
+INLINE HR_GEMV_TARGET void transpose8x8(__m256i r[8])
+{
+    __m256i t[8], u[8];
+    UNROLL
+    for (int j = 0; j < 4; j++) {
+        t[2 * j] = _mm256_unpacklo_epi32(r[2 * j], r[2 * j + 1]);
+        t[2 * j + 1] = _mm256_unpackhi_epi32(r[2 * j], r[2 * j + 1]);
+    }
+    UNROLL
+    for (int h = 0; h < 2; h++) {
+        u[4 * h + 0] = _mm256_unpacklo_epi64(t[4 * h + 0], t[4 * h + 2]);
+        u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h + 0], t[4 * h + 2]);
+        u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+        u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+    }
+    /* u[e] (e < 4): lanes 0-3 element e of rows 0-3, lanes 4-7 element e + 4;
+     * u[e + 4] the same for rows 4-7 */
+    UNROLL
+    for (int e = 0; e < 4; e++) {
+        r[e] = _mm256_permute2x128_si256(u[e], u[e + 4], 0x20);
+        r[e + 4] = _mm256_permute2x128_si256(u[e], u[e + 4], 0x31);
+    }
+}
+
+/* The f16 at byte `off` of block b of 8 rows (row_bytes apart), as f32; the
+ * dword gather reads 2 bytes after it, so off + 4 must stay in the block. */
+INLINE HR_GEMV_TARGET __m256 f16x8_rows(const uint8_t *first, size_t row_bytes, __mmask8 rows,
+                                        int shift)
+{
+    const __m256i roff = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                            _mm256_set1_epi32((int)row_bytes));
+    __m256i g = _mm256_mmask_i32gather_epi32(_mm256_setzero_si256(), rows, roff, first, 1);
+    if (shift)
+        g = _mm256_srli_epi32(g, 16);
+    return _mm256_cvtph_ps(_mm256_cvtepi32_epi16(g));
+}
+
+/* Blocks per chunk: pass 1 must read each row front to back in long runs (8
+ * rows of a group are adjacent, so whole rows make one sequential stream;
+ * short runs per row measured 2-3x slower from DRAM). 512 Q8_0 blocks = k up
+ * to 16384 in one chunk, a 16 KiB stack buffer. */
+#define Q80_CHUNK 512
+#ifndef ROWS8_PF
+#define ROWS8_PF 2048 /* bytes ahead of pass 1 to prefetch */
+#endif
+#define K_CHUNK 32 /* K-quant blocks per chunk: k up to 8192; 2 x 8 KiB of buffers at M = 4 */
+
+/* Q8_0 / Q4_0, one token, rows [r0, r1) in groups of 8. Pass 1 also
+ * gathers each row's f16 block scales (8 blocks per gather) and forms
+ * d_w * d_a there, so pass 2 only transposes and issues the fmas. */
+INLINE HR_GEMV_TARGET void gemv1_q80_rows8(const struct hr_mm_layout *l, const void *w, size_t r0,
+                                           size_t r1, const void *act, size_t i, float *y,
+                                           size_t ldy, const bool q4)
+{
+    const size_t nb = l->nb, bb = q4 ? 18 : 34, rb = nb * bb;
+    const int8_t *qs = hr_mm_qs(l, act, i);
+    const float *da = hr_mm_d(l, act, i);
+    const int32_t *comp = hr_mm_comp(l, act, i);
+    const __m256i lo4 = _mm256_set1_epi8(0x0F);
+    int32_t S[8][Q80_CHUNK] __attribute__((aligned(32)));
+    float SC[8][Q80_CHUNK] __attribute__((aligned(32)));
+    int32_t c8[Q80_CHUNK] __attribute__((aligned(32)));
+    for (size_t r = r0; r < r1; r += 8) {
+        const size_t nr = r1 - r < 8 ? r1 - r : 8;
+        const __mmask8 rows = (__mmask8)((1u << nr) - 1);
+        const uint8_t *wr = (const uint8_t *)w + r * rb;
+        __m256 c = _mm256_setzero_ps();
+        for (size_t b0 = 0; b0 < nb; b0 += Q80_CHUNK) {
+            const size_t nbc = nb - b0 < Q80_CHUNK ? nb - b0 : Q80_CHUNK;
+            /* each of the 8 lanes of a block starts at comp / 8 (comp is a multiple of 8) */
+            for (size_t t = 0; t < nbc; t++)
+                c8[t] = comp[b0 + t] >> 3;
+            /* pass 1: exact block sums and scale products, row by row */
+            for (size_t j = 0; j < 8; j++) {
+                for (size_t t0 = 0; t0 < nbc; t0 += 8) {
+                    const size_t nu = nbc - t0 < 8 ? nbc - t0 : 8;
+                    const __mmask8 blocks = j < nr ? (__mmask8)((1u << nu) - 1) : 0;
+                    /* rows, then groups, are adjacent: pass 1 is one stream; keep it
+                     * in flight across pass 2, which loads no weights */
+                    for (size_t o = 0; o < 8 * bb; o += 64)
+                        _mm_prefetch((const char *)wr + j * rb + (b0 + t0) * bb + ROWS8_PF + o,
+                                     _MM_HINT_T0);
+                    __m256i p[8];
+#define Q80_SUM(U)                                                                                 \
+    do {                                                                                           \
+        const size_t b_ = b0 + t0 + (size_t)(U);                                                   \
+        const uint8_t *blk = wr + j * rb + b_ * bb;                                                \
+        __m256i wq;                                                                                \
+        if (q4) {                                                                                  \
+            const __m128i q = _mm_loadu_si128((const __m128i *)(blk + 2));                         \
+            wq = _mm256_and_si256(                                                                 \
+                _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1), lo4); \
+        } else {                                                                                   \
+            wq = HR_Q8_WEIGHTS(_mm256_loadu_si256((const __m256i *)(blk + 2)));                    \
+        }                                                                                          \
+        p[U] = _mm256_dpbusd_epi32(_mm256_set1_epi32(c8[t0 + (size_t)(U)]), wq,                    \
+                                   _mm256_load_si256((const __m256i *)(qs + 32 * b_)));            \
+    } while (0)
+                    if (nu == 8 && j < nr) { /* the common case, branch-free */
+                        UNROLL
+                        for (int u = 0; u < 8; u++)
+                            Q80_SUM(u);
+                    } else {
+                        UNROLL
+                        for (int u = 0; u < 8; u++) {
+                            p[u] = _mm256_setzero_si256();
+                            if ((size_t)u < nu && j < nr)
+                                Q80_SUM(u);
+                        }
+                    }
+#undef Q80_SUM
+                    _mm256_store_si256((__m256i *)&S[j][t0], hsum8x8(p));
+                    /* the 8 f16 scales assembled in general registers (a vpgatherdd
+                     * here measured a third of the kernel's time) */
+                    uint64_t dlo = 0, dhi = 0;
+                    if (blocks) {
+                        const uint8_t *d0 = wr + j * rb + (b0 + t0) * bb;
+                        UNROLL
+                        for (int u = 0; u < 8; u++) {
+                            uint16_t h = 0;
+                            if ((size_t)u < nu)
+                                memcpy(&h, d0 + (size_t)u * bb, 2);
+                            if (u < 4)
+                                dlo |= (uint64_t)h << (16 * u);
+                            else
+                                dhi |= (uint64_t)h << (16 * (u - 4));
+                        }
+                    }
+                    const __m256 dw = _mm256_cvtph_ps(_mm_set_epi64x((long long)dhi, (long long)dlo));
+                    _mm256_store_ps(&SC[j][t0],
+                                    _mm256_mul_ps(dw, _mm256_maskz_loadu_ps((__mmask8)((1u << nu) - 1), da + b0 + t0)));
+                }
+            }
+            /* pass 2: lanes = rows, the GEMM's fmas in block order */
+            for (size_t t0 = 0; t0 < nbc; t0 += 8) {
+                __m256i T[8], Q[8];
+                UNROLL
+                for (int j = 0; j < 8; j++) {
+                    T[j] = _mm256_load_si256((const __m256i *)&S[j][t0]);
+                    Q[j] = _mm256_load_si256((const __m256i *)&SC[j][t0]);
+                }
+                transpose8x8(T);
+                transpose8x8(Q);
+                if (t0 + 8 <= nbc) {
+                    UNROLL
+                    for (int u = 0; u < 8; u++)
+                        c = _mm256_fmadd_ps(_mm256_cvtepi32_ps(T[u]), _mm256_castsi256_ps(Q[u]), c);
+                } else {
+                    UNROLL
+                    for (int u = 0; u < 8; u++)
+                        if (t0 + (size_t)u < nbc)
+                            c = _mm256_fmadd_ps(_mm256_cvtepi32_ps(T[u]), _mm256_castsi256_ps(Q[u]), c);
+                }
+            }
+        }
+        _mm256_mask_storeu_ps(y + i * ldy + r, rows, c);
+    }
+}
+
+/* Q4_K / Q5_K / Q6_K, M tokens, rows [r0, r1) in groups of 8. */
+INLINE HR_GEMV_TARGET void gemv_k_rows8(const struct hr_mm_layout *l, const void *w, size_t r0,
+                                        size_t r1, const void *act, size_t i0, const int M,
+                                        float *y, size_t ldy)
+{
+    const enum hr_ggml_type t = l->wtype;
+    const bool q6 = t == HR_GGML_Q6_K, q5 = t == HR_GGML_Q5_K;
+    const size_t nb = l->nb, bb = q6 ? 210 : q5 ? 176 : 144, rb = nb * bb;
+    const int8_t *qs[GEMV_MAX_M];
+    const float *da[GEMV_MAX_M];
+    const int16_t *aux[GEMV_MAX_M];
+    UNROLL
+    for (int i = 0; i < M; i++) {
+        qs[i] = hr_mm_qs(l, act, i0 + i);
+        da[i] = hr_mm_d(l, act, i0 + i);
+        aux[i] = q6 ? hr_mm_bsum(l, act, i0 + i) : hr_mm_sum32(l, act, i0 + i);
+    }
+    for (size_t r = r0; r < r1; r += 8) {
+        const size_t nr = r1 - r < 8 ? r1 - r : 8;
+        const __mmask8 rows = (__mmask8)((1u << nr) - 1);
+        const uint8_t *wr = (const uint8_t *)w + r * rb;
+        __m256 c[GEMV_MAX_M];
+        UNROLL
+        for (int i = 0; i < M; i++)
+            c[i] = _mm256_setzero_ps();
+        for (size_t b0 = 0; b0 < nb; b0 += K_CHUNK) {
+            const size_t nbc = nb - b0 < K_CHUNK ? nb - b0 : K_CHUNK;
+            int32_t S[GEMV_MAX_M][8][K_CHUNK] __attribute__((aligned(32)));
+            int32_t MS[GEMV_MAX_M][K_CHUNK][8] __attribute__((aligned(32)));
+            /* pass 1: exact integer parts, row by row, front to back */
+            for (size_t j = 0; j < 8; j++) {
+                for (size_t t0 = 0; t0 < nbc; t0 += 8) {
+                    __m256i P[GEMV_MAX_M][8];
+                    for (size_t u = 0; u < 8; u++) {
+                        __m256i is[GEMV_MAX_M] = {0};
+                        int32_t m1[GEMV_MAX_M] = {0};
+                        if (j < nr && t0 + u < nbc) {
+                            const uint8_t *blk = wr + j * rb + (b0 + t0 + u) * bb;
+                            for (size_t o = 0; o < bb; o += 64) /* see gemv1_q80_rows8 */
+                                _mm_prefetch((const char *)blk + ROWS8_PF + o, _MM_HINT_T0);
+                            if (q6)
+                                q6_block_ints((const struct hr_block_q6_K *)blk, qs, aux, b0 + t0 + u, M, is);
+                            else
+                                q45_block_ints(blk, q5, qs, aux, b0 + t0 + u, M, is, m1);
+                        }
+                        UNROLL
+                        for (int i = 0; i < M; i++) {
+                            P[i][u] = is[i];
+                            if (t0 + u < nbc)
+                                MS[i][t0 + u][j] = m1[i]; /* stored transposed: [block][row] */
+                        }
+                    }
+                    UNROLL
+                    for (int i = 0; i < M; i++)
+                        _mm256_store_si256((__m256i *)&S[i][j][t0], hsum8x8(P[i]));
+                }
+            }
+            /* pass 2: lanes = rows, the GEMM's fmas in block order */
+            for (size_t t0 = 0; t0 < nbc; t0 += 8) {
+                UNROLL
+                for (int i = 0; i < M; i++) {
+                    __m256i T[8];
+                    UNROLL
+                    for (int j = 0; j < 8; j++)
+                        T[j] = _mm256_load_si256((const __m256i *)&S[i][j][t0]);
+                    transpose8x8(T);
+                    for (size_t u = 0; u < 8 && t0 + u < nbc; u++) {
+                        const size_t b = b0 + t0 + u;
+                        /* d (and dmin) of 8 rows: Q4_K/Q5_K start with d, dmin;
+                         * Q6_K ends with d (gathered from 2 bytes before it) */
+                        const __m256 d = f16x8_rows(wr + b * bb + (q6 ? 206 : 0), rb, rows, q6);
+                        const __m256 ad = _mm256_set1_ps(da[i][b]);
+                        c[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(T[u]), _mm256_mul_ps(d, ad), c[i]);
+                        if (!q6) {
+                            const __m256 dmin = f16x8_rows(wr + b * bb, rb, rows, 1);
+                            c[i] = _mm256_fnmadd_ps(
+                                _mm256_cvtepi32_ps(_mm256_load_si256((const __m256i *)MS[i][t0 + u])),
+                                _mm256_mul_ps(dmin, ad), c[i]);
+                        }
+                    }
+                }
+            }
+        }
+        UNROLL
+        for (int i = 0; i < M; i++)
+            _mm256_mask_storeu_ps(y + (i0 + (size_t)i) * ldy + r, rows, c[i]);
+    }
+}
+#endif
 
 /* Calls CALL(M) over tokens [T0, m) in passes of 4, then the remainder. */
 #define GEMV_DISPATCH_FROM(T0, CALL)                                                               \
@@ -392,7 +713,9 @@ INLINE HR_GEMV_TARGET void gemv_q6_K(const struct hr_mm_layout *l, const void *w
     }
 #define GEMV_DISPATCH(CALL) GEMV_DISPATCH_FROM(0, CALL)
 
-/* The quantized types over rows [r0, r1) and tokens [t0, t1). */
+#if !HR_GEMV_VNNI
+/* The quantized types over rows [r0, r1) and tokens [t0, t1), one row at a
+ * time (the AVX2 build, which has no second path to agree with). */
 HR_GEMV_TARGET static void gemv_quant(const struct hr_mm_layout *l, const void *w, size_t r0,
                                       size_t r1, const void *act, size_t t0, size_t t1, float *y,
                                       size_t ldy)
@@ -417,3 +740,4 @@ HR_GEMV_TARGET static void gemv_quant(const struct hr_mm_layout *l, const void *
     default: break;
     }
 }
+#endif

@@ -7,20 +7,23 @@
  * split into arrays the SIMD kernels can load directly (ggml's 34-byte Q8_0
  * blocks would make every quant load unaligned and every scale a gather).
  * The quants and scales are exactly those of ggml's activation blocks:
- * ggml block = {f16(d[b]), qs[32b .. 32b+31]}, so nothing is lost. Layout
- * per vec-dot family, every array 64-byte aligned, rows of `m` tokens:
+ * ggml block = {f16(d[b]), qs[32b .. 32b+31]}, so nothing is lost. The
+ * layout depends only on the vec-dot type (and m, k), never on which weight
+ * type of that family will use it, so one prepared act serves e.g. a Q4_K and
+ * a Q6_K matrix of the same input (the engine shares it between Q, K, V).
+ * Per vec-dot family, every array 64-byte aligned, rows of `m` tokens:
  *
  *   Q8_0 (weights Q8_0, Q4_0):
- *     qs   int8  [m][k_pad]   quants, k_pad = k rounded up to 64
- *     d    f32   [m][k/32]    block scales (the f16 of the ggml block, widened)
- *     comp i32   [m][k/32]    -off * (sum of the block's 32 quants), off = 128
- *                             for Q8_0 weights, 8 for Q4_0 (see below)
+ *     qs     int8  [m][k_pad]   quants, k_pad = k rounded up to 64
+ *     d      f32   [m][k/32]    block scales (the f16 of the ggml block, widened)
+ *     comp   i32   [m][k/32]    -128 * (sum of the block's 32 quants), for Q8_0
+ *     comp4  i32   [m][k/32]    -8 * (the same sum), for Q4_0 (see below)
  *   Q8_K (weights Q4_K, Q5_K, Q6_K):
- *     qs   int8  [m][k_pad]
- *     d    f32   [m][k/256]
- *     bsum i16   [m][k/16]    ggml's bsums: sums of 16 quants
- *     aux  Q4_K/Q5_K: i16 [m][k/32]   sums of 32 quants (bsum pairs), for the mins
- *          Q6_K:      i32 [m][k/16]   -32 * bsum, the offset of q - 32
+ *     qs     int8  [m][k_pad]
+ *     d      f32   [m][k/256]
+ *     bsum   i16   [m][k/16]    ggml's bsums: sums of 16 quants
+ *     sum32  i16   [m][k/32]    sums of 32 quants (bsum pairs), for Q4_K/Q5_K mins
+ *     comp16 i32   [m][k/16]    -32 * bsum, the offset of Q6_K's q - 32
  *   F32 weights:         f32 [m][k_pad32]
  *   F16 / BF16 weights:  u16 [m][k_pad32] f16 / bf16 bits (half the bytes of
  *                        f32: a decode pass re-reads the row per weight row)
@@ -47,7 +50,8 @@ struct hr_mm_layout {
     size_t m, k;
     size_t nb;          /* blocks per row: k/32 (Q8_0), k/256 (Q8_K), 0 for float types */
     size_t qs_stride;   /* bytes per row of the first array */
-    size_t qs_off, d_off, comp_off, bsum_off, aux_off; /* byte offsets; 0 if absent */
+    size_t qs_off, d_off, comp_off, comp4_off;  /* byte offsets; 0 if absent */
+    size_t bsum_off, sum32_off, comp16_off;
     size_t total;       /* bytes */
 };
 
@@ -74,22 +78,23 @@ static inline const float *hr_mm_d(const struct hr_mm_layout *l, const void *act
 {
     return (const float *)((const uint8_t *)act + l->d_off) + i * l->nb;
 }
+/* The block offsets for l->wtype: -128 * sum (Q8_0) or -8 * sum (Q4_0). */
 static inline const int32_t *hr_mm_comp(const struct hr_mm_layout *l, const void *act, size_t i)
 {
-    return (const int32_t *)((const uint8_t *)act + l->comp_off) + i * l->nb;
+    const size_t off = l->wtype == HR_GGML_Q4_0 ? l->comp4_off : l->comp_off;
+    return (const int32_t *)((const uint8_t *)act + off) + i * l->nb;
 }
 static inline const int16_t *hr_mm_bsum(const struct hr_mm_layout *l, const void *act, size_t i)
 {
     return (const int16_t *)((const uint8_t *)act + l->bsum_off) + i * l->nb * 16;
 }
-/* Q4_K/Q5_K: sums of 32; Q6_K: see hr_mm_comp16. */
 static inline const int16_t *hr_mm_sum32(const struct hr_mm_layout *l, const void *act, size_t i)
 {
-    return (const int16_t *)((const uint8_t *)act + l->aux_off) + i * l->nb * 8;
+    return (const int16_t *)((const uint8_t *)act + l->sum32_off) + i * l->nb * 8;
 }
 static inline const int32_t *hr_mm_comp16(const struct hr_mm_layout *l, const void *act, size_t i)
 {
-    return (const int32_t *)((const uint8_t *)act + l->aux_off) + i * l->nb * 16;
+    return (const int32_t *)((const uint8_t *)act + l->comp16_off) + i * l->nb * 16;
 }
 static inline const float *hr_mm_f32(const struct hr_mm_layout *l, const void *act, size_t i)
 {
@@ -100,11 +105,6 @@ static inline const uint16_t *hr_mm_u16(const struct hr_mm_layout *l, const void
     return (const uint16_t *)((const uint8_t *)act + l->qs_off + i * l->qs_stride);
 }
 
-/* The weight offset `comp` corrects for (see the top of this file). */
-static inline int32_t hr_mm_comp_offset(enum hr_ggml_type wtype)
-{
-    return wtype == HR_GGML_Q8_0 ? 128 : wtype == HR_GGML_Q4_0 ? 8 : 32;
-}
 
 /*
  * One ISA's kernels.

@@ -36,7 +36,7 @@ void hr_mm_prepare_generic(const struct hr_mm_layout *l, const float *x, size_t 
             int8_t *qs = (int8_t *)(base + l->qs_off + i * l->qs_stride);
             float *d = (float *)(base + l->d_off) + i * l->nb;
             int32_t *comp = (int32_t *)(base + l->comp_off) + i * l->nb;
-            const int32_t off = hr_mm_comp_offset(l->wtype);
+            int32_t *comp4 = (int32_t *)(base + l->comp4_off) + i * l->nb;
             for (size_t b = 0; b < l->nb; b++) {
                 struct hr_block_q8_0 blk;
                 hr_quantize_row_q8_0_act(xi + 32 * b, &blk, 32);
@@ -45,7 +45,8 @@ void hr_mm_prepare_generic(const struct hr_mm_layout *l, const float *x, size_t 
                     sum += blk.qs[j];
                 memcpy(qs + 32 * b, blk.qs, 32);
                 d[b] = hr_f16_to_f32(blk.d);
-                comp[b] = -off * sum;
+                comp[b] = -128 * sum;
+                comp4[b] = -8 * sum;
             }
             memset(qs + k, 0, l->qs_stride - k);
             break;
@@ -60,15 +61,12 @@ void hr_mm_prepare_generic(const struct hr_mm_layout *l, const float *x, size_t 
                 memcpy(qs + 256 * b, blk.qs, 256);
                 d[b] = blk.d;
                 memcpy(bsum + 16 * b, blk.bsums, sizeof(blk.bsums));
-                if (l->wtype == HR_GGML_Q6_K) {
-                    int32_t *c16 = (int32_t *)(base + l->aux_off) + i * l->nb * 16 + 16 * b;
-                    for (int j = 0; j < 16; j++)
-                        c16[j] = -32 * blk.bsums[j];
-                } else {
-                    int16_t *s32 = (int16_t *)(base + l->aux_off) + i * l->nb * 8 + 8 * b;
-                    for (int j = 0; j < 8; j++)
-                        s32[j] = (int16_t)(blk.bsums[2 * j] + blk.bsums[2 * j + 1]);
-                }
+                int32_t *c16 = (int32_t *)(base + l->comp16_off) + i * l->nb * 16 + 16 * b;
+                for (int j = 0; j < 16; j++)
+                    c16[j] = -32 * blk.bsums[j];
+                int16_t *s32 = (int16_t *)(base + l->sum32_off) + i * l->nb * 8 + 8 * b;
+                for (int j = 0; j < 8; j++)
+                    s32[j] = (int16_t)(blk.bsums[2 * j] + blk.bsums[2 * j + 1]);
             }
             memset(qs + k, 0, l->qs_stride - k);
             break;

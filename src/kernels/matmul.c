@@ -17,6 +17,7 @@
 #include "kernels/matmul.h"
 
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/matmul-impl.h"
@@ -44,6 +45,7 @@ void hr_mm_layout_init(struct hr_mm_layout *l, enum hr_ggml_type wtype, size_t m
         l->qs_off = off, off = round_up(off + m * l->qs_stride, 64);
         l->d_off = off, off = round_up(off + m * l->nb * sizeof(float), 64);
         l->comp_off = off, off = round_up(off + m * l->nb * sizeof(int32_t), 64);
+        l->comp4_off = off, off = round_up(off + m * l->nb * sizeof(int32_t), 64);
         break;
     case HR_GGML_Q8_K:
         l->nb = k / 256;
@@ -51,11 +53,8 @@ void hr_mm_layout_init(struct hr_mm_layout *l, enum hr_ggml_type wtype, size_t m
         l->qs_off = off, off = round_up(off + m * l->qs_stride, 64);
         l->d_off = off, off = round_up(off + m * l->nb * sizeof(float), 64);
         l->bsum_off = off, off = round_up(off + m * l->nb * 16 * sizeof(int16_t), 64);
-        l->aux_off = off;
-        if (wtype == HR_GGML_Q6_K)
-            off = round_up(off + m * l->nb * 16 * sizeof(int32_t), 64);
-        else
-            off = round_up(off + m * l->nb * 8 * sizeof(int16_t), 64);
+        l->sum32_off = off, off = round_up(off + m * l->nb * 8 * sizeof(int16_t), 64);
+        l->comp16_off = off, off = round_up(off + m * l->nb * 16 * sizeof(int32_t), 64);
         break;
     case HR_GGML_BF16:
     case HR_GGML_F16: /* 16-bit rows, as ggml's vec-dot format */
@@ -131,6 +130,19 @@ static _Atomic(const struct hr_mm_isa *) g_isa;
 
 static const struct hr_mm_isa *isa_best(void)
 {
+    /* HR_KERNELS_ISA=generic|avx2|avx512vnni overrides the choice (debugging,
+     * benchmarks); a name this CPU cannot run is ignored. */
+    const char *env = getenv("HR_KERNELS_ISA");
+    if (env) {
+        if (strcmp(env, "generic") == 0)
+            return &hr_mm_isa_generic;
+#if defined(__x86_64__)
+        if (strcmp(env, "avx2") == 0 && hr_mm_cpu_has_avx2())
+            return &hr_mm_isa_avx2;
+        if (strcmp(env, "avx512vnni") == 0 && hr_mm_cpu_has_avx512())
+            return &hr_mm_isa_avx512;
+#endif
+    }
 #if defined(__x86_64__)
     if (hr_mm_cpu_has_avx512())
         return &hr_mm_isa_avx512;
@@ -151,6 +163,25 @@ static const struct hr_mm_isa *isa(void)
 }
 
 const char *hr_kernels_isa(void) { return isa()->name; }
+
+/* -1: not decided yet (HR_KERNELS_INVARIANT=0 in the environment turns it off). */
+static _Atomic int g_invariant = -1;
+
+void hr_kernels_set_batch_invariant(bool on)
+{
+    atomic_store_explicit(&g_invariant, on ? 1 : 0, memory_order_relaxed);
+}
+
+bool hr_kernels_batch_invariant(void)
+{
+    int v = atomic_load_explicit(&g_invariant, memory_order_relaxed);
+    if (v < 0) {
+        const char *env = getenv("HR_KERNELS_INVARIANT");
+        v = env && strcmp(env, "0") == 0 ? 0 : 1;
+        atomic_store_explicit(&g_invariant, v, memory_order_relaxed);
+    }
+    return v != 0;
+}
 
 bool hr_kernels_force_isa(const char *name)
 {

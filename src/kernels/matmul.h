@@ -34,7 +34,10 @@
  * 64-byte aligned (the engine carves it from the step arena, sized by the
  * step plan). Its contents are private to the kernels: the vec-dot blocks
  * split into arrays the SIMD code loads directly (layout in matmul-impl.h).
- * It depends only on (wtype, m, k), never on the thread count or the ISA.
+ * Size and contents depend only on hr_matmul_vec_dot_type(wtype), m and k,
+ * never on the thread count or the ISA: one prepared act may be used by
+ * every weight matrix of the same vec-dot type and k (Q8_0 and Q4_0 share
+ * one, as do Q4_K, Q5_K and Q6_K), which saves a conversion for Q, K and V.
  * Nothing here allocates; hr_matmul_compute uses up to 48 KiB of its
  * thread's stack for the packed weight panel of the prefill kernels.
  *
@@ -51,7 +54,9 @@
  *
  * Which implementation runs (AVX-512/VNNI, AVX2, portable C) is chosen once
  * from the CPU's features (CPUID), also in a portable build: the SIMD files
- * compile with per-function target attributes. hr_kernels_isa() names it.
+ * compile with per-function target attributes. hr_kernels_isa() names it;
+ * the environment variable HR_KERNELS_ISA (generic, avx2, avx512vnni)
+ * overrides the choice for debugging and benchmarks.
  * Every SIMD path is tested against the plain C reference in
  * tests/unit/test-kernels.c.
  */
@@ -90,6 +95,21 @@ void hr_matmul_compute(enum hr_ggml_type wtype, const void *w, size_t k, size_t 
 
 /* Dequantizes one row of `n` elements of `type` to f32 (embedding lookups). */
 void hr_dequantize_row_any(enum hr_ggml_type type, const void *src, float *dst, size_t n);
+
+/*
+ * Batch invariance (on by default): a token's outputs do not depend on the
+ * other tokens of the call, bit for bit, for the quantized weight types, so
+ * ragged batches and prefill chunking cannot change a sequence's results.
+ * On AVX-512 this makes the Q8_0/Q4_0 decode kernel (m = 1) fold each
+ * block's integer sum to a scalar before scaling, as the prefill GEMM does,
+ * at ~25% of its DRAM bandwidth; off selects the faster free-running kernel
+ * (results then differ with m at the 1e-7 level, which activation rounding
+ * can amplify). The K-quants are invariant either way at no cost; the float
+ * types are not yet (1e-7 relative). HR_KERNELS_INVARIANT=0 in the
+ * environment turns it off at start. Set before computing; not thread-safe.
+ */
+void hr_kernels_set_batch_invariant(bool on);
+bool hr_kernels_batch_invariant(void);
 
 /* "avx512vnni", "avx2" or "generic". */
 const char *hr_kernels_isa(void);

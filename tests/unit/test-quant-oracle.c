@@ -18,8 +18,9 @@
  * `from_float` of the vec-dot types (Q8_0, Q8_K, F16, BF16) is what llama.cpp
  * does to activations before a matmul, compared byte for byte with
  * hr_convert_act_row; `vec_dot` is its dot product, compared with our matmul
- * (m = 1, one output) on every ISA this machine runs, within float rounding
- * of the sum of |terms|.
+ * (m = 1, 4, 12, 20 tokens: every kernel shape) on every ISA this machine
+ * runs, within float rounding of the sum of |terms|; `to_float` is its
+ * dequantizer, compared value for value.
  *
  * When the library is missing the tests are skipped with a message;
  * `make test` always installs it, so there they run.
@@ -284,10 +285,12 @@ static void test_act_conversion_matches_ggml_cpu(void **state)
 
 /*
  * Dot products: ggml-cpu's vec_dot on (quantized weight row, converted
- * activations) against our matmul with m = 1, n_out = 1, on every ISA. The
- * integer block sums are exact on both sides, so the only difference is
- * the order of float additions: we require |ours - ggml| <= 4e-6 * sum|terms|
- * (an integer block sum off by one would exceed that by far).
+ * activations) against our matmul, on every ISA, for m = 1, 4, 12 and 20
+ * tokens times 3 weight rows, so the decode kernels (one and several tokens
+ * per pass) and the packed prefill kernels are all held to ggml. The integer
+ * block sums are exact on both sides, so the only difference is the order of
+ * float additions: we require |ours - ggml| <= 4e-6 * sum|terms| (an integer
+ * block sum off by one would exceed that by far).
  */
 static void test_vec_dot_matches_ggml_cpu(void **state)
 {
@@ -298,7 +301,9 @@ static void test_vec_dot_matches_ggml_cpu(void **state)
                                               HR_GGML_Q8_0, HR_GGML_Q4_0, HR_GGML_Q4_K,
                                               HR_GGML_Q5_K, HR_GGML_Q6_K};
     static const size_t lens[] = {256, 512, 896, 4096, 4864};
+    static const size_t ms[] = {1, 4, 12, 20};
     static const char *const isas[] = {"generic", "avx2", "avx512vnni"};
+    const size_t n_out = 3;
     for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
         const enum hr_ggml_type wt = types[ti];
         const enum hr_ggml_type vt = hr_matmul_vec_dot_type(wt);
@@ -306,44 +311,57 @@ static void test_vec_dot_matches_ggml_cpu(void **state)
         assert_int_equal(g_traits((int)wt)->vec_dot_type, (int)vt);
         double worst = 0;
         for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
-            size_t k = lens[li];
+            const size_t k = lens[li];
             if (k % wi->block_elems)
                 continue;
-            for (int trial = 0; trial < 6; trial++) {
-                float *wf = malloc(k * sizeof(float)), *x = malloc(k * sizeof(float));
-                float *wd = malloc(k * sizeof(float)), *ad = malloc(k * sizeof(float));
-                uint8_t *wq = malloc(hr_row_bytes(wt, k));
-                uint8_t *aq = calloc(1, k / vi->block_elems * vi->block_bytes);
-                size_t act_bytes = hr_matmul_act_bytes(wt, 1, k);
-                void *act = aligned_alloc(64, (act_bytes + 63) / 64 * 64);
-                fill(wf, k, 0, 0.05 * (trial + 1), 9000 + 10 * li + (size_t)trial);
-                fill(x, k, 0, trial % 2 ? 3.0 : 0.3, 9500 + 10 * li + (size_t)trial);
-                if (trial == 5) /* a spike: one large activation, the rest small */
-                    x[k / 3] = 40.0f;
-                g_quantize_chunk((int)wt, wf, wq, 0, 1, (int64_t)k, NULL);
-                g_traits((int)vt)->from_float(x, aq, (int64_t)k);
-                float theirs = 0;
-                g_traits((int)wt)->vec_dot((int)k, &theirs, 0, wq, 0, aq, 0, 1);
-                /* sum |terms| from the dequantized operands */
-                assert_int_equal(hr_dequantize_row(wt, wq, wd, k), 0);
-                assert_int_equal(hr_dequantize_row(vt, aq, ad, k), 0);
-                double mag = 0;
-                for (size_t j = 0; j < k; j++)
-                    mag += fabs((double)wd[j] * (double)ad[j]);
-                for (size_t is = 0; is < sizeof(isas) / sizeof(isas[0]); is++) {
-                    if (!hr_kernels_force_isa(isas[is]))
-                        continue;
-                    float ours = NAN;
-                    hr_matmul_prepare(wt, x, 1, k, act, 0, 1);
-                    hr_matmul_compute(wt, wq, k, 1, act, 1, &ours, 1, 0, 1);
-                    double err = fabs((double)ours - (double)theirs) / (mag + 1e-30);
-                    if (err > worst)
-                        worst = err;
-                    if (!(err <= 4e-6))
-                        fail_msg("vec_dot %s x %s (%s) k=%zu trial %d: ours %.9g, ggml-cpu %.9g "
-                                 "(|diff| / sum|terms| = %.3g)",
-                                 wi->name, vi->name, isas[is], k, trial, (double)ours,
-                                 (double)theirs, err);
+            const size_t m_max = 20, rb = hr_row_bytes(wt, k);
+            const size_t ab = k / vi->block_elems * vi->block_bytes;
+            for (int trial = 0; trial < 3; trial++) {
+                float *wf = malloc(n_out * k * sizeof(float)), *x = malloc(m_max * k * sizeof(float));
+                float *wd = malloc(n_out * k * sizeof(float)), *ad = malloc(m_max * k * sizeof(float));
+                uint8_t *wq = malloc(n_out * rb), *aq = calloc(m_max, ab);
+                float *theirs = malloc(m_max * n_out * sizeof(float));
+                float *ours = malloc(m_max * n_out * sizeof(float));
+                void *act = aligned_alloc(64, hr_matmul_act_bytes(wt, m_max, k));
+                fill(wf, n_out * k, 0, 0.05 * (trial + 1), 9000 + 10 * li + (size_t)trial);
+                fill(x, m_max * k, 0, trial % 2 ? 3.0 : 0.3, 9500 + 10 * li + (size_t)trial);
+                x[k / 3] = 40.0f; /* a spike: one large activation in token 0 */
+                for (size_t r = 0; r < n_out; r++) {
+                    g_quantize_chunk((int)wt, wf + r * k, wq + r * rb, 0, 1, (int64_t)k, NULL);
+                    assert_int_equal(hr_dequantize_row(wt, wq + r * rb, wd + r * k, k), 0);
+                }
+                for (size_t i = 0; i < m_max; i++) {
+                    g_traits((int)vt)->from_float(x + i * k, aq + i * ab, (int64_t)k);
+                    assert_int_equal(hr_dequantize_row(vt, aq + i * ab, ad + i * k, k), 0);
+                    for (size_t r = 0; r < n_out; r++)
+                        g_traits((int)wt)->vec_dot((int)k, &theirs[i * n_out + r], 0, wq + r * rb,
+                                                   0, aq + i * ab, 0, 1);
+                }
+                for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++) {
+                    const size_t m = ms[mi];
+                    for (size_t is = 0; is < sizeof(isas) / sizeof(isas[0]); is++) {
+                        if (!hr_kernels_force_isa(isas[is]))
+                            continue;
+                        hr_matmul_prepare(wt, x, m, k, act, 0, 1);
+                        hr_matmul_compute(wt, wq, k, n_out, act, m, ours, n_out, 0, 1);
+                        for (size_t i = 0; i < m; i++) {
+                            for (size_t r = 0; r < n_out; r++) {
+                                double mag = 0;
+                                for (size_t j = 0; j < k; j++)
+                                    mag += fabs((double)wd[r * k + j] * (double)ad[i * k + j]);
+                                const double o = ours[i * n_out + r], t = theirs[i * n_out + r];
+                                const double err = fabs(o - t) / (mag + 1e-30);
+                                if (err > worst)
+                                    worst = err;
+                                if (!(err <= 4e-6))
+                                    fail_msg("vec_dot %s x %s (%s) k=%zu m=%zu trial %d token %zu "
+                                             "row %zu: ours %.9g, ggml-cpu %.9g (|diff| / "
+                                             "sum|terms| = %.3g)",
+                                             wi->name, vi->name, isas[is], k, m, trial, i, r, o, t,
+                                             err);
+                            }
+                        }
+                    }
                 }
                 hr_kernels_force_isa("best");
                 free(wf);
@@ -352,6 +370,8 @@ static void test_vec_dot_matches_ggml_cpu(void **state)
                 free(ad);
                 free(wq);
                 free(aq);
+                free(theirs);
+                free(ours);
                 free(act);
             }
         }
