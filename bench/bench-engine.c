@@ -16,28 +16,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/sys.h"
 #include "engine/engine.h"
 #include "kernels/matmul.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static uint64_t peak_rss(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    uint64_t kb = 0;
-    while (f && fgets(line, sizeof(line), f))
-        if (sscanf(line, "VmHWM: %" SCNu64, &kb) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return kb * 1024;
-}
 
 static int cmp_d(const void *a, const void *b)
 {
@@ -68,7 +49,7 @@ static double run_once(struct hr_engine *e, int is_pp, uint32_t n, uint32_t batc
         toks[i] = (int32_t)((i * 7919u + 13u) % n_vocab);
     double t0 = 0, t1 = 0;
     if (is_pp) {
-        t0 = now_s();
+        t0 = hr_now_seconds();
         for (uint32_t done = 0; done < n;) {
             uint32_t k = n - done < batch ? n - done : batch;
             struct hr_step_seq it = {.kv = &seq, .tokens = toks + done, .n_tokens = k,
@@ -80,7 +61,7 @@ static double run_once(struct hr_engine *e, int is_pp, uint32_t n, uint32_t batc
             }
             done += k;
         }
-        t1 = now_s();
+        t1 = hr_now_seconds();
     } else {
         struct hr_step_seq it = {.kv = &seq, .tokens = toks, .n_tokens = 16, .n_logits = 1};
         struct hr_step st = {.seqs = &it, .n_seqs = 1};
@@ -89,7 +70,7 @@ static double run_once(struct hr_engine *e, int is_pp, uint32_t n, uint32_t batc
             exit(1);
         }
         int32_t next = argmax(hr_engine_logits(e, 0, 0), n_vocab);
-        t0 = now_s();
+        t0 = hr_now_seconds();
         for (uint32_t i = 0; i < n; i++) {
             it = (struct hr_step_seq){.kv = &seq, .tokens = &next, .n_tokens = 1, .n_logits = 1};
             if (hr_engine_step(e, &st, &err) != HR_OK) {
@@ -98,7 +79,7 @@ static double run_once(struct hr_engine *e, int is_pp, uint32_t n, uint32_t batc
             }
             next = argmax(hr_engine_logits(e, 0, 0), n_vocab);
         }
-        t1 = now_s();
+        t1 = hr_now_seconds();
     }
     hr_kv_seq_free(&seq, hr_engine_kv_pool(e));
     free(toks);
@@ -163,7 +144,7 @@ int main(int argc, char **argv)
         printf("bench engine model=%s test=%s%u threads=%d isa=%s runs=%d tokens_per_s=%.2f "
                "min=%.2f max=%.2f peak_rss_bytes=%" PRIu64 "\n",
                path, tests[k].is_pp ? "pp" : "tg", tests[k].n, threads, hr_kernels_isa(), runs,
-               t[runs / 2], t[0], t[runs - 1], peak_rss());
+               t[runs / 2], t[0], t[runs - 1], hr_peak_rss_bytes());
         fflush(stdout);
     }
     free(t);

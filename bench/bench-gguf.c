@@ -11,14 +11,8 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "base/sys.h"
 #include "gguf/gguf.h"
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -37,13 +31,13 @@ int main(int argc, char **argv)
         for (int r = 0; r < runs; r++) {
             struct hr_err err;
             struct hr_gguf *g = NULL;
-            double t0 = now_ms();
+            double t0 = (hr_now_seconds() * 1e3);
             if (hr_gguf_open(argv[i], &g, &err) != HR_OK) {
                 fprintf(stderr, "bench-gguf: %s: %s\n", argv[i], err.msg);
                 free(t);
                 return 1;
             }
-            t[r] = now_ms() - t0;
+            t[r] = (hr_now_seconds() * 1e3) - t0;
             bytes = hr_gguf_file_size(g);
             hr_gguf_close(g);
         }

@@ -42,6 +42,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/sys.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
 
@@ -60,13 +61,6 @@ static void ggml_bins(char *out, size_t n)
     }
     const char *file = __FILE__, *tail = strstr(file, "bench/bench-matmul.c");
     snprintf(out, n, "%.*s" GGML_BINS_REL, tail ? (int)(tail - file) : 0, file);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -163,11 +157,11 @@ static void pool_stop(void)
 
 static double ours_call(void)
 {
-    double t0 = now_s();
+    double t0 = hr_now_seconds();
     barrier();
     run_share(0);
     barrier();
-    return now_s() - t0;
+    return hr_now_seconds() - t0;
 }
 
 /* ---- ggml side, through dlopen ---------------------------------------- */
@@ -292,16 +286,16 @@ static double ggml_time(enum hr_ggml_type t, const uint8_t *const *w, size_t n_c
     uint8_t *work = malloc(plan.work_size + 64);
     double times[4096];
     int runs = 0;
-    double start = now_s();
+    double start = hr_now_seconds();
     for (size_t call = 0; runs < 4096; call++) {
         struct ggml_cplan p = G.graph_plan(graphs[call % n_copies], nth, tp);
         p.work_data = work;
-        double t0 = now_s();
+        double t0 = hr_now_seconds();
         G.graph_compute(graphs[call % n_copies], &p);
-        double dt = now_s() - t0;
+        double dt = hr_now_seconds() - t0;
         if (call >= 2) /* warm-up */
             times[runs++] = dt;
-        if (runs >= 5 && now_s() - start > min_time)
+        if (runs >= 5 && hr_now_seconds() - start > min_time)
             break;
     }
     G.tp_free(tp);
@@ -403,22 +397,22 @@ static void bench_one(enum hr_ggml_type t, const struct shape *s, size_t m, int 
     struct job j = {.type = t, .w = (const uint8_t *const *)w, .n_copies = n_copies, .k = k,
                     .n_out = n_out, .m = m, .x = x, .act = act, .y = y};
     g_pool.job = &j;
-    double all0, self0, all1, self1, wall0 = now_s();
+    double all0, self0, all1, self1, wall0 = hr_now_seconds();
     cpu_times(&all0, &self0);
     pool_start(nth);
     double times[4096];
     int runs = 0;
-    double start = now_s();
+    double start = hr_now_seconds();
     for (j.call = 0; runs < 4096; j.call++) {
         double dt = ours_call();
         if (j.call >= 2)
             times[runs++] = dt;
-        if (runs >= 5 && now_s() - start > min_time)
+        if (runs >= 5 && hr_now_seconds() - start > min_time)
             break;
     }
     pool_stop();
     cpu_times(&all1, &self1);
-    const double foreign = ((all1 - all0) - (self1 - self0)) / (now_s() - wall0);
+    const double foreign = ((all1 - all0) - (self1 - self0)) / (hr_now_seconds() - wall0);
     qsort(times, (size_t)runs, sizeof(double), cmp_double);
     const double ms = times[runs / 2];
     const double flop = 2.0 * (double)m * (double)k * (double)n_out;

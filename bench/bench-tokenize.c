@@ -21,15 +21,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/sys.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -83,13 +77,13 @@ int main(int argc, char **argv)
     struct hr_err err = {{0}};
     struct hr_gguf *g = NULL;
     struct hr_tokenizer *tok = NULL;
-    double t0 = now_s();
+    double t0 = hr_now_seconds();
     if (hr_gguf_open(model, &g, &err) != HR_OK ||
         hr_tokenizer_init_from_gguf(g, &tok, &err) != HR_OK) {
         fprintf(stderr, "bench-tokenize: %s: %s\n", model, err.msg);
         return 1;
     }
-    double load_ms = (now_s() - t0) * 1e3;
+    double load_ms = (hr_now_seconds() - t0) * 1e3;
     hr_gguf_close(g);
 
     double *enc = malloc((size_t)runs * sizeof(double)), *dec = malloc((size_t)runs * sizeof(double));
@@ -97,18 +91,18 @@ int main(int argc, char **argv)
     size_t out_len = 0;
     for (int r = 0; r < runs; r++) {
         t.n = 0;
-        double a = now_s();
+        double a = hr_now_seconds();
         if (hr_tokenizer_encode(tok, text, len, flags, &t, &err) != HR_OK) {
             fprintf(stderr, "bench-tokenize: %s\n", err.msg);
             return 1;
         }
-        double b = now_s();
+        double b = hr_now_seconds();
         char *out;
         if (hr_tokenizer_decode(tok, t.ids, t.n, 0, &out, &out_len, &err) != HR_OK) {
             fprintf(stderr, "bench-tokenize: %s\n", err.msg);
             return 1;
         }
-        double c = now_s();
+        double c = hr_now_seconds();
         free(out);
         enc[r] = (double)len / 1e6 / (b - a);
         dec[r] = (double)out_len / 1e6 / (c - b);

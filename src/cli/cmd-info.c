@@ -16,18 +16,6 @@
 #include "gguf/gguf.h"
 #include "model/hparams.h"
 
-const char *hr_cli_fmt_bytes(double bytes, char *buf, unsigned size)
-{
-    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int u = 0;
-    while (bytes >= 1024.0 && u < 4) {
-        bytes /= 1024.0;
-        u++;
-    }
-    snprintf(buf, size, u ? "%.1f %s" : "%.0f %s", bytes, units[u]);
-    return buf;
-}
-
 static void usage(FILE *f)
 {
     fprintf(f, "usage: headroom info FILE [--json]\n\n"

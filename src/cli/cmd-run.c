@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/sys.h"
 #include "base/log.h"
 #include "cli/cli.h"
 #include "engine/engine.h"
@@ -75,27 +76,6 @@ static void usage(FILE *f)
             "                        log-probabilities after every prompt position (JSON)\n"
             "\n"
             "Timing goes to stderr: prompt and generation tokens/s, peak RSS.\n");
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static uint64_t peak_rss_bytes(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f)
-        return 0;
-    char line[256];
-    uint64_t kb = 0;
-    while (fgets(line, sizeof(line), f))
-        if (sscanf(line, "VmHWM: %" SCNu64 " kB", &kb) == 1)
-            break;
-    fclose(f);
-    return kb * 1024;
 }
 
 static int parse_tokens(const char *s, int32_t **out, uint32_t *n)
@@ -172,30 +152,6 @@ static bool is_eog(const struct hr_model *m, int32_t tok)
     return false;
 }
 
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    size_t k;
-    while (buf && (k = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += k;
-        if (n == cap) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-            }
-            buf = nb;
-        }
-    }
-    fclose(f);
-    *len = n;
-    return buf;
-}
-
 /* The prompt as token ids: --tokens as given, or text through the model's tokenizer. */
 static int prompt_tokens(const struct run_opts *o, const struct hr_tokenizer *tok, int32_t **ids,
                          uint32_t *n)
@@ -210,7 +166,7 @@ static int prompt_tokens(const struct run_opts *o, const struct hr_tokenizer *to
     size_t len = 0;
     char *text = NULL;
     if (o->prompt_file) {
-        text = read_file(o->prompt_file, &len);
+        text = hr_cli_read_file(o->prompt_file, &len);
         if (!text) {
             fprintf(stderr, "headroom run: cannot read %s: %s\n", o->prompt_file, strerror(errno));
             return 1;
@@ -324,7 +280,7 @@ static int run(const struct run_opts *o)
     }
 
     /* Prefill in chunks; logits for the last token (or every token when scoring). */
-    double t0 = now_s();
+    double t0 = hr_now_seconds();
     int32_t next = -1;
     for (uint32_t done_n = 0; done_n < n_prompt;) {
         uint32_t n = n_prompt - done_n < batch ? n_prompt - done_n : batch;
@@ -349,7 +305,7 @@ static int run(const struct run_opts *o)
         }
         done_n += n;
     }
-    double t1 = now_s();
+    double t1 = hr_now_seconds();
 
     uint32_t n_gen = 0;
     while (n_gen < n_predict && next >= 0) {
@@ -400,9 +356,9 @@ static int run(const struct run_opts *o)
             }
         }
     }
-    double t2 = now_s();
+    double t2 = hr_now_seconds();
     double pp = (t1 - t0) > 0 ? n_prompt / (t1 - t0) : 0, tg = (t2 - t1) > 0 ? n_gen / (t2 - t1) : 0;
-    uint64_t rss = peak_rss_bytes();
+    uint64_t rss = hr_peak_rss_bytes();
     char b1[32];
     if (out) {
         json_object_set_new(out, "tokens", gen);

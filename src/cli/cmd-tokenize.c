@@ -46,38 +46,6 @@ static void usage(FILE *f)
             "example: headroom tokenize --model models/demo.gguf --special '<|im_start|>user'\n");
 }
 
-static char *read_all(const char *path, size_t *len)
-{
-    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 65536, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (n < cap) {
-            if (ferror(f)) {
-                free(buf);
-                buf = NULL;
-            }
-            break;
-        }
-        char *nb = realloc(buf, cap * 2);
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = nb;
-        cap *= 2;
-    }
-    if (f != stdin)
-        fclose(f);
-    *len = n;
-    return buf;
-}
-
 /* A JSON string of arbitrary bytes: invalid UTF-8 becomes U+FFFD. */
 static json_t *json_bytes(const char *s, size_t n)
 {
@@ -315,7 +283,7 @@ int hr_cmd_tokenize(int argc, char **argv)
     size_t len = 0;
     char *owned = NULL;
     if (file) {
-        owned = read_all(file, &len);
+        owned = hr_cli_read_file(file, &len);
         if (!owned) {
             fprintf(stderr, "headroom tokenize: cannot read '%s': %s\n", file, strerror(errno));
             hr_tokenizer_free(tok);

@@ -1,6 +1,8 @@
 /* sampler.c - penalties, top-k/p, min-p, temperature, seeded draw; see sampler.h. */
 #include "sample/sampler.h"
 
+#include "base/rand.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +20,7 @@ struct hr_sampler {
     int32_t *history;     /* ring of penalty_last_n tokens */
     uint32_t n_hist, hist_pos;
     uint32_t *counts;     /* per token, over the history window; n_vocab */
-    uint64_t rng[4];
+    struct hr_rng rng;
 };
 
 struct hr_sampler_params hr_sampler_defaults(void)
@@ -27,28 +29,6 @@ struct hr_sampler_params hr_sampler_defaults(void)
         .temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
         .repeat_penalty = 1.0f, .penalty_last_n = 64, .seed = 0,
     };
-}
-
-static uint64_t splitmix(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static double next_uniform(uint64_t *s)
-{
-    uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return (double)(r >> 11) * (1.0 / 9007199254740992.0);
 }
 
 enum hr_status hr_sampler_init(const struct hr_sampler_params *p, uint32_t n_vocab,
@@ -76,9 +56,7 @@ enum hr_status hr_sampler_init(const struct hr_sampler_params *p, uint32_t n_voc
         hr_sampler_free(s);
         return hr_err_set(err, HR_ERR_NOMEM, "out of memory for the sampler");
     }
-    uint64_t seed = p->seed;
-    for (int i = 0; i < 4; i++)
-        s->rng[i] = splitmix(&seed);
+    hr_rng_seed(&s->rng, p->seed);
     *out = s;
     return HR_OK;
 }
@@ -223,7 +201,7 @@ int32_t hr_sampler_sample(struct hr_sampler *s, const float *logits)
         s->probs[i] = expf((s->cands[i].logit - mx) / p->temperature);
         sum += s->probs[i];
     }
-    double r = next_uniform(s->rng) * sum, acc = 0.0;
+    double r = hr_rng_uniform(&s->rng) * sum, acc = 0.0;
     for (uint32_t i = 0; i < n; i++) {
         acc += s->probs[i];
         if (r < acc)

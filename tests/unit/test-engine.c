@@ -34,7 +34,7 @@
 
 #include "engine/engine.h"
 #include "model-gen.h"
-#include "rand.h"
+#include "base/rand.h"
 
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer)

@@ -35,7 +35,7 @@
 
 #include <cmocka.h>
 
-#include "../../tools/lib/rand.h"
+#include "base/rand.h"
 #include "base/fp16.h"
 #include "kernels/matmul-impl.h"
 #include "kernels/matmul.h"

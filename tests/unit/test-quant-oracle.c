@@ -37,7 +37,7 @@
 
 #include <cmocka.h>
 
-#include "../../tools/lib/rand.h"
+#include "base/rand.h"
 #include "base/fp16.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"

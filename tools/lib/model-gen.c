@@ -26,7 +26,7 @@
 #include "gguf/gguf.h"
 #include "hf-vocab.h"
 #include "kernels/quant.h"
-#include "rand.h"
+#include "base/rand.h"
 
 const char *const hr_gen_shape_names[] = {"tiny", "demo", "qwen2.5-0.5b", "llama-3.2-1b",
                                           "qwen3-0.6b", NULL};

@@ -1,5 +1,5 @@
 /* rand.c - splitmix64 + xoshiro256** + Box-Muller; see rand.h. */
-#include "rand.h"
+#include "base/rand.h"
 
 #include <math.h>
 
