@@ -21,6 +21,7 @@ static const struct command g_commands[] = {
     {"info", hr_cmd_info, "describe a GGUF model: architecture, shape, tokenizer, tensors"},
     {"tokenize", hr_cmd_tokenize, "text to token ids with the model's tokenizer (as llama.cpp)"},
     {"run", hr_cmd_run, "run one prompt through the engine and print what it generates"},
+    {"template", hr_cmd_template, "render a chat request with the model's chat template"},
 };
 
 static void usage(FILE *f)
