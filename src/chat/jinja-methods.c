@@ -154,22 +154,31 @@ struct jv jx_str_case(struct jx_ctx *cx, struct jv s, int mode)
     bool prev_cased = false, first = true;
     while (i < n) {
         uint32_t c = jx_utf8_next(p, n, &i), o;
+        bool to_upper;
         switch (mode) {
         case 0:
-            o = cp_lower(c);
+            to_upper = false;
             break;
         case 1:
-            o = cp_upper(c);
+            to_upper = true;
             break;
         case 2: /* str.title: upper after an uncased character */
-            o = prev_cased ? cp_lower(c) : cp_upper(c);
-            prev_cased = cp_cased(c);
+            to_upper = !prev_cased;
+            prev_cased = cp_cased(c) || c == 0xdf;
             break;
         default: /* str.capitalize */
-            o = first ? cp_upper(c) : cp_lower(c);
+            to_upper = first;
             break;
         }
         first = false;
+        /* German sharp s has no one-letter upper case: Python writes "SS"
+         * for upper() and "Ss" where title case applies. */
+        if (c == 0xdf && to_upper) {
+            if (!jx_buf_put(cx, &b, mode == 1 ? "SS" : "Ss", 2))
+                return jv_undef();
+            continue;
+        }
+        o = to_upper ? cp_upper(c) : cp_lower(c);
         char enc[4];
         if (!jx_buf_put(cx, &b, enc, utf8_put(o, enc)))
             return jv_undef();

@@ -355,22 +355,32 @@ static struct jnode *parse_test(struct parser *P, struct jnode *inner)
 
 static struct jnode *parse_filter_expr(struct parser *P, struct jnode *n)
 {
+    uint32_t levels = 0;
     while (n && P->st == HR_OK) {
-        if (is_op(cur(P), "|")) {
-            n = parse_filter(P, n);
-        } else if (is_name(cur(P), "is")) {
-            n = parse_test(P, n);
-        } else if (is_op(cur(P), "(")) {
-            struct jnode *c = node(P, JN_CALL, cur(P)->line);
-            P->pos++;
-            if (!c || !parse_call_args(P, c))
-                return NULL;
-            c->a = n;
-            n = c;
-        } else {
+        bool pipe = is_op(cur(P), "|"), test = is_name(cur(P), "is"), call = is_op(cur(P), "(");
+        if (!pipe && !test && !call)
+            break;
+        levels++;
+        if (!enter(P)) {
+            n = NULL;
             break;
         }
+        if (pipe) {
+            n = parse_filter(P, n);
+        } else if (test) {
+            n = parse_test(P, n);
+        } else {
+            struct jnode *c = node(P, JN_CALL, cur(P)->line);
+            P->pos++;
+            if (!c || !parse_call_args(P, c)) {
+                n = NULL;
+                break;
+            }
+            c->a = n;
+            n = c;
+        }
     }
+    P->depth -= levels;
     return P->st == HR_OK ? n : NULL;
 }
 
@@ -410,18 +420,26 @@ static struct jnode *parse_subscript(struct parser *P, struct jnode *obj)
 
 static struct jnode *parse_postfix(struct parser *P, struct jnode *n)
 {
+    uint32_t levels = 0;
     while (n && P->st == HR_OK) {
         const struct jtoken *t = cur(P);
+        if (!is_op(t, ".") && !is_op(t, "[") && !is_op(t, "("))
+            break;
+        levels++;
+        if (!enter(P)) {
+            n = NULL;
+            break;
+        }
         if (is_op(t, ".")) {
             P->pos++;
             const struct jtoken *nm = cur(P);
             if (nm->kind == JT_NAME) {
                 struct jnode *a = node(P, JN_ATTR, nm->line);
-                if (!a)
-                    return NULL;
-                char *s = jx_alloc(P->a, nm->len + 1);
-                if (!s)
-                    return NULL;
+                char *s = a ? jx_alloc(P->a, nm->len + 1) : NULL;
+                if (!s) {
+                    n = NULL;
+                    break;
+                }
                 memcpy(s, nm->s, nm->len);
                 a->a = n;
                 a->name = s;
@@ -429,8 +447,10 @@ static struct jnode *parse_postfix(struct parser *P, struct jnode *n)
                 n = a;
             } else if (nm->kind == JT_INT) {
                 struct jnode *a = node(P, JN_ITEM, nm->line), *k = node(P, JN_CONST, nm->line);
-                if (!a || !k)
-                    return NULL;
+                if (!a || !k) {
+                    n = NULL;
+                    break;
+                }
                 k->val = jv_int(nm->i);
                 a->a = n;
                 a->b = k;
@@ -438,21 +458,22 @@ static struct jnode *parse_postfix(struct parser *P, struct jnode *n)
                 n = a;
             } else {
                 expected(P, "a name or number after '.'");
-                return NULL;
+                n = NULL;
             }
         } else if (is_op(t, "[")) {
             n = parse_subscript(P, n);
-        } else if (is_op(t, "(")) {
+        } else {
             struct jnode *c = node(P, JN_CALL, t->line);
             P->pos++;
-            if (!c || !parse_call_args(P, c))
-                return NULL;
+            if (!c || !parse_call_args(P, c)) {
+                n = NULL;
+                break;
+            }
             c->a = n;
             n = c;
-        } else {
-            break;
         }
     }
+    P->depth -= levels;
     return P->st == HR_OK ? n : NULL;
 }
 
@@ -592,21 +613,28 @@ static struct jnode *binop(struct parser *P, enum jn_op op, struct jnode *l, str
     return n;
 }
 
+/* Left-associative chains (a + b + c ..., a | f | g ...) nest the tree one
+ * level per operator, so each loop counts its links against max_depth and
+ * gives them back when the chain ends. */
 static struct jnode *parse_pow(struct parser *P)
 {
+    uint32_t levels = 0;
     struct jnode *l = parse_unary(P, true);
     while (l && is_op(cur(P), "**")) {
         int line = cur(P)->line;
         P->pos++;
-        l = binop(P, JO_POW, l, parse_unary(P, true), line);
+        levels++;
+        l = enter(P) ? binop(P, JO_POW, l, parse_unary(P, true), line) : NULL;
     }
+    P->depth -= levels;
     return l;
 }
 
 static struct jnode *parse_math2(struct parser *P)
 {
+    uint32_t levels = 0;
     struct jnode *l = parse_pow(P);
-    for (;;) {
+    while (l) {
         const struct jtoken *t = cur(P);
         enum jn_op op;
         if (is_op(t, "*"))
@@ -618,12 +646,13 @@ static struct jnode *parse_math2(struct parser *P)
         else if (is_op(t, "%"))
             op = JO_MOD;
         else
-            return l;
-        if (!l)
-            return NULL;
+            break;
         P->pos++;
-        l = binop(P, op, l, parse_pow(P), t->line);
+        levels++;
+        l = enter(P) ? binop(P, op, l, parse_pow(P), t->line) : NULL;
     }
+    P->depth -= levels;
+    return l;
 }
 
 static struct jnode *parse_concat(struct parser *P)
@@ -645,8 +674,9 @@ static struct jnode *parse_concat(struct parser *P)
 
 static struct jnode *parse_math1(struct parser *P)
 {
+    uint32_t levels = 0;
     struct jnode *l = parse_concat(P);
-    for (;;) {
+    while (l) {
         const struct jtoken *t = cur(P);
         enum jn_op op;
         if (is_op(t, "+"))
@@ -654,12 +684,13 @@ static struct jnode *parse_math1(struct parser *P)
         else if (is_op(t, "-"))
             op = JO_SUB;
         else
-            return l;
-        if (!l)
-            return NULL;
+            break;
         P->pos++;
-        l = binop(P, op, l, parse_concat(P), t->line);
+        levels++;
+        l = enter(P) ? binop(P, op, l, parse_concat(P), t->line) : NULL;
     }
+    P->depth -= levels;
+    return l;
 }
 
 static struct jnode *parse_compare(struct parser *P)
@@ -732,29 +763,39 @@ static struct jnode *parse_not(struct parser *P)
 
 static struct jnode *parse_and(struct parser *P)
 {
+    uint32_t levels = 0;
     struct jnode *l = parse_not(P);
     while (l && is_name(cur(P), "and")) {
         struct jnode *n = node(P, JN_AND, cur(P)->line);
         P->pos++;
-        if (!n || !(n->b = parse_not(P)))
-            return NULL;
+        levels++;
+        if (!n || !enter(P) || !(n->b = parse_not(P))) {
+            l = NULL;
+            break;
+        }
         n->a = l;
         l = n;
     }
+    P->depth -= levels;
     return l;
 }
 
 static struct jnode *parse_or(struct parser *P)
 {
+    uint32_t levels = 0;
     struct jnode *l = parse_and(P);
     while (l && is_name(cur(P), "or")) {
         struct jnode *n = node(P, JN_OR, cur(P)->line);
         P->pos++;
-        if (!n || !(n->b = parse_and(P)))
-            return NULL;
+        levels++;
+        if (!n || !enter(P) || !(n->b = parse_and(P))) {
+            l = NULL;
+            break;
+        }
         n->a = l;
         l = n;
     }
+    P->depth -= levels;
     return l;
 }
 

@@ -71,7 +71,9 @@ for (const pkg of fs.existsSync(npmDir) ? fs.readdirSync(npmDir).sort() : []) {
     if (!fs.existsSync(gguf)) {
         const r = spawnSync(vocabGguf, [dir, gguf], {encoding: "utf8"});
         if (r.status !== 0) {
-            ggufNote = (r.stderr || r.error?.message || "").trim().split("\n").pop();
+            // Keep the reason short: "pre_tokenizer regex not recognized ...".
+            const why = (r.stderr || r.error?.message || "").trim().split("\n").pop();
+            ggufNote = "no GGUF: " + why.replace(/^.*tokenizer\.json: /, "").slice(0, 40) + "...";
             gguf = null;
         }
     }
