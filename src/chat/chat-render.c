@@ -168,7 +168,7 @@ static enum hr_status build_context(const char *bos, const char *eos, struct con
     const json_t *m;
     json_array_foreach(req->messages, i, m)
     {
-        json_t *nm;
+        json_t *nm = NULL;
         enum hr_status st = normalize_message(m, i, cv.keep_parts, cv.object_args,
                                               cv.null_to_empty, &nm, err);
         if (st != HR_OK) {

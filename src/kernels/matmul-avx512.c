@@ -36,6 +36,11 @@
  * vfmadd231ps (F32; F16 widened at packing: ~90 GFLOP/s per core, 75-80% of
  * the 116 GFLOP/s fma peak) or vdpbf16ps (BF16, two products per lane).
  *
+ * With batch invariance on (the default) the float types skip both shapes:
+ * float_mm below sums every output in one order at any m, at GEMV speed for
+ * decode and ~95 GFLOP/s per core (F32/F16; BF16 ~190) for prefill, above
+ * the packed float GEMM, which is kept for HR_KERNELS_INVARIANT=0.
+ *
  * Numerics are those of matmul-ref.c: integer block sums exact (the
  * unsigned-weight offset is removed by starting each accumulator at `comp`,
  * see matmul-impl.h), then f32(d_w) * d_a rounded to f32, then accumulation
@@ -1077,10 +1082,209 @@ T512BF static void gemm_bf16(const struct hr_mm_layout *l, const void *w, size_t
 }
 
 /* ======================================================================== */
+/* F32 / F16 / BF16: one summation order for every m                        */
+/* ======================================================================== */
+
+/*
+ * The float types are batch invariant by construction: every output, at any
+ * m, is one 16-lane accumulator per (row, token) that walks k in steps of 16
+ * (vfmadd231ps; F16 and BF16 widened on load) or 32 (vdpbf16ps, products of
+ * pairs), a masked tail, then one fixed horizontal reduction. Decode and
+ * prefill differ only in the tile shape (rows x tokens held in registers),
+ * which changes which outputs are computed together, never the order of one
+ * output's sum. So a token gets the same bits whether it is decoded alone or
+ * batched with a long prefill (tests/unit/test-engine.c checks exactly that).
+ *
+ * Cost: the k lanes need no packing or transposing; a tile of 4 rows x 6
+ * tokens keeps 24 accumulators, and each step loads 4 weight and 6
+ * activation vectors for 24 fmas (fma-bound). Panels of rows whose weights
+ * fit in ~256 KiB of L2 are swept by every token tile, so each weight byte
+ * comes from DRAM once per call; the activations, re-read per panel, come
+ * from L2/L3.
+ */
+#ifndef FT_R1
+#define FT_R1 4
+#endif
+#define FT_MAX_R 8
+#define FT_MAX_I 6
+#ifndef FT_PF_MAX_I
+#define FT_PF_MAX_I 2 /* prefetch at decode-like tiles only */
+#endif
+#ifndef FT_PF_DIST
+#define FT_PF_DIST 1024
+#endif
+#ifndef FT_PF_LONG
+#define FT_PF_LONG 4096
+#endif
+
+INLINE T512 void ftile(const struct hr_mm_layout *l, const void *w, size_t r, const int R,
+                       const void *act, size_t i0, const int I, float *y, size_t ldy)
+{
+    const size_t k = l->k;
+    const enum hr_ggml_type wt = l->wtype;
+    const size_t esz = wt == HR_GGML_F32 ? 4 : 2;
+    const uint8_t *wr[FT_MAX_R];
+    const void *a[FT_MAX_I];
+    __m512 acc[FT_MAX_R][FT_MAX_I];
+    UNROLL
+    for (int u = 0; u < R; u++)
+        wr[u] = (const uint8_t *)w + (r + (size_t)u) * k * esz;
+    UNROLL
+    for (int i = 0; i < I; i++) {
+        a[i] = wt == HR_GGML_F32 ? (const void *)hr_mm_f32(l, act, i0 + i)
+                                 : (const void *)hr_mm_u16(l, act, i0 + i);
+        UNROLL
+        for (int u = 0; u < R; u++)
+            acc[u][i] = _mm512_setzero_ps();
+    }
+    /* The R rows are one contiguous span; at few tokens the loop is
+     * memory-bound and R short interleaved streams defeat the hardware
+     * prefetcher, so the next tile's span is prefetched at the rate this one
+     * is consumed (R * 16 * esz bytes per step). */
+    const uint8_t *next = (const uint8_t *)w + (r + (size_t)R) * k * esz;
+    const size_t pf_step = (size_t)R * 16 * esz;
+    const bool long_rows = k * esz >= FT_PF_LONG;
+    size_t j = 0;
+    for (; j + 16 <= k; j += 16) {
+        if (I <= FT_PF_MAX_I) {
+            if (long_rows) {
+                if ((j * esz) % 64 == 0) {
+                    UNROLL
+                    for (int u = 0; u < R; u++)
+                        _mm_prefetch((const char *)wr[u] + j * esz + FT_PF_DIST, _MM_HINT_T0);
+                }
+            } else {
+                for (size_t o = 0; o < pf_step; o += 64)
+                    _mm_prefetch((const char *)next + j / 16 * pf_step + o, _MM_HINT_T0);
+            }
+        }
+        __m512 wv[FT_MAX_R];
+        UNROLL
+        for (int u = 0; u < R; u++)
+            wv[u] = load_w16(wt, wr[u], j, 0xffff);
+        UNROLL
+        for (int i = 0; i < I; i++) {
+            const __m512 av = load_a16(wt, a[i], j);
+            UNROLL
+            for (int u = 0; u < R; u++)
+                acc[u][i] = _mm512_fmadd_ps(wv[u], av, acc[u][i]);
+        }
+    }
+    if (j < k) { /* activation padding is zero, weights masked */
+        const __mmask16 mk = (__mmask16)((1u << (k - j)) - 1);
+        __m512 wv[FT_MAX_R];
+        UNROLL
+        for (int u = 0; u < R; u++)
+            wv[u] = load_w16(wt, wr[u], j, mk);
+        UNROLL
+        for (int i = 0; i < I; i++) {
+            const __m512 av = load_a16(wt, a[i], j);
+            UNROLL
+            for (int u = 0; u < R; u++)
+                acc[u][i] = _mm512_fmadd_ps(wv[u], av, acc[u][i]);
+        }
+    }
+    UNROLL
+    for (int i = 0; i < I; i++) {
+        UNROLL
+        for (int u = 0; u < R; u++)
+            y[(i0 + (size_t)i) * ldy + r + (size_t)u] = _mm512_reduce_add_ps(acc[u][i]);
+    }
+}
+
+/* The same with vdpbf16ps: 32 bf16 of k per step, lane l summing the
+ * products of k = 32s + 2l and 32s + 2l + 1. */
+INLINE T512BF void ftile_bf16(const struct hr_mm_layout *l, const void *w, size_t r, const int R,
+                              const void *act, size_t i0, const int I, float *y, size_t ldy)
+{
+    const size_t k = l->k;
+    const uint16_t *wr[FT_MAX_R], *a[FT_MAX_I];
+    __m512 acc[FT_MAX_R][FT_MAX_I];
+    UNROLL
+    for (int u = 0; u < R; u++)
+        wr[u] = (const uint16_t *)w + (r + (size_t)u) * k;
+    UNROLL
+    for (int i = 0; i < I; i++) {
+        a[i] = hr_mm_u16(l, act, i0 + i);
+        UNROLL
+        for (int u = 0; u < R; u++)
+            acc[u][i] = _mm512_setzero_ps();
+    }
+    for (size_t j = 0; j < k; j += 32) {
+        const __mmask32 mk = j + 32 <= k ? 0xffffffffu : (__mmask32)((1u << (k - j)) - 1);
+        __m512bh wv[FT_MAX_R];
+        UNROLL
+        for (int u = 0; u < R; u++)
+            wv[u] = (__m512bh)_mm512_maskz_loadu_epi16(mk, wr[u] + j);
+        UNROLL
+        for (int i = 0; i < I; i++) { /* activation padding is zero */
+            const __m512bh av = (__m512bh)_mm512_loadu_si512(a[i] + j);
+            UNROLL
+            for (int u = 0; u < R; u++)
+                acc[u][i] = _mm512_dpbf16_ps(acc[u][i], wv[u], av);
+        }
+    }
+    UNROLL
+    for (int i = 0; i < I; i++) {
+        UNROLL
+        for (int u = 0; u < R; u++)
+            y[(i0 + (size_t)i) * ldy + r + (size_t)u] = _mm512_reduce_add_ps(acc[u][i]);
+    }
+}
+
+#define FT_SWEEP(TILE)                                                                             \
+    do {                                                                                           \
+        const size_t m = l->m, esz = l->wtype == HR_GGML_F32 ? 4 : 2;                              \
+        size_t pr = (256u << 10) / (l->k * esz) / 4 * 4;                                           \
+        if (pr < 4)                                                                                \
+            pr = 4;                                                                                \
+        for (size_t p0 = r0; p0 < r1; p0 += pr) {                                                  \
+            const size_t p1 = min_sz(p0 + pr, r1);                                                 \
+            for (size_t i0 = 0; i0 < m;) {                                                         \
+                const int I = (int)min_sz(FT_MAX_I, m - i0);                                       \
+                size_t r = p0;                                                                     \
+                switch (I) {                                                                       \
+                case 1: for (; r + FT_R1 <= p1; r += FT_R1) TILE(l, w, r, FT_R1, act, i0, 1, y, ldy); break; \
+                case 2: for (; r + 4 <= p1; r += 4) TILE(l, w, r, 4, act, i0, 2, y, ldy); break;   \
+                case 3: for (; r + 4 <= p1; r += 4) TILE(l, w, r, 4, act, i0, 3, y, ldy); break;   \
+                case 4: for (; r + 4 <= p1; r += 4) TILE(l, w, r, 4, act, i0, 4, y, ldy); break;   \
+                case 5: for (; r + 4 <= p1; r += 4) TILE(l, w, r, 4, act, i0, 5, y, ldy); break;   \
+                default: for (; r + 4 <= p1; r += 4) TILE(l, w, r, 4, act, i0, 6, y, ldy); break;  \
+                }                                                                                  \
+                for (; r < p1; r++)                                                                \
+                    for (int i = 0; i < I; i++)                                                    \
+                        TILE(l, w, r, 1, act, i0 + (size_t)i, 1, y, ldy);                          \
+                i0 += (size_t)I;                                                                   \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
+
+T512 static void float_mm(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
+                          const void *act, float *y, size_t ldy)
+{
+    FT_SWEEP(ftile);
+}
+
+T512BF static void float_mm_bf16(const struct hr_mm_layout *l, const void *w, size_t r0,
+                                 size_t r1, const void *act, float *y, size_t ldy)
+{
+    FT_SWEEP(ftile_bf16);
+}
+
+/* ======================================================================== */
 
 T512 static void compute_avx512(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
                                 const void *act, float *y, size_t ldy)
 {
+    const bool is_float = l->wtype == HR_GGML_F32 || l->wtype == HR_GGML_F16 ||
+                          l->wtype == HR_GGML_BF16;
+    if (is_float && hr_kernels_batch_invariant()) {
+        if (l->wtype == HR_GGML_BF16 && hr_mm_cpu_has_avx512bf16())
+            float_mm_bf16(l, w, r0, r1, act, y, ldy);
+        else
+            float_mm(l, w, r0, r1, act, y, ldy);
+        return;
+    }
     if (l->m < gemm_min_m(l->wtype)) {
         if (l->wtype == HR_GGML_BF16 && hr_mm_cpu_has_avx512bf16())
             gemv_bf16_avx512(l, w, r0, r1, act, y, ldy);

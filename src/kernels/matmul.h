@@ -98,15 +98,17 @@ void hr_dequantize_row_any(enum hr_ggml_type type, const void *src, float *dst, 
 
 /*
  * Batch invariance (on by default): a token's outputs do not depend on the
- * other tokens of the call, bit for bit, for the quantized weight types, so
+ * other tokens of the call, bit for bit, for every weight type and ISA, so
  * ragged batches and prefill chunking cannot change a sequence's results.
  * On AVX-512 this makes the Q8_0/Q4_0 decode kernel (m = 1) fold each
  * block's integer sum to a scalar before scaling, as the prefill GEMM does,
- * at ~25% of its DRAM bandwidth; off selects the faster free-running kernel
- * (results then differ with m at the 1e-7 level, which activation rounding
- * can amplify). The K-quants are invariant either way at no cost; the float
- * types are not yet (1e-7 relative). HR_KERNELS_INVARIANT=0 in the
- * environment turns it off at start. Set before computing; not thread-safe.
+ * at ~25% of its DRAM bandwidth, and runs the float types (F32/F16/BF16)
+ * through one kernel whose per-output summation order is the same at every
+ * m. Off selects the free-running Q8_0/Q4_0 decode kernel and the packed
+ * float GEMM (results then differ with m at the 1e-7 level, which activation
+ * rounding can amplify to 1e-3 in the logits). The K-quants are invariant
+ * either way at no cost. HR_KERNELS_INVARIANT=0 in the environment turns it
+ * off at start. Set before computing; not thread-safe.
  */
 void hr_kernels_set_batch_invariant(bool on);
 bool hr_kernels_batch_invariant(void);

@@ -80,10 +80,12 @@ static int make_model(void **state, const char *arch, enum hr_ggml_type type)
     assert_int_equal(hr_gen_shape("tiny", &p, &err), HR_OK);
     p.arch = arch;
     p.type = type;
-    p.n_embd = 64;
+    /* K-quant rows are whole 256-value super-blocks. */
+    const bool kq = type == HR_GGML_Q4_K || type == HR_GGML_Q5_K || type == HR_GGML_Q6_K;
+    p.n_embd = kq ? 256 : 64;
     p.n_head = 4;
     p.n_head_kv = 2;
-    p.n_ff = 96;
+    p.n_ff = kq ? 512 : 96;
     p.n_layer = 2;
     snprintf(fx->path, sizeof(fx->path), "/tmp/hr-test-engine-%d-%s.gguf", (int)getpid(), arch);
     if (hr_gen_model(&p, fx->path, &err) != HR_OK)
@@ -97,6 +99,11 @@ static int make_model(void **state, const char *arch, enum hr_ggml_type type)
 static int setup_qwen3(void **state) { return make_model(state, "qwen3", HR_GGML_F32); }
 static int setup_qwen2_q8(void **state) { return make_model(state, "qwen2", HR_GGML_Q8_0); }
 static int setup_llama_f16(void **state) { return make_model(state, "llama", HR_GGML_F16); }
+static int setup_llama_bf16(void **state) { return make_model(state, "llama", HR_GGML_BF16); }
+static int setup_llama_q4_0(void **state) { return make_model(state, "llama", HR_GGML_Q4_0); }
+static int setup_qwen3_q4_k(void **state) { return make_model(state, "qwen3", HR_GGML_Q4_K); }
+static int setup_qwen2_q5_k(void **state) { return make_model(state, "qwen2", HR_GGML_Q5_K); }
+static int setup_llama_q6_k(void **state) { return make_model(state, "llama", HR_GGML_Q6_K); }
 
 static int teardown(void **state)
 {
@@ -265,27 +272,14 @@ static float *run_sequences(struct fixture *fx, int threads, bool together, uint
     return out;
 }
 
-/* |a - b| within 1e-3 of the larger magnitude (absolute below magnitude 1). */
-static bool near(float a, float b)
-{
-    float m = fabsf(a) > fabsf(b) ? fabsf(a) : fabsf(b);
-    return fabsf(a - b) <= 1e-3f * (m > 1.0f ? m : 1.0f);
-}
-
-static bool known_inconsistent(const struct fixture *fx)
-{
-    enum hr_ggml_type t = fx->model->layers[0].wq.type;
-    return t == HR_GGML_F16;
-}
+/* Bit-identical: every kernel sums one output in the same order whatever the
+ * batch around it (see matmul.h, batch invariance), and attention works per
+ * sequence. -0.0 and 0.0 count as equal. */
+static bool same(float a, float b) { return a == b || (a != a && b != b); }
 
 static void test_ragged_equals_alone(void **state)
 {
     struct fixture *fx = *state;
-    if (known_inconsistent(fx)) {
-        print_message("# known open bug: %s GEMV and GEMM kernels disagree (1e-3 to 1e-2)\n",
-                      hr_ggml_type_name(fx->model->layers[0].wq.type));
-        skip();
-    }
     const uint32_t V = fx->model->hp.n_vocab;
     const uint32_t lens[] = {37, 5, 64, 1};
     for (int threads = 1; threads <= 2; threads++) {
@@ -293,7 +287,7 @@ static void test_ragged_equals_alone(void **state)
         float *b = run_sequences(fx, threads, false, 4, lens, 6, 16);
         size_t n = (size_t)4 * 64 * V;
         for (size_t i = 0; i < n; i++)
-            if (!near(a[i], b[i]))
+            if (!same(a[i], b[i]))
                 fail_msg("threads %d: logit %zu differs: ragged %.9g, alone %.9g", threads, i,
                          (double)a[i], (double)b[i]);
         free(a);
@@ -301,7 +295,7 @@ static void test_ragged_equals_alone(void **state)
     }
 }
 
-/* Chunk size must not change the result either (same tolerance). */
+/* Chunk size must not change the result either (bit for bit). */
 static void test_chunking_invariant(void **state)
 {
     struct fixture *fx = *state;
@@ -313,7 +307,7 @@ static void test_chunking_invariant(void **state)
      * and the 4 decode rows (rows 0..4 of the one-chunk run, 7..11 of the other). */
     float *ra = a, *rb = b + (size_t)7 * V;
     for (size_t i = 0; i < (size_t)5 * V; i++)
-        if (!near(ra[i], rb[i]))
+        if (!same(ra[i], rb[i]))
             fail_msg("logit %zu differs between chunk sizes: %.9g vs %.9g", i, (double)ra[i],
                      (double)rb[i]);
     free(a);
@@ -377,6 +371,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ragged_equals_alone, setup_qwen3, teardown),
         cmocka_unit_test_setup_teardown(test_ragged_equals_alone, setup_qwen2_q8, teardown),
         cmocka_unit_test_setup_teardown(test_ragged_equals_alone, setup_llama_f16, teardown),
+        cmocka_unit_test_setup_teardown(test_ragged_equals_alone, setup_llama_bf16, teardown),
+        cmocka_unit_test_setup_teardown(test_ragged_equals_alone, setup_llama_q4_0, teardown),
+        cmocka_unit_test_setup_teardown(test_ragged_equals_alone, setup_qwen3_q4_k, teardown),
+        cmocka_unit_test_setup_teardown(test_ragged_equals_alone, setup_qwen2_q5_k, teardown),
+        cmocka_unit_test_setup_teardown(test_ragged_equals_alone, setup_llama_q6_k, teardown),
+        cmocka_unit_test_setup_teardown(test_chunking_invariant, setup_llama_f16, teardown),
         cmocka_unit_test_setup_teardown(test_chunking_invariant, setup_qwen3, teardown),
         cmocka_unit_test_setup_teardown(test_refusals_change_nothing, setup_qwen3, teardown),
     };
