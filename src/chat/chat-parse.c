@@ -840,6 +840,13 @@ enum hr_status hr_chat_parser_init(const struct hr_chat_parse_opts *opts,
     struct hr_chat_parser *p = calloc(1, sizeof(*p));
     if (!p)
         return hr_err_set(err, HR_ERR_NOMEM, "out of memory for the output parser");
+    /* A buffer from the start, so that held() never offsets a NULL. */
+    p->cap = 256;
+    p->buf = malloc(p->cap);
+    if (!p->buf) {
+        free(p);
+        return hr_err_set(err, HR_ERR_NOMEM, "out of memory for the output parser");
+    }
     p->o = *opts;
     if (p->o.max_held_bytes == 0)
         p->o.max_held_bytes = HR_CHAT_PARSE_DEFAULT_MAX_HELD;
@@ -931,7 +938,7 @@ enum hr_status hr_chat_parser_feed(struct hr_chat_parser *p, const char *bytes, 
     if (n > p->cap - p->len) {
         if (n > SIZE_MAX / 2 - p->len)
             return hr_err_set(err, HR_ERR_NOMEM, "output parser input too large");
-        size_t cap = p->cap ? p->cap : 256;
+        size_t cap = p->cap;
         while (cap - p->len < n)
             cap *= 2;
         char *b = realloc(p->buf, cap);

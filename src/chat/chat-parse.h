@@ -76,24 +76,25 @@
  * same sequence of content, reasoning and calls once adjacent deltas of one
  * kind are joined.
  *
- * States (the parser's `st`; the function behind each transition in
- * brackets; any call state falls back to CONTENT through degrade()):
+ * States (the function behind each transition in brackets):
  *
- *        init (in_reasoning) --------------------------+
- *        init                                          v
- *         |                                      REASON_LEAD --ws--> REASON
- *         v            "<think>" [st_start]            ^              |
- *       START ---------------------------------------- +              |
- *         | |  '{' llama3/generic [st_start]                "</think>" [scan_text]
- *         | +----------------> LLAMA / GENERIC                         v
- *         | other [st_start]        |  call done [st_llama]        SKIP_WS --> START
- *         v                         v                              (no <think> now)
- *      CONTENT <--- degrade() -- LLAMA_SEP --'{'--> LLAMA
- *         |  ^                      | other [st_llama_sep] --> CONTENT
- *         |  |
- *         |  +-- SKIP_WS <-- "</tool_call>" / JSON end [st_hermes, st_mistral]
- *         |                      ^
- *         +-- marker [scan_text] +--> HERMES | MISTRAL | LLAMA (tagged)
+ *   hr_chat_parser_init
+ *      |   in_reasoning
+ *      +-------------------------------> REASON_LEAD --[st_reason_lead]--> REASON
+ *      v                                      ^                              |
+ *    START ----- "<think>" [st_start] --------+              "</think>" [st_reason]
+ *      |  \                                                                  v
+ *      |   '{', llama3 or generic [st_start] --> LLAMA / GENERIC    START <- SKIP_WS
+ *      |                                                    (<think> no longer opens)
+ *      | anything else [st_start]
+ *      v
+ *   CONTENT -- marker [st_content] --> HERMES | MISTRAL | LLAMA (tagged)
+ *      ^                                 |        |         |
+ *      +--- SKIP_WS <-- call done [consume_call]  |         | call done [st_llama]
+ *      |                                          |         v
+ *      +--- anything else [st_llama_sep] <----------- LLAMA_SEP --'{'--> LLAMA
+ *      +--- GENERIC at the end of the stream, a call or not [st_generic]
+ *      +--- any call state, malformed [degrade]
  *
  * hr_chat_parser_finish resolves every waiting state: a call not yet
  * complete degrades, held text is emitted.
@@ -101,7 +102,7 @@
  * Memory: per parser, the unconsumed input (held bytes, bounded by
  * max_held_bytes plus the size of one feed) and the events of the last
  * feed. Threads: a parser belongs to one request and is used by one thread
- * at a time; the free functions are reentrant.
+ * at a time; the functions that take no parser are reentrant.
  *
  * Usage:
  *
