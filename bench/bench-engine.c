@@ -5,10 +5,15 @@
  *
  * ppN: prefill N tokens into an empty sequence in chunks of B (default 512,
  * llama.cpp's default batch), logits for the last token only.
- * tgN: decode N tokens one at a time after a 16-token prompt (greedy).
+ * tgN: decode N tokens one at a time after a 16-token prompt (greedy). A
+ * decode step reads every weight once (the embedding only as the output
+ * matrix when tied) plus the KV cache so far: the line adds those bytes per
+ * token and the bandwidth they amount to, for comparison with bench-membw.
  * Each test runs R times (default 3) after one warm-up; prints the median and
  * the spread, and the process's peak RSS, one machine-readable line each:
- *   bench engine model=F test=pp512 threads=2 runs=3 tokens_per_s=MEDIAN min=.. max=.. peak_rss_bytes=..
+ *   bench engine model=F test=pp512 threads=2 runs=3 tokens_per_s=MEDIAN min=.. max=..
+ *     peak_rss_bytes=.. foreign_cpus=.. [bytes_per_token=.. gbps=..]
+ * foreign_cpus: CPU time other processes used meanwhile, in cores.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -86,6 +91,21 @@ static double run_once(struct hr_engine *e, int is_pp, uint32_t n, uint32_t batc
     return n / (t1 - t0);
 }
 
+static uint64_t weight_bytes(const struct hr_weight *w)
+{
+    return w->data ? hr_row_bytes(w->type, w->ne0) * w->ne1 : 0;
+}
+
+/* Weight bytes one decode step reads: all of them, except that only one row
+ * of the embedding is gathered unless it doubles as the output matrix. */
+static uint64_t decode_weight_bytes(const struct hr_model *m)
+{
+    uint64_t b = m->weight_bytes - weight_bytes(&m->tok_embd);
+    if (m->output.data == m->tok_embd.data)
+        b += weight_bytes(&m->output);
+    return b;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -136,15 +156,28 @@ int main(int argc, char **argv)
     if (tg)
         tests[n_tests].is_pp = 0, tests[n_tests++].n = tg;
     for (int k = 0; k < n_tests; k++) {
+        double all0, self0, all1, self1;
+        hr_cpu_times(&all0, &self0);
+        const double w0 = hr_now_seconds();
         run_once(e, tests[k].is_pp, tests[k].is_pp ? (tests[k].n < 64 ? tests[k].n : 64) : 8,
                  batch, m->hp.n_vocab); /* warm-up: pages in the weights */
         for (int r = 0; r < runs; r++)
             t[r] = run_once(e, tests[k].is_pp, tests[k].n, batch, m->hp.n_vocab);
         qsort(t, (size_t)runs, sizeof(double), cmp_d);
+        hr_cpu_times(&all1, &self1);
+        const double foreign = ((all1 - all0) - (self1 - self0)) / (hr_now_seconds() - w0);
         printf("bench engine model=%s test=%s%u threads=%d isa=%s runs=%d tokens_per_s=%.2f "
-               "min=%.2f max=%.2f peak_rss_bytes=%" PRIu64 "\n",
+               "min=%.2f max=%.2f peak_rss_bytes=%" PRIu64 " foreign_cpus=%.2f",
                path, tests[k].is_pp ? "pp" : "tg", tests[k].n, threads, hr_kernels_isa(), runs,
-               t[runs / 2], t[0], t[runs - 1], hr_peak_rss_bytes());
+               t[runs / 2], t[0], t[runs - 1], hr_peak_rss_bytes(), foreign < 0 ? 0 : foreign);
+        if (!tests[k].is_pp) {
+            /* KV read at the mean position of the run: 16 prompt + n / 2. */
+            const double kv = (double)hr_kv_block_bytes_for(&kc) / HR_KV_DEFAULT_BLOCK_TOKENS *
+                              (16.0 + tests[k].n / 2.0);
+            const double bpt = (double)decode_weight_bytes(m) + kv;
+            printf(" bytes_per_token=%.0f gbps=%.1f", bpt, bpt * t[runs / 2] / 1e9);
+        }
+        printf("\n");
         fflush(stdout);
     }
     free(t);

@@ -307,35 +307,6 @@ static double ggml_time(enum hr_ggml_type t, const uint8_t *const *w, size_t n_c
     return times[runs / 2];
 }
 
-/* ---- foreign load -------------------------------------------------------- */
-
-/* CPU time (seconds) used by all processes and by this one, from /proc. The
- * difference over a measurement is other processes' load, which we print so
- * a disturbed number can be recognised. */
-static void cpu_times(double *all, double *self)
-{
-    *all = *self = 0;
-    FILE *f = fopen("/proc/stat", "r");
-    if (f) {
-        unsigned long long v[8] = {0};
-        if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
-                   &v[4], &v[5], &v[6], &v[7]) == 8)
-            *all = (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / 100.0;
-        fclose(f);
-    }
-    f = fopen("/proc/self/stat", "r");
-    if (f) {
-        char buf[1024];
-        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-        buf[n] = 0;
-        const char *p = strrchr(buf, ')');
-        unsigned long long ut = 0, st = 0;
-        if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) == 2)
-            *self = (double)(ut + st) / 100.0;
-        fclose(f);
-    }
-}
-
 /* ---- driver ------------------------------------------------------------ */
 
 struct shape {
@@ -398,7 +369,7 @@ static void bench_one(enum hr_ggml_type t, const struct shape *s, size_t m, int 
                     .n_out = n_out, .m = m, .x = x, .act = act, .y = y};
     g_pool.job = &j;
     double all0, self0, all1, self1, wall0 = hr_now_seconds();
-    cpu_times(&all0, &self0);
+    hr_cpu_times(&all0, &self0);
     pool_start(nth);
     double times[4096];
     int runs = 0;
@@ -411,7 +382,7 @@ static void bench_one(enum hr_ggml_type t, const struct shape *s, size_t m, int 
             break;
     }
     pool_stop();
-    cpu_times(&all1, &self1);
+    hr_cpu_times(&all1, &self1);
     const double foreign = ((all1 - all0) - (self1 - self0)) / (hr_now_seconds() - wall0);
     qsort(times, (size_t)runs, sizeof(double), cmp_double);
     const double ms = times[runs / 2];

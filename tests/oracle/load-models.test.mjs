@@ -61,8 +61,13 @@ async function hfTokenizer(name) {
 async function runCase(c) {
   const label = `${c.arch}/${c.type}/${c.vocab}${c.tied ? "" : "/untied"}`;
   const file = path.join(outDir, `oracle-${c.arch}-${c.type}-${c.vocab}${c.tied ? "" : "-untied"}.gguf`);
+  // K-quant rows are whole 256-value super-blocks: narrower models would be
+  // written with a fallback type and test nothing.
+  const kq = c.type.endsWith("_k");
+  const nEmbd = kq ? 256 : 64;
   const args = ["--shape", "tiny", "--arch", c.arch, "--type", c.type, "--vocab", vocabDir(c.vocab),
-    "--n-embd", "64", "--n-head", "4", "--n-head-kv", "2", "--n-ff", "128", "--n-layer", "2",
+    "--n-embd", String(nEmbd), "--n-head", "4", "--n-head-kv", "2", "--n-ff", kq ? "512" : "128",
+    "--n-layer", "2", ...(kq ? ["--head-dim", "64"] : []),
     "--out", file, c.tied ? "--tied" : "--untied"];
   try {
     execFileSync(genModel, args, { stdio: ["ignore", "inherit", "inherit"] });
@@ -80,7 +85,7 @@ async function runCase(c) {
   check(true, `${label}: loads`);
   // What llama.cpp itself read back (llama_model_n_ctx_train, _n_embd, vocab type).
   check(model.trainContextSize === 4096, `${label}: context length ${model.trainContextSize}`);
-  check(model.embeddingVectorSize === 64, `${label}: n_embd ${model.embeddingVectorSize}`);
+  check(model.embeddingVectorSize === nEmbd, `${label}: n_embd ${model.embeddingVectorSize}`);
   const wantVocab = c.vocab === "llama2" ? "spm" : "bpe";
   check(String(model.vocabularyType).toLowerCase() === wantVocab,
     `${label}: vocabulary type ${model.vocabularyType}, want ${wantVocab}`);

@@ -155,6 +155,28 @@ struct gen {
     size_t n_tensors;
 };
 
+/* The _M mixes of llama-quantize (Q4_K_M, Q5_K_M), which is what most
+ * K-quant downloads are: the output matrix (or the tied embedding) in Q6_K,
+ * and attn_v / ffn_down in Q6_K for the first and last eighth of the layers
+ * and every third layer between. Other tensors keep the base type. */
+static enum hr_ggml_type mix_type(const struct hr_gen_params *p, const char *name)
+{
+    if (!p->k_mix || (p->type != HR_GGML_Q4_K && p->type != HR_GGML_Q5_K))
+        return p->type;
+    if (strcmp(name, "output.weight") == 0 || (p->tied && strcmp(name, "token_embd.weight") == 0))
+        return HR_GGML_Q6_K;
+    unsigned il;
+    int used = 0;
+    if (sscanf(name, "blk.%u.%n", &il, &used) != 1 || used == 0)
+        return p->type;
+    const char *rest = name + used;
+    if (strcmp(rest, "attn_v.weight") != 0 && strcmp(rest, "ffn_down.weight") != 0)
+        return p->type;
+    const unsigned n = p->n_layer;
+    const bool more_bits = il < n / 8 || il >= 7 * n / 8 || (il - n / 8) % 3 == 2;
+    return more_bits ? HR_GGML_Q6_K : p->type;
+}
+
 static void add(struct gen *g, const char *name, uint64_t ne0, uint64_t ne1, enum init_kind init)
 {
     struct tensor_src *t = &g->tensors[g->n_tensors++];
@@ -167,9 +189,10 @@ static void add(struct gen *g, const char *name, uint64_t ne0, uint64_t ne1, enu
     t->seed = g->p.seed ^ hr_hash_str(name);
     t->type = HR_GGML_F32;
     if (t->n_dims == 2) {
-        const struct hr_ggml_type_info *ti = hr_ggml_type_info(g->p.type);
+        const enum hr_ggml_type want = mix_type(&g->p, name);
+        const struct hr_ggml_type_info *ti = hr_ggml_type_info(want);
         if (ne0 % ti->block_elems == 0)
-            t->type = g->p.type;
+            t->type = want;
         else if (ti->block_elems > 32 && ne0 % 32 == 0)
             t->type = HR_GGML_Q8_0;
         else

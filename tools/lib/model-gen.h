@@ -44,6 +44,8 @@ struct hr_gen_params {
     float rope_factor;    /* linear/yarn/llama3 factor */
     uint32_t rope_orig_ctx; /* original context for llama3/yarn */
     bool tied;            /* output shares token_embd */
+    bool k_mix;           /* with Q4_K or Q5_K: llama-quantize's _M mix (Q6_K for the
+                           * output and for attn_v / ffn_down of some layers) */
     uint64_t seed;
 };
 

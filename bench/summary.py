@@ -1,0 +1,72 @@
+#!/usr/bin/python3
+"""summary.py - the engine rows of `make bench` as one table.
+
+Reads the machine-readable lines of bench/run.sh on stdin and prints, per
+model: our prefill (pp512, pp2048) next to llama.cpp's measured in the same
+run (node-llama-cpp, prebuilt CPU build) with the ratio; our decode (tg128)
+next to DESIGN.md section 7's natively built llama.cpp with the ratio (the
+npm build adds 4-12 ms per decoded token, so it is not compared directly);
+and the fraction of the measured 2-thread read bandwidth (bench-membw) our
+decode reaches. Every number is the median of the medians the benchmark
+lines report when a test ran more than once.
+"""
+import re
+import statistics
+import sys
+
+# DESIGN.md section 7: llama.cpp built natively, 2 threads (tokens/s).
+DESIGN = {
+    "qwen2.5-0.5b-q8_0": {"pp512": 365, "pp2048": 312, "tg128": 66},
+    "qwen2.5-0.5b-f16": {"pp512": 460, "pp2048": 383, "tg128": 42},
+    "llama-3.2-1b-q8_0": {"pp512": 146, "pp2048": 133, "tg128": 33},
+    "llama-3.2-1b-f16": {"pp512": 187, "pp2048": 165, "tg128": 21},
+}
+
+def fields(line):
+    return dict(re.findall(r'(\w+)=("[^"]*"|\S+)', line))
+
+ours, theirs, gbps, foreign, membw = {}, {}, {}, {}, {}
+for line in sys.stdin:
+    f = fields(line)
+    if line.startswith("bench membw"):
+        membw.setdefault(int(f["threads"]), []).append(float(f["gbps"]))
+        continue
+    if not (line.startswith("bench engine") or line.startswith("bench llama")):
+        continue
+    m = re.search(r"bench-(.+)\.gguf", f.get("model", ""))
+    if not m:
+        continue
+    key = (m.group(1), f["test"])
+    tps = float(f["tokens_per_s"])
+    if line.startswith("bench engine"):
+        ours.setdefault(key, []).append(tps)
+        foreign.setdefault(key, []).append(float(f.get("foreign_cpus", "0")))
+        if "gbps" in f:
+            gbps.setdefault(key, []).append(float(f["gbps"]))
+    else:
+        theirs.setdefault(key, []).append(tps)
+
+med = lambda v: statistics.median(v) if v else None
+bw2 = med(membw.get(2, []))
+models = sorted({k[0] for k in ours})
+print("\n%-20s %-7s %9s %9s %6s   %s" % ("model", "test", "headroom", "llama.cpp", "ratio", "notes"))
+for model in models:
+    for test in ("pp512", "pp2048", "tg128"):
+        o = med(ours.get((model, test), []))
+        if o is None:
+            continue
+        note, ref = "", None
+        if test.startswith("pp"):
+            ref = med(theirs.get((model, test), []))
+            note = "llama.cpp measured side by side"
+        else:
+            ref = DESIGN.get(model, {}).get(test)
+            note = "llama.cpp from DESIGN.md table" if ref else "no llama.cpp decode reference"
+            g = med(gbps.get((model, test), []))
+            if g is not None and bw2:
+                note += "; %.1f GB/s = %.0f%% of %.1f GB/s read bandwidth" % (g, 100 * g / bw2, bw2)
+        fl = max(foreign.get((model, test), [0]))
+        if fl > 0.1:
+            note += "; foreign load up to %.2f cores" % fl
+        ratio = "%.2f" % (o / ref) if ref else "-"
+        print("%-20s %-7s %9.1f %9s %6s   %s" % (model, test, o, "%.1f" % ref if ref else "-", ratio, note))
