@@ -113,15 +113,18 @@ struct jstr *jx_str_alloc(struct jx_ctx *cx, size_t len)
     return s;
 }
 
-static const struct jstr g_empty_str = {0};
+/* The empty string, shared: a zero length and the NUL after it (a struct
+ * jstr alone has no room for the NUL that C-string users read). */
+static _Alignas(struct jstr) const unsigned char g_empty_bytes[sizeof(struct jstr) + 8];
+#define EMPTY_STR ((const struct jstr *)(const void *)g_empty_bytes)
 
 struct jv jx_str(struct jx_ctx *cx, const char *s, size_t len)
 {
     if (len == 0)
-        return (struct jv){.type = JV_STR, .s = &g_empty_str};
+        return (struct jv){.type = JV_STR, .s = EMPTY_STR};
     struct jstr *p = jx_str_alloc(cx, len);
     if (!p)
-        return (struct jv){.type = JV_STR, .s = &g_empty_str};
+        return (struct jv){.type = JV_STR, .s = EMPTY_STR};
     memcpy(p->s, s, len);
     return (struct jv){.type = JV_STR, .s = p};
 }
