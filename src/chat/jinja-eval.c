@@ -603,7 +603,7 @@ static struct jv binop(struct jx_ctx *cx, enum jn_op op, struct jv a, struct jv 
         case JO_MOD:
             if (fl ? fy == 0.0 : y == 0) {
                 jx_fail(cx, HR_ERR_INVALID,
-                        op == JO_MOD ? (fl ? "float modulo" : "integer division or modulo by zero")
+                        op == JO_MOD ? (fl ? "float modulo" : "integer modulo by zero")
                                      : (fl ? "float floor division by zero"
                                            : "integer division or modulo by zero"));
                 return jv_undef();

@@ -1071,7 +1071,7 @@ bool jx_test_apply(struct jx_ctx *cx, int id, struct jv v, const struct jargs *a
         if (!x || !int_of(cx, v, &i) || !int_of(cx, *x, &d))
             return x ? false : (jx_fail(cx, HR_ERR_INVALID, "divisibleby needs a number"), false);
         if (d == 0) {
-            jx_fail(cx, HR_ERR_INVALID, "integer division or modulo by zero");
+            jx_fail(cx, HR_ERR_INVALID, "integer modulo by zero");
             return false;
         }
         return d == -1 || i % d == 0;

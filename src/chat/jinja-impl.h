@@ -94,7 +94,10 @@ struct jmethod {
 struct jloop;
 struct jmacro;
 
-#define JX_TUPLE 1u /* a list that prints as a tuple */
+#define JX_TUPLE 1u       /* a list that prints as a tuple */
+#define JX_DICT_KEYS 2u   /* d.keys(): prints as dict_keys([...]) */
+#define JX_DICT_VALUES 4u /* d.values() */
+#define JX_DICT_ITEMS 8u  /* d.items() */
 
 struct jv {
     uint8_t type;

@@ -151,7 +151,7 @@ struct jv jx_str_case(struct jx_ctx *cx, struct jv s, int mode)
     struct jbuf b = {0};
     const char *p = s.s->s;
     size_t n = s.s->len, i = 0;
-    bool prev_cased = false, first = true;
+    bool prev_cased = false, first = true, prev_letter = false;
     while (i < n) {
         uint32_t c = jx_utf8_next(p, n, &i), o;
         bool to_upper;
@@ -176,9 +176,19 @@ struct jv jx_str_case(struct jx_ctx *cx, struct jv s, int mode)
         if (c == 0xdf && to_upper) {
             if (!jx_buf_put(cx, &b, mode == 1 ? "SS" : "Ss", 2))
                 return jv_undef();
+            prev_letter = true;
             continue;
         }
         o = to_upper ? cp_upper(c) : cp_lower(c);
+        /* Capital sigma lowers to the final form at the end of a word:
+         * after a cased letter and before none. */
+        if (c == 0x3a3 && !to_upper && prev_letter) {
+            size_t j = i;
+            uint32_t next = j < n ? jx_utf8_next(p, n, &j) : 0;
+            if (!(next && cp_cased(next)))
+                o = 0x3c2;
+        }
+        prev_letter = cp_cased(c);
         char enc[4];
         if (!jx_buf_put(cx, &b, enc, utf8_put(o, enc)))
             return jv_undef();
@@ -1034,6 +1044,7 @@ struct jv jx_method_call(struct jx_ctx *cx, struct jv self, int m, const struct 
                 pair.flags = JX_TUPLE;
                 out.l->items[i] = pair;
             }
+            out.flags = JX_DICT_ITEMS;
             return cx->st == HR_OK ? out : jv_undef();
         }
         case M_KEYS:
@@ -1044,6 +1055,7 @@ struct jv jx_method_call(struct jx_ctx *cx, struct jv self, int m, const struct 
             if (self.d->n)
                 memcpy(out.l->items, m == M_KEYS ? self.d->keys : self.d->vals,
                        self.d->n * sizeof(struct jv));
+            out.flags = m == M_KEYS ? JX_DICT_KEYS : JX_DICT_VALUES;
             return out;
         }
         case M_GET: {

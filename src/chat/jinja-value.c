@@ -356,7 +356,7 @@ bool jx_equal(struct jv a, struct jv b)
     case JV_STR:
         return a.s->len == b.s->len && memcmp(a.s->s, b.s->s, a.s->len) == 0;
     case JV_LIST:
-        if (a.l->n != b.l->n || (a.flags & JX_TUPLE) != (b.flags & JX_TUPLE))
+        if (a.l->n != b.l->n || a.flags != b.flags)
             return false;
         for (size_t i = 0; i < a.l->n; i++)
             if (!jx_equal(a.l->items[i], b.l->items[i]))
@@ -701,6 +701,13 @@ static bool to_str_or_repr(struct jx_ctx *cx, struct jbuf *b, struct jv v, bool 
         return repr ? repr_str(cx, b, v.s->s, v.s->len) : jx_buf_put(cx, b, v.s->s, v.s->len);
     case JV_LIST: {
         bool tuple = v.flags & JX_TUPLE;
+        /* Dictionary views print as Python 3 prints them. */
+        const char *view = v.flags & JX_DICT_KEYS     ? "dict_keys("
+                           : v.flags & JX_DICT_VALUES ? "dict_values("
+                           : v.flags & JX_DICT_ITEMS  ? "dict_items("
+                                                      : NULL;
+        if (view && !put_cstr(cx, b, view))
+            return false;
         if (!jx_buf_putc(cx, b, tuple ? '(' : '['))
             return false;
         for (size_t i = 0; i < v.l->n; i++) {
@@ -711,7 +718,9 @@ static bool to_str_or_repr(struct jx_ctx *cx, struct jbuf *b, struct jv v, bool 
         }
         if (tuple && v.l->n == 1 && !jx_buf_putc(cx, b, ','))
             return false;
-        return jx_buf_putc(cx, b, tuple ? ')' : ']');
+        if (!jx_buf_putc(cx, b, tuple ? ')' : ']'))
+            return false;
+        return view ? jx_buf_putc(cx, b, ')') : true;
     }
     case JV_DICT:
     case JV_NS: {
