@@ -20,6 +20,7 @@
 #include "base/sys.h"
 #include "chat/chat-render.h"
 #include "chat/jinja.h"
+#include "gguf/gguf.h"
 
 /* Renders `tmpl` with the JSON context `ctx` (NULL: none). */
 static enum hr_status render_lim(const char *tmpl, const char *ctx,
@@ -572,6 +573,51 @@ static void test_chat_tools_and_args(void **state)
     hr_chat_template_free(ct);
 }
 
+/* A GGUF with tokens and BOS/EOS ids, with and without a template. */
+static struct hr_chat_template *from_gguf(const char *tmpl, void **buf, struct hr_gguf **g)
+{
+    struct hr_gguf_writer *w = hr_gguf_writer_init();
+    static const char *const toks[] = {"<unk>", "<|begin|>", "<|end|>", "a"};
+    assert_int_equal(hr_gguf_writer_set_str(w, "general.architecture", "llama"), HR_OK);
+    assert_int_equal(hr_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, 4), HR_OK);
+    assert_int_equal(hr_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1), HR_OK);
+    assert_int_equal(hr_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2), HR_OK);
+    if (tmpl)
+        assert_int_equal(hr_gguf_writer_set_str(w, "tokenizer.chat_template", tmpl), HR_OK);
+    size_t size;
+    struct hr_err err = {{0}};
+    assert_int_equal(hr_gguf_writer_write_mem(w, buf, &size, &err), HR_OK);
+    hr_gguf_writer_free(w);
+    assert_int_equal(hr_gguf_parse(*buf, size, g, &err), HR_OK);
+    struct hr_chat_template *ct = NULL;
+    if (hr_chat_template_init_from_gguf(*g, NULL, &ct, &err) != HR_OK)
+        fail_msg("%s", err.msg);
+    return ct;
+}
+
+static void test_chat_from_gguf(void **state)
+{
+    (void)state;
+    void *buf;
+    struct hr_gguf *g;
+    struct hr_chat_template *ct = from_gguf("{{ bos_token }}{{ messages[0].content }}{{ eos_token }}",
+                                            &buf, &g);
+    char *out = chat(ct, "[{\"role\": \"user\", \"content\": \"x\"}]", NULL, true);
+    assert_string_equal(out, "<|begin|>x<|end|>");
+    free(out);
+    hr_chat_template_free(ct);
+    hr_gguf_close(g);
+    free(buf);
+    /* No template: ChatML (and one log line). */
+    ct = from_gguf(NULL, &buf, &g);
+    out = chat(ct, "[{\"role\": \"user\", \"content\": \"x\"}]", NULL, false);
+    assert_string_equal(out, "<|im_start|>user\nx<|im_end|>\n");
+    free(out);
+    hr_chat_template_free(ct);
+    hr_gguf_close(g);
+    free(buf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -587,6 +633,7 @@ int main(void)
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_chat_fallback_and_parts),
         cmocka_unit_test(test_chat_tools_and_args),
+        cmocka_unit_test(test_chat_from_gguf),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
