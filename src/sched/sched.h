@@ -1,0 +1,184 @@
+/*
+ * sched.h - the scheduler: requests in, tokens out, continuous batching on
+ * one engine thread.
+ *
+ * Callers (the HTTP server, `headroom run`) submit tokenized requests from
+ * any thread and receive events through a callback. One engine thread owns
+ * the engine (engine.h) and runs steps back to back; every step carries one
+ * token of each decoding request plus prefill chunks of the requests still
+ * reading their prompt, up to a token budget (continuous batching: a new
+ * request joins at the next step, a finished one leaves at once).
+ *
+ *   struct hr_sched *s;  hr_sched_init(&cfg, &s, &err);
+ *   struct hr_sched_params p = hr_sched_params_defaults();
+ *   p.prompt = ids; p.n_prompt = n; p.max_tokens = 64; p.on_event = fn; p.user = ctx;
+ *   uint64_t id; struct hr_sched_refusal why;
+ *   if (hr_sched_submit(s, &p, &id, &why, &err) == HR_OK) ... events arrive on the engine thread
+ *   hr_sched_cancel(s, id);   // from any thread; takes effect at the next step boundary
+ *   hr_sched_free(s);         // cancels what is left, joins the thread
+ *
+ * A request's life (the function or place behind each transition):
+ *
+ *              hr_sched_submit
+ *                    |
+ *                    v            start_queued (a running slot is free)
+ *   +---------> [queued] ----------------------------+
+ *   |               |                                v
+ *   |               | queue timeout            [prefill] --- last prompt chunk --> [decode]
+ *   |               v                                |  ^                            |
+ *   |           refused (overloaded)                 |  |                            |
+ *   |                                                |  +-- preempted: requeued -----+
+ *   |   preempt_youngest (KV pool full):             |     at the head, resumes by
+ *   +------------------ [preempted] <----------------+     recomputing prompt + output
+ *
+ *   [prefill] / [decode] --> done       finish: a stop token, a stop string,
+ *                                        max_tokens, or the context is full
+ *   any state            --> cancelled  hr_sched_cancel, seen at a step boundary
+ *   any running state    --> failed     the engine returned an error (a bug or
+ *                                        an impossible step), never for memory
+ *
+ * Events. Each request gets, in order: zero or more PROGRESS (a prefill chunk
+ * done), TOKEN events (one per generated token, with the text it completes),
+ * then exactly one FINISHED - or, if it never started, one REFUSED instead
+ * (queue timeout). A request refused at submit gets no event: the refusal is
+ * returned. Callbacks run on the engine thread without the scheduler's lock
+ * held, so they may call hr_sched_cancel; they must not block for long, since
+ * every running request waits for them. Event pointers are valid only during
+ * the callback.
+ *
+ * Memory: all per-request state (prompt copy, KV block table, sampler,
+ * detokenizer, stop-string buffer) is allocated at submit, so a step
+ * allocates nothing; KV blocks come from the engine's pool. When the pool
+ * runs out mid-generation the youngest running request is preempted, never
+ * aborted; a request whose own KV needs more than the whole pool ends with
+ * finish reason `length`. (The memory governor, src/mem/, will size prefill
+ * chunks and admit requests against the process ceiling; until then chunks
+ * are fixed and admission checks the context and the pool.)
+ *
+ * Threads: every function may be called from any thread, except
+ * hr_sched_free, which must not be called from an event callback.
+ */
+#ifndef HR_SCHED_SCHED_H
+#define HR_SCHED_SCHED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "model/model.h"
+#include "sample/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+struct hr_sched_config {
+    const struct hr_model *model;       /* not owned; outlives the scheduler */
+    const struct hr_tokenizer *tok;     /* not owned; NULL: no text or stop strings */
+    int n_threads;                      /* engine workers; 0: physical cores */
+    enum hr_ggml_type kv_type;          /* HR_GGML_F16 (the default if 0... pass it) or F32 */
+    uint64_t kv_budget_bytes;           /* the KV pool */
+    uint32_t n_ctx;                     /* longest prompt + output of one request; 0: the model's */
+    uint32_t batch_tokens;              /* tokens per step (decodes + prefill); 0: 512 */
+    uint32_t parallel;                  /* requests running at once; 0: 4 */
+    uint32_t max_queue;                 /* waiting requests before refusing; 0: 64 */
+    double queue_timeout_s;             /* longest wait in the queue; 0: none */
+};
+
+enum hr_sched_event_kind {
+    HR_SCHED_PROGRESS, /* a prefill chunk ran: n_prefilled of n_prompt */
+    HR_SCHED_TOKEN,    /* one generated token and the text it completes */
+    HR_SCHED_FINISHED, /* the last event of a started request */
+    HR_SCHED_REFUSED,  /* the last event of a request that never started */
+};
+
+enum hr_sched_finish {
+    HR_SCHED_STOP,      /* a stop token or stop string */
+    HR_SCHED_LENGTH,    /* max_tokens, or the context or KV pool is full */
+    HR_SCHED_CANCELLED, /* hr_sched_cancel or shutdown */
+    HR_SCHED_FAILED,    /* the engine failed; the message says why */
+};
+
+enum hr_sched_refusal_reason {
+    HR_SCHED_TOO_LONG,   /* can never fit: the prompt exceeds the context or memory */
+    HR_SCHED_OVERLOADED, /* the queue is full or the wait timed out: retry later */
+};
+
+struct hr_sched_refusal {
+    enum hr_sched_refusal_reason reason;
+    uint32_t n_prompt;        /* N: the prompt's tokens */
+    uint32_t max_prompt;      /* M: the longest prompt that would fit (TOO_LONG) */
+    uint64_t estimated_bytes; /* what the prompt alone would need */
+    uint64_t limit_bytes;     /* what is available */
+    char message[160];
+};
+
+struct hr_sched_event {
+    enum hr_sched_event_kind kind;
+    uint64_t id;
+    int32_t token;          /* TOKEN */
+    const char *text;       /* TOKEN: text this token completes (stop strings held back); */
+    size_t text_len;        /* FINISHED: text still held at the end */
+    uint32_t n_prefilled;   /* PROGRESS */
+    uint32_t n_prompt;      /* all kinds */
+    uint32_t n_generated;   /* all kinds */
+    enum hr_sched_finish finish;            /* FINISHED */
+    const char *message;                    /* FINISHED (FAILED), REFUSED */
+    const struct hr_sched_refusal *refusal; /* REFUSED */
+};
+
+typedef void (*hr_sched_event_fn)(const struct hr_sched_event *ev, void *user);
+
+struct hr_sched_params {
+    const int32_t *prompt;          /* copied at submit */
+    uint32_t n_prompt;              /* >= 1 */
+    uint32_t max_tokens;            /* clamped to what the context allows */
+    struct hr_sampler_params sampling;
+    bool ignore_eos;                /* do not stop at the model's end-of-generation tokens */
+    const int32_t *stop_tokens;     /* more stop ids; copied */
+    uint32_t n_stop_tokens;
+    const char *const *stop_strings; /* copied; matched in the detokenized text */
+    uint32_t n_stop_strings;
+    unsigned detok_flags;           /* HR_DETOK_* for the text of TOKEN events */
+    hr_sched_event_fn on_event;     /* required */
+    void *user;
+};
+
+struct hr_sched_params hr_sched_params_defaults(void);
+
+struct hr_sched_stats {
+    uint64_t steps, prefill_chunks, tokens_prefilled, tokens_generated;
+    uint64_t admitted, refused_too_long, refused_overloaded, preempted;
+    uint64_t aborted_for_memory; /* no path increments it; exported to prove it */
+    uint32_t running, queued;
+    uint32_t kv_blocks_used, kv_blocks_total;
+};
+
+struct hr_sched;
+
+enum hr_status hr_sched_init(const struct hr_sched_config *cfg, struct hr_sched **out,
+                             struct hr_err *err);
+/* Cancels every request (each gets its FINISHED or REFUSED event), stops and
+ * joins the engine thread, frees everything. Accepts NULL. */
+void hr_sched_free(struct hr_sched *s);
+
+/*
+ * Admits or refuses a request before anything is sent to the client.
+ * HR_OK: queued; *id identifies it in events and hr_sched_cancel.
+ * HR_ERR_LIMIT: refused; *why says whether it is too long (N, M, bytes) or
+ * the queue is full. HR_ERR_INVALID: bad parameters (err says which).
+ */
+enum hr_status hr_sched_submit(struct hr_sched *s, const struct hr_sched_params *p, uint64_t *id,
+                               struct hr_sched_refusal *why, struct hr_err *err);
+
+/* Asks to cancel; the request ends at the next step boundary with a
+ * FINISHED(cancelled) or REFUSED event and its KV is freed. HR_ERR_NOT_FOUND
+ * when the id is unknown or already finished. */
+enum hr_status hr_sched_cancel(struct hr_sched *s, uint64_t id);
+
+void hr_sched_stats(struct hr_sched *s, struct hr_sched_stats *out);
+
+/* Blocks until no request is queued or running (tests, `headroom run`). */
+void hr_sched_wait_idle(struct hr_sched *s);
+
+const char *hr_sched_finish_name(enum hr_sched_finish f);
+
+#endif

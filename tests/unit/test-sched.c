@@ -1,0 +1,429 @@
+/*
+ * test-sched.c - the scheduler on a real (tiny, generated) model:
+ *  - requests run together produce exactly what each produces alone, also
+ *    when a small KV pool forces preemptions (resume by recompute);
+ *  - cancellation from an event callback ends the request at the next step
+ *    and frees its KV;
+ *  - stop strings end the text before them, across token boundaries;
+ *  - refusals: too long (N, M), queue full, queue timeout;
+ *  - a request whose KV alone outgrows the pool ends with `length`.
+ * Runs under ASan+UBSan and ThreadSanitizer (tests/run.sh TSAN_TESTS).
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "engine/kv-cache.h"
+#include "model-gen.h"
+#include "model/model.h"
+#include "sched/sched.h"
+#include "tokenizer/tokenizer.h"
+
+struct fixture {
+    char path[64];
+    struct hr_model *model;
+    struct hr_tokenizer *tok;
+};
+
+static int setup(void **state)
+{
+    struct fixture *fx = calloc(1, sizeof(*fx));
+    struct hr_gen_params p;
+    struct hr_err err = {{0}};
+    assert_int_equal(hr_gen_shape("tiny", &p, &err), HR_OK);
+    p.arch = "qwen3";
+    p.type = HR_GGML_Q8_0;
+    p.n_embd = 64;
+    p.n_head = 4;
+    p.n_head_kv = 2;
+    p.n_ff = 96;
+    p.n_layer = 2;
+    p.n_ctx = 512;
+    snprintf(fx->path, sizeof(fx->path), "/tmp/hr-test-sched-%d.gguf", (int)getpid());
+    if (hr_gen_model(&p, fx->path, &err) != HR_OK)
+        fail_msg("%s", err.msg);
+    if (hr_model_open(fx->path, &fx->model, &err) != HR_OK)
+        fail_msg("%s", err.msg);
+    if (hr_tokenizer_init_from_gguf(fx->model->gguf, &fx->tok, &err) != HR_OK)
+        fail_msg("%s", err.msg);
+    *state = fx;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *fx = *state;
+    hr_tokenizer_free(fx->tok);
+    hr_model_close(fx->model);
+    unlink(fx->path);
+    free(fx);
+    return 0;
+}
+
+/* What one request saw. Written on the engine thread, read by the test after
+ * hr_sched_wait_idle (whose lock orders the two). */
+struct record {
+    int32_t tokens[512];
+    uint32_t n_tokens, n_progress;
+    char text[4096];
+    size_t n_text;
+    int finished, refused;
+    enum hr_sched_finish finish;
+    enum hr_sched_refusal_reason refusal;
+    /* hooks */
+    struct hr_sched *sched;
+    uint64_t id;
+    uint32_t cancel_after; /* cancel itself after this many tokens (0: never) */
+    pthread_mutex_t *gate; /* held by the test: the first event waits on it */
+};
+
+static void on_event(const struct hr_sched_event *ev, void *user)
+{
+    struct record *r = user;
+    if (r->gate) {
+        pthread_mutex_lock(r->gate); /* blocks the engine thread until the test opens it */
+        pthread_mutex_unlock(r->gate);
+        r->gate = NULL;
+    }
+    switch (ev->kind) {
+    case HR_SCHED_PROGRESS: r->n_progress++; break;
+    case HR_SCHED_TOKEN:
+        r->tokens[r->n_tokens++] = ev->token;
+        if (ev->text_len)
+            memcpy(r->text + r->n_text, ev->text, ev->text_len);
+        r->n_text += ev->text_len;
+        if (r->cancel_after && r->n_tokens == r->cancel_after)
+            assert_int_equal(hr_sched_cancel(r->sched, ev->id), HR_OK);
+        break;
+    case HR_SCHED_FINISHED:
+        if (ev->text_len)
+            memcpy(r->text + r->n_text, ev->text, ev->text_len);
+        r->n_text += ev->text_len;
+        r->finished++;
+        r->finish = ev->finish;
+        break;
+    case HR_SCHED_REFUSED:
+        r->refused++;
+        r->refusal = ev->refusal->reason;
+        break;
+    }
+}
+
+static struct hr_sched *sched_new(struct fixture *fx, uint32_t parallel, uint32_t kv_blocks,
+                                  uint32_t max_queue, double queue_timeout)
+{
+    struct hr_kv_config kc = {.n_layer = fx->model->hp.n_layer,
+                              .n_head_kv = fx->model->hp.n_head_kv,
+                              .head_dim = fx->model->hp.head_dim_k,
+                              .type = HR_GGML_F16};
+    struct hr_sched_config cfg = {.model = fx->model,
+                                  .tok = fx->tok,
+                                  .n_threads = 2,
+                                  .kv_type = HR_GGML_F16,
+                                  .kv_budget_bytes = kv_blocks * hr_kv_block_bytes_for(&kc),
+                                  .n_ctx = 512,
+                                  .batch_tokens = 64,
+                                  .parallel = parallel,
+                                  .max_queue = max_queue,
+                                  .queue_timeout_s = queue_timeout};
+    struct hr_sched *s = NULL;
+    struct hr_err err = {{0}};
+    if (hr_sched_init(&cfg, &s, &err) != HR_OK)
+        fail_msg("%s", err.msg);
+    return s;
+}
+
+static void prompt_of(int32_t *p, uint32_t n, uint32_t seed, uint32_t n_vocab)
+{
+    for (uint32_t i = 0; i < n; i++)
+        p[i] = (int32_t)((i * 7919u + seed * 104729u + 13u) % n_vocab);
+}
+
+static uint64_t submit(struct hr_sched *s, const int32_t *prompt, uint32_t n, uint32_t max_tokens,
+                       uint64_t seed, struct record *rec)
+{
+    struct hr_sched_params p = hr_sched_params_defaults();
+    p.prompt = prompt;
+    p.n_prompt = n;
+    p.max_tokens = max_tokens;
+    p.ignore_eos = true;
+    p.sampling.seed = seed;
+    p.sampling.temperature = 0.9f;
+    p.on_event = on_event;
+    p.user = rec;
+    uint64_t id = 0;
+    struct hr_sched_refusal why;
+    struct hr_err err = {{0}};
+    if (hr_sched_submit(s, &p, &id, &why, &err) != HR_OK)
+        fail_msg("submit: %s", err.msg);
+    rec->sched = s;
+    rec->id = id;
+    return id;
+}
+
+#define N_REQ 6
+#define N_GEN 40
+static const uint32_t k_lens[N_REQ] = {5, 37, 64, 1, 100, 20};
+
+/* Mixed lengths together == each alone, token for token; with a pool too
+ * small for all of them, preemptions happen and still change nothing. */
+static void test_together_equals_alone(void **state)
+{
+    struct fixture *fx = *state;
+    const uint32_t V = fx->model->hp.n_vocab;
+    static int32_t prompts[N_REQ][128];
+    static struct record alone[N_REQ], together[N_REQ], squeezed[N_REQ];
+    memset(alone, 0, sizeof(alone));
+    memset(together, 0, sizeof(together));
+    memset(squeezed, 0, sizeof(squeezed));
+    for (int i = 0; i < N_REQ; i++)
+        prompt_of(prompts[i], k_lens[i], (uint32_t)i, V);
+
+    struct hr_sched *s = sched_new(fx, 4, 64, 16, 0);
+    for (int i = 0; i < N_REQ; i++) {
+        submit(s, prompts[i], k_lens[i], N_GEN, 100 + (uint64_t)i, &alone[i]);
+        hr_sched_wait_idle(s);
+    }
+    for (int i = 0; i < N_REQ; i++)
+        submit(s, prompts[i], k_lens[i], N_GEN, 100 + (uint64_t)i, &together[i]);
+    hr_sched_wait_idle(s);
+    struct hr_sched_stats st;
+    hr_sched_stats(s, &st);
+    assert_int_equal(st.kv_blocks_used, 0);
+    assert_int_equal(st.preempted, 0);
+    hr_sched_free(s);
+
+    /* 6 blocks of 32 tokens: each request fits alone (the longest needs 5),
+     * the first three together fill the pool and then grow. */
+    s = sched_new(fx, 4, 6, 16, 0);
+    for (int i = 0; i < N_REQ; i++)
+        submit(s, prompts[i], k_lens[i], N_GEN, 100 + (uint64_t)i, &squeezed[i]);
+    hr_sched_wait_idle(s);
+    hr_sched_stats(s, &st);
+    assert_true(st.preempted > 0);
+    assert_int_equal(st.kv_blocks_used, 0);
+    assert_int_equal(st.aborted_for_memory, 0);
+    hr_sched_free(s);
+
+    for (int i = 0; i < N_REQ; i++) {
+        assert_int_equal(alone[i].finished, 1);
+        assert_int_equal(alone[i].finish, HR_SCHED_LENGTH);
+        assert_int_equal(alone[i].n_tokens, N_GEN);
+        for (const struct record *o = &together[i]; o; o = o == &together[i] ? &squeezed[i] : NULL) {
+            assert_int_equal(o->finished, 1);
+            assert_int_equal(o->n_tokens, alone[i].n_tokens);
+            if (memcmp(o->tokens, alone[i].tokens, alone[i].n_tokens * sizeof(int32_t)) != 0)
+                fail_msg("request %d (%u-token prompt) differs from its run alone%s", i, k_lens[i],
+                         o == &squeezed[i] ? " (with preemptions)" : "");
+            assert_int_equal(o->n_text, alone[i].n_text);
+            assert_memory_equal(o->text, alone[i].text, alone[i].n_text);
+        }
+    }
+}
+
+static void test_cancel_frees_kv(void **state)
+{
+    struct fixture *fx = *state;
+    int32_t prompt[40];
+    prompt_of(prompt, 40, 7, fx->model->hp.n_vocab);
+    struct hr_sched *s = sched_new(fx, 2, 32, 4, 0);
+    static struct record a, b;
+    memset(&a, 0, sizeof(a));
+    memset(&b, 0, sizeof(b));
+    a.cancel_after = 3;
+    submit(s, prompt, 40, 200, 1, &a);
+    submit(s, prompt, 20, 10, 2, &b);
+    hr_sched_wait_idle(s);
+    assert_int_equal(a.finished, 1);
+    assert_int_equal(a.finish, HR_SCHED_CANCELLED);
+    /* cancelled at a step boundary: at most one more token after the request */
+    assert_true(a.n_tokens >= 3 && a.n_tokens <= 4);
+    assert_int_equal(b.finished, 1);
+    assert_int_equal(b.finish, HR_SCHED_LENGTH);
+    assert_int_equal(b.n_tokens, 10);
+    struct hr_sched_stats st;
+    hr_sched_stats(s, &st);
+    assert_int_equal(st.kv_blocks_used, 0);
+    assert_int_equal(hr_sched_cancel(s, a.id), HR_ERR_NOT_FOUND);
+    hr_sched_free(s);
+}
+
+/* A stop string taken from the middle of the unconstrained output, so that it
+ * usually spans tokens: the text ends right before its first occurrence. */
+static void test_stop_string(void **state)
+{
+    struct fixture *fx = *state;
+    int32_t prompt[16];
+    prompt_of(prompt, 16, 3, fx->model->hp.n_vocab);
+    struct hr_sched *s = sched_new(fx, 2, 32, 4, 0);
+    static struct record free_run, stopped;
+    memset(&free_run, 0, sizeof(free_run));
+    memset(&stopped, 0, sizeof(stopped));
+    submit(s, prompt, 16, 40, 9, &free_run);
+    hr_sched_wait_idle(s);
+    assert_true(free_run.n_text > 12);
+    char stop[8];
+    const size_t at = free_run.n_text / 2;
+    memcpy(stop, free_run.text + at, 3);
+    stop[3] = 0;
+    /* the first occurrence may be earlier than `at` */
+    const char *first = NULL;
+    for (size_t i = 0; i + 3 <= free_run.n_text && !first; i++)
+        if (memcmp(free_run.text + i, stop, 3) == 0)
+            first = free_run.text + i;
+    const size_t want = (size_t)(first - free_run.text);
+
+    struct hr_sched_params p = hr_sched_params_defaults();
+    const char *stops[] = {"\x01never", stop};
+    p.prompt = prompt;
+    p.n_prompt = 16;
+    p.max_tokens = 40;
+    p.ignore_eos = true;
+    p.sampling.seed = 9;
+    p.sampling.temperature = 0.9f;
+    p.stop_strings = stops;
+    p.n_stop_strings = 2;
+    p.on_event = on_event;
+    p.user = &stopped;
+    uint64_t id;
+    struct hr_sched_refusal why;
+    struct hr_err err = {{0}};
+    assert_int_equal(hr_sched_submit(s, &p, &id, &why, &err), HR_OK);
+    hr_sched_wait_idle(s);
+    assert_int_equal(stopped.finished, 1);
+    assert_int_equal(stopped.finish, HR_SCHED_STOP);
+    assert_int_equal(stopped.n_text, want);
+    assert_memory_equal(stopped.text, free_run.text, want);
+    hr_sched_free(s);
+}
+
+static void test_refusals(void **state)
+{
+    struct fixture *fx = *state;
+    static int32_t prompt[600];
+    prompt_of(prompt, 600, 1, fx->model->hp.n_vocab);
+    struct hr_sched *s = sched_new(fx, 1, 64, 2, 0);
+    struct hr_sched_params p = hr_sched_params_defaults();
+    static struct record r[5];
+    memset(r, 0, sizeof(r));
+    p.prompt = prompt;
+    p.on_event = on_event;
+    uint64_t id;
+    struct hr_sched_refusal why;
+    struct hr_err err = {{0}};
+
+    /* Too long for the context (512): N and M in the refusal. */
+    p.n_prompt = 600;
+    p.user = &r[0];
+    assert_int_equal(hr_sched_submit(s, &p, &id, &why, &err), HR_ERR_LIMIT);
+    assert_int_equal(why.reason, HR_SCHED_TOO_LONG);
+    assert_int_equal(why.n_prompt, 600);
+    assert_int_equal(why.max_prompt, 511);
+    /* The longest that fits is accepted. */
+    p.n_prompt = 511;
+    p.max_tokens = 5;
+    assert_int_equal(hr_sched_submit(s, &p, &id, &why, &err), HR_OK);
+    hr_sched_wait_idle(s);
+    assert_int_equal(r[0].finished, 1);
+    assert_int_equal(r[0].n_tokens, 1); /* clamped to the context */
+    assert_int_equal(r[0].finish, HR_SCHED_LENGTH);
+
+    /* Queue full: the first request holds the engine thread in its first
+     * event while two more fill the queue (max 2); the fourth is refused. */
+    pthread_mutex_t gate = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&gate);
+    r[1].gate = &gate;
+    p.n_prompt = 8;
+    p.max_tokens = 2;
+    struct hr_sched_stats st;
+    for (int i = 1; i <= 3; i++) {
+        p.user = &r[i];
+        assert_int_equal(hr_sched_submit(s, &p, &id, &why, &err), HR_OK);
+        if (i == 1) { /* wait until the engine thread has started it */
+            do {
+                usleep(1000);
+                hr_sched_stats(s, &st);
+            } while (st.running != 1 || st.queued != 0);
+        }
+    }
+    hr_sched_stats(s, &st);
+    assert_int_equal(st.queued, 2); /* r[1] is held in its first event */
+    p.user = &r[4];
+    assert_int_equal(hr_sched_submit(s, &p, &id, &why, &err), HR_ERR_LIMIT);
+    assert_int_equal(why.reason, HR_SCHED_OVERLOADED);
+    pthread_mutex_unlock(&gate);
+    hr_sched_wait_idle(s);
+    for (int i = 1; i <= 3; i++)
+        assert_int_equal(r[i].finished, 1);
+    assert_int_equal(r[4].finished + r[4].refused, 0);
+    hr_sched_free(s);
+    pthread_mutex_destroy(&gate);
+}
+
+/* A queued request that waits past the timeout gets a REFUSED(overloaded). */
+static void test_queue_timeout(void **state)
+{
+    struct fixture *fx = *state;
+    int32_t prompt[8];
+    prompt_of(prompt, 8, 2, fx->model->hp.n_vocab);
+    struct hr_sched *s = sched_new(fx, 1, 32, 4, 0.05);
+    static struct record a, b;
+    memset(&a, 0, sizeof(a));
+    memset(&b, 0, sizeof(b));
+    pthread_mutex_t gate = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&gate);
+    a.gate = &gate;
+    submit(s, prompt, 8, 3, 1, &a);
+    submit(s, prompt, 8, 3, 2, &b);
+    usleep(150000); /* a holds the engine; b waits past 50 ms */
+    pthread_mutex_unlock(&gate);
+    hr_sched_wait_idle(s);
+    assert_int_equal(a.finished, 1);
+    assert_int_equal(b.finished, 0);
+    assert_int_equal(b.refused, 1);
+    assert_int_equal(b.refusal, HR_SCHED_OVERLOADED);
+    hr_sched_free(s);
+    pthread_mutex_destroy(&gate);
+}
+
+/* A request whose KV alone outgrows the pool: it ends with `length`. */
+static void test_outgrows_pool(void **state)
+{
+    struct fixture *fx = *state;
+    int32_t prompt[40];
+    prompt_of(prompt, 40, 5, fx->model->hp.n_vocab);
+    struct hr_sched *s = sched_new(fx, 2, 2, 4, 0); /* 64 tokens of KV */
+    static struct record a;
+    memset(&a, 0, sizeof(a));
+    submit(s, prompt, 40, 100, 3, &a);
+    hr_sched_wait_idle(s);
+    assert_int_equal(a.finished, 1);
+    assert_int_equal(a.finish, HR_SCHED_LENGTH);
+    assert_int_equal(a.n_tokens, 64 - 40 + 1); /* the last token needs no KV of its own */
+    struct hr_sched_stats st;
+    hr_sched_stats(s, &st);
+    assert_int_equal(st.aborted_for_memory, 0);
+    assert_int_equal(st.kv_blocks_used, 0);
+    hr_sched_free(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_together_equals_alone),
+        cmocka_unit_test(test_cancel_frees_kv),
+        cmocka_unit_test(test_stop_string),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_queue_timeout),
+        cmocka_unit_test(test_outgrows_pool),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
