@@ -433,7 +433,10 @@ uint32_t hr_gov_size_chunk(struct hr_gov *g, const struct hr_gov_chunk_req *req,
     if (n == 0) return 0;
 
     hr_mem_counter_add(&g->counters.prefill_chunks_total, 1);
-    if (n < want) {
+    /* A chunk_max that is not a multiple of 16 is rounded like any chunk; that
+     * is not a throttle. */
+    uint32_t unthrottled = want == req->tokens_left ? want : want & ~15u;
+    if (n < unthrottled) {
         hr_mem_counter_add(&g->counters.prefill_chunks_throttled_total, 1);
         uint64_t planned = 0;
         chunk_cost(base, &res, plan, ctx, n, &planned);
