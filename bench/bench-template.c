@@ -123,7 +123,7 @@ static json_t *make_request(json_t **tools_out)
     json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", sys));
     free(sys);
     for (int turn = 0; turn < 5; turn++) {
-        char text[400], args[200], result[600], id[16];
+        char text[400], args[200], result[600], id[32];
         snprintf(text, sizeof(text),
                  "Step %d: please look at src/module_%d.c and fix the failing test in "
                  "tests/test_%d.c; keep the public API unchanged.",

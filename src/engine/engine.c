@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "base/fp16.h"
 #include "base/log.h"
@@ -196,6 +197,18 @@ const struct hr_plan_dims *hr_engine_plan_dims(const struct hr_engine *e) { retu
 int hr_engine_n_threads(const struct hr_engine *e) { return e->cfg.n_threads; }
 uint64_t hr_engine_arena_high_water(const struct hr_engine *e) { return e->high_water; }
 uint64_t hr_engine_arena_capacity(const struct hr_engine *e) { return e->arena_cap; }
+
+uint64_t hr_engine_arena_release(struct hr_engine *e)
+{
+    /* Between steps nothing in the arena is live. MADV_DONTNEED on private
+     * anonymous memory drops the pages at once; the next step faults in
+     * zero pages as it touches them. */
+    const long page = sysconf(_SC_PAGESIZE);
+    const uint64_t len = (e->arena_cap + (uint64_t)page - 1) / (uint64_t)page * (uint64_t)page;
+    if (!e->arena || madvise(e->arena, len, MADV_DONTNEED) != 0)
+        return 0;
+    return len;
+}
 void *hr_engine_arena_base(struct hr_engine *e) { return e->arena; }
 
 enum hr_status hr_engine_seq_init(struct hr_engine *e, struct hr_kv_seq *seq, uint32_t max_tokens,

@@ -95,4 +95,10 @@ uint64_t hr_engine_arena_high_water(const struct hr_engine *e);
 uint64_t hr_engine_arena_capacity(const struct hr_engine *e);
 void *hr_engine_arena_base(struct hr_engine *e);
 
+/* Returns the arena's pages to the OS (between steps only: the engine
+ * thread, no step running); the next step touches what it needs again.
+ * Returns the bytes of address range released (an upper bound on resident
+ * bytes freed); 0 on failure. The reclaim chain's first stage. */
+uint64_t hr_engine_arena_release(struct hr_engine *e);
+
 #endif

@@ -22,10 +22,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/log.h"
 #include "base/sys.h"
 #include "engine/engine.h"
+#include "mem/counters.h"
 
 enum state { ST_QUEUED, ST_RUNNING };
 
@@ -66,7 +68,10 @@ struct hr_sched {
     uint32_t n_running;
     uint64_t next_id, n_started;
     struct hr_sched_stats st;
-    bool sync_ready, thread_started;
+    bool sync_ready, thread_started, gov_sampling;
+    atomic_bool squeezed;      /* the governor's sampler saw reclaim needed */
+    uint64_t arena_committed;  /* the arena's largest high-water mark: resident pages */
+    uint32_t n_step_prefill;   /* prefill tokens of the step being built */
     /* engine-thread scratch, sized at init so the loop never allocates */
     struct hr_step_seq *items;       /* parallel */
     struct request **item_req;       /* parallel */
@@ -94,6 +99,17 @@ struct hr_sched_params hr_sched_params_defaults(void)
                                     .max_tokens = 256,
                                     .detok_flags = HR_DETOK_PIECES};
 }
+
+/* The governor's counters, when there is one (the scheduler's own stats are
+ * kept either way). */
+static void count(struct hr_sched *s, size_t field_offset, uint64_t v)
+{
+    if (s->cfg.gov)
+        hr_mem_counter_add((_Atomic uint64_t *)((char *)hr_gov_counters(s->cfg.gov) +
+                                                 field_offset),
+                           v);
+}
+#define COUNT(s, field, v) count((s), offsetof(struct hr_mem_counters, field), (v))
 
 /* ---- requests ------------------------------------------------------------ */
 
@@ -361,33 +377,164 @@ static void preempt_youngest(struct hr_sched *s)
     running_remove(s, y);
     queue_push(s, y, true);
     s->st.preempted++;
+    COUNT(s, requests_preempted_total, 1);
     hr_log_info("sched", "request %llu preempted: KV pool full (%u of %u blocks), resumes by recompute "
                 "of %u tokens",
                 (unsigned long long)y->id, hr_kv_n_used(hr_engine_kv_pool(s->engine)),
                 hr_kv_n_blocks(hr_engine_kv_pool(s->engine)), y->n_tokens);
 }
 
+/* Bytes a candidate step (the first n items) adds to what the process
+ * holds: the arena beyond its already resident part, and new KV blocks. */
+static uint64_t step_cost(struct hr_sched *s, uint32_t n)
+{
+    struct hr_plan p;
+    struct hr_step st = {.seqs = s->items, .n_seqs = n};
+    hr_engine_plan(s->engine, &st, &p);
+    return (p.arena_bytes > s->arena_committed ? p.arena_bytes - s->arena_committed : 0) +
+           p.kv_bytes;
+}
+
+struct chunk_ctx {
+    struct hr_sched *s;
+    struct request *r;
+    uint32_t slot;
+    uint64_t placed;
+};
+
+/* hr_gov_plan_fn: what a chunk of n tokens of c->r adds to the step. */
+static uint64_t chunk_plan(void *ctx, uint32_t n)
+{
+    struct chunk_ctx *c = ctx;
+    struct request *r = c->r;
+    const uint32_t pending = r->n_tokens - r->kv.n_tokens;
+    c->s->items[c->slot] = (struct hr_step_seq){.kv = &r->kv,
+                                                .tokens = r->tokens + r->kv.n_tokens,
+                                                .n_tokens = n,
+                                                .n_logits = n == pending ? 1 : 0};
+    const uint64_t cost = step_cost(c->s, c->slot + 1);
+    return cost > c->placed ? cost - c->placed : 0;
+}
+
 /* Fills s->items: one token of every request with one pending, then prefill
- * chunks in start order within the budget. Returns the number of items. */
+ * chunks in start order within the budget - each, with a governor, the
+ * largest that fits under the hard watermark (0 tokens: it waits). Returns
+ * the number of items. Lock held. */
 static uint32_t build_step(struct hr_sched *s)
 {
     uint32_t n = 0, budget = s->cfg.batch_tokens;
-    for (int pass = 0; pass < 2; pass++) {
-        for (uint32_t i = 0; i < s->n_running && budget > 0; i++) {
-            struct request *r = s->running[i];
-            const uint32_t pending = r->n_tokens - r->kv.n_tokens;
-            if ((pass == 0) != (pending == 1) || pending == 0)
-                continue;
-            const uint32_t take = pending < budget ? pending : budget;
-            s->items[n] = (struct hr_step_seq){.kv = &r->kv,
-                                               .tokens = r->tokens + r->kv.n_tokens,
-                                               .n_tokens = take,
-                                               .n_logits = take == pending ? 1 : 0};
-            s->item_req[n++] = r;
-            budget -= take;
+    s->n_step_prefill = 0;
+    for (uint32_t i = 0; i < s->n_running && budget > 0; i++) {
+        struct request *r = s->running[i];
+        if (r->n_tokens - r->kv.n_tokens != 1)
+            continue;
+        s->items[n] = (struct hr_step_seq){.kv = &r->kv, .tokens = r->tokens + r->kv.n_tokens,
+                                           .n_tokens = 1, .n_logits = 1};
+        s->item_req[n++] = r;
+        budget--;
+    }
+    uint64_t placed = s->cfg.gov ? step_cost(s, n) : 0;
+    for (uint32_t i = 0; i < s->n_running && budget > 0; i++) {
+        struct request *r = s->running[i];
+        const uint32_t pending = r->n_tokens - r->kv.n_tokens;
+        if (pending <= 1)
+            continue;
+        uint32_t take = pending < budget ? pending : budget;
+        if (s->cfg.gov) {
+            struct hr_gov_chunk_req q = {.request_id = r->id,
+                                         .tokens_left = pending,
+                                         .kv_len = r->kv.n_tokens,
+                                         .chunk_min = s->cfg.chunk_min,
+                                         .chunk_max = take,
+                                         .placed_bytes = placed};
+            struct chunk_ctx c = {.s = s, .r = r, .slot = n, .placed = placed};
+            take = hr_gov_size_chunk(s->cfg.gov, &q, chunk_plan, &c);
+            if (take == 0)
+                continue; /* waits for headroom */
         }
+        s->items[n] = (struct hr_step_seq){.kv = &r->kv,
+                                           .tokens = r->tokens + r->kv.n_tokens,
+                                           .n_tokens = take,
+                                           .n_logits = take == pending ? 1 : 0};
+        s->item_req[n++] = r;
+        budget -= take;
+        s->n_step_prefill += take;
+        if (s->cfg.gov)
+            placed = step_cost(s, n);
     }
     return n;
+}
+
+/*
+ * With a governor: before a step, make sure what it adds fits under the hard
+ * watermark, running the reclaim chain if not (DESIGN.md 4.8): (1) free KV
+ * pages back to the OS, (2) evict prefix-cache blocks (none yet), (3)
+ * preempt the youngest request. A lone request whose next token needs KV
+ * that does not fit ends with `length` (returned in *lone). Returns the
+ * number of items of a step that fits, 0 when everything waits. Lock held.
+ */
+static uint32_t fit_step(struct hr_sched *s, struct request **lone)
+{
+    *lone = NULL;
+    bool released = false;
+    for (;;) {
+        uint32_t n = build_step(s);
+        if (!s->cfg.gov)
+            return n;
+        struct hr_gov_view v;
+        hr_gov_get_view(s->cfg.gov, &v);
+        const uint64_t cost = n ? step_cost(s, n) : 0;
+        const bool squeezed = atomic_exchange(&s->squeezed, false) && v.reclaim_bytes > 0;
+        if (n && v.current_bytes + cost <= v.hard_bytes && !squeezed)
+            return n;
+        if (!n && !squeezed && s->n_step_prefill == 0 && s->n_running == 0)
+            return 0;
+        /* (1) pages of free KV blocks, and the arena's (resident since a
+         * larger step; the step about to run touches only what it needs) */
+        if (!released) {
+            released = true;
+            uint64_t freed = hr_kv_pool_trim(hr_engine_kv_pool(s->engine));
+            if (s->arena_committed && hr_engine_arena_release(s->engine)) {
+                freed += s->arena_committed;
+                s->arena_committed = 0;
+                hr_gov_set_account(s->cfg.gov, HR_GOV_STEP, 0);
+            }
+            if (freed) {
+                hr_gov_sample(s->cfg.gov, NULL);
+                continue; /* rebuild: chunks are sized against what is left now */
+            }
+        }
+        /* (3) the youngest, if another request remains */
+        if (s->n_running > 1) {
+            preempt_youngest(s);
+            continue;
+        }
+        if (n == 0)
+            return 0; /* one request, no chunk fits: it waits for headroom */
+        /* One request and its step does not fit: a chunk would have been
+         * sized to fit, so this is a decode needing a new KV block. */
+        struct hr_plan p;
+        struct hr_step st = {.seqs = s->items, .n_seqs = n};
+        hr_engine_plan(s->engine, &st, &p);
+        if (p.kv_bytes > 0 && s->n_running == 1) {
+            /* Under the static ceiling it would fit: the dynamic ceiling fell
+             * (another process grew). That passes; pause, do not end it. */
+            const double hard_frac =
+                v.ceiling_bytes ? (double)v.hard_bytes / (double)v.ceiling_bytes : 1.0;
+            const double static_hard = v.static_ceiling_bytes == UINT64_MAX
+                                           ? 1e300
+                                           : (double)v.static_ceiling_bytes * hard_frac;
+            if ((double)(v.current_bytes + cost) <= static_hard)
+                return 0;
+            *lone = s->running[0];
+            running_remove(s, *lone);
+            hr_log_info("sched", "request %llu ends with length: its KV alone reaches the memory "
+                                 "ceiling (%u tokens)",
+                        (unsigned long long)(*lone)->id, (*lone)->n_tokens);
+            return 0;
+        }
+        return n; /* adds no memory: run it */
+    }
 }
 
 static void *engine_main(void *arg)
@@ -417,8 +564,10 @@ static void *engine_main(void *arg)
                 queue_remove(s, r);
                 s->out_q_timeout[n_out] = !cancelled;
                 s->out_q[n_out++] = r;
-                if (!cancelled)
+                if (!cancelled) {
                     s->st.refused_overloaded++;
+                    COUNT(s, requests_refused_overloaded_total, 1);
+                }
             }
         }
         start_queued(s);
@@ -457,12 +606,39 @@ static void *engine_main(void *arg)
                 i++;
             }
         }
-        uint32_t n_items = build_step(s);
+        struct request *lone = NULL;
+        uint32_t n_items = fit_step(s, &lone);
+        if (lone) {
+            done_why[n_done] = HR_SCHED_LENGTH;
+            done_msg[n_done] = NULL;
+            done[n_done++] = lone;
+        }
+        const bool wait_memory = n_items == 0 && !lone && s->n_running > 0 && n_done == 0;
         pthread_mutex_unlock(&s->mu);
 
+        if (wait_memory) {
+            /* Running requests, but nothing fits: wait for headroom (the
+             * governor's sampler, a cancellation or a new request wakes us). */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 20 * 1000000L;
+            if (ts.tv_nsec >= 1000000000L)
+                ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+            pthread_mutex_lock(&s->mu);
+            pthread_cond_timedwait(&s->wake, &s->mu, &ts);
+            pthread_mutex_unlock(&s->mu);
+            if (s->cfg.gov)
+                hr_gov_sample(s->cfg.gov, NULL);
+        }
+
         enum hr_status st = HR_OK;
+        struct hr_plan planned = {0};
         if (n_items) {
             struct hr_step step = {.seqs = s->items, .n_seqs = n_items};
+            if (s->cfg.gov) {
+                hr_engine_plan(s->engine, &step, &planned);
+                hr_gov_step_begin(s->cfg.gov);
+            }
             st = hr_engine_step(s->engine, &step, &err);
             while (st == HR_ERR_NOMEM) {
                 /* The pool cannot hold this step. Preempt the youngest; a
@@ -504,6 +680,19 @@ static void *engine_main(void *arg)
             }
             pthread_mutex_unlock(&s->mu);
             n_items = 0;
+        }
+
+        if (s->cfg.gov && n_items) {
+            struct hr_kv_pool *pool = hr_engine_kv_pool(s->engine);
+            const uint64_t high = hr_engine_arena_high_water(s->engine);
+            if (high > s->arena_committed)
+                s->arena_committed = high;
+            hr_gov_set_account(s->cfg.gov, HR_GOV_KV,
+                               (uint64_t)hr_kv_n_used(pool) * hr_kv_block_bytes(pool));
+            hr_gov_set_account(s->cfg.gov, HR_GOV_STEP, s->arena_committed);
+            hr_gov_step_end(s->cfg.gov, s->n_step_prefill, NULL);
+            hr_gov_note_plan(s->cfg.gov, planned.arena_bytes, high);
+            hr_mem_counter_set(&hr_gov_counters(s->cfg.gov)->kv_blocks_used, hr_kv_n_used(pool));
         }
 
         /* Results: progress for unfinished chunks, a sampled token otherwise. */
@@ -595,6 +784,37 @@ static void *engine_main(void *arg)
 
 /* ---- public --------------------------------------------------------------- */
 
+/* The governor's sampling thread: when the ceiling fell under what we hold
+ * (another process grew), wake the engine thread to run the reclaim chain. */
+static void on_gov_sample(void *ctx, const struct hr_gov_view *view)
+{
+    struct hr_sched *s = ctx;
+    if (view->reclaim_bytes == 0)
+        return;
+    atomic_store(&s->squeezed, true);
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Admission callbacks: KV of L tokens, and the arena of a lone n-token chunk. */
+static uint64_t admit_kv(void *ctx, uint32_t n_tokens)
+{
+    const struct hr_sched *s = ctx;
+    return (uint64_t)kv_blocks_for(s, n_tokens) * hr_kv_block_bytes(hr_engine_kv_pool(s->engine));
+}
+
+static uint64_t admit_plan(void *ctx, uint32_t n_tokens)
+{
+    const struct hr_sched *s = ctx;
+    struct hr_kv_seq empty = {0};
+    struct hr_step_seq it = {.kv = &empty, .n_tokens = n_tokens, .n_logits = 1};
+    struct hr_step st = {.seqs = &it, .n_seqs = 1};
+    struct hr_plan p;
+    hr_engine_plan(s->engine, &st, &p);
+    return p.arena_bytes;
+}
+
 enum hr_status hr_sched_init(const struct hr_sched_config *cfg, struct hr_sched **out,
                              struct hr_err *err)
 {
@@ -614,6 +834,10 @@ enum hr_status hr_sched_init(const struct hr_sched_config *cfg, struct hr_sched 
         s->cfg.parallel = 4;
     if (!s->cfg.max_queue)
         s->cfg.max_queue = 64;
+    if (!s->cfg.chunk_min)
+        s->cfg.chunk_min = HR_GOV_DEFAULT_CHUNK_MIN;
+    if (!s->cfg.gov_sample_ms)
+        s->cfg.gov_sample_ms = 100;
     if (s->cfg.batch_tokens < s->cfg.parallel)
         s->cfg.batch_tokens = s->cfg.parallel; /* every decode fits in a step */
     struct hr_engine_config ec = {.n_threads = cfg->n_threads,
@@ -642,10 +866,21 @@ enum hr_status hr_sched_init(const struct hr_sched_config *cfg, struct hr_sched 
     }
     s->next_id = 1;
     s->st.kv_blocks_total = hr_kv_n_blocks(hr_engine_kv_pool(s->engine));
+    atomic_init(&s->squeezed, false);
     s->sync_ready = true;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);
     pthread_cond_init(&s->idle, NULL);
+    if (s->cfg.gov) {
+        hr_gov_set_account(s->cfg.gov, HR_GOV_WEIGHTS, cfg->model->weight_bytes);
+        hr_mem_counter_set(&hr_gov_counters(s->cfg.gov)->kv_blocks_total, s->st.kv_blocks_total);
+        st = hr_gov_sampler_start(s->cfg.gov, s->cfg.gov_sample_ms, on_gov_sample, s, err);
+        if (st != HR_OK) {
+            hr_sched_free(s);
+            return st;
+        }
+        s->gov_sampling = true;
+    }
     if (pthread_create(&s->thread, NULL, engine_main, s) != 0) {
         hr_sched_free(s);
         return hr_err_set(err, HR_ERR_NOMEM, "cannot start the engine thread");
@@ -659,6 +894,8 @@ void hr_sched_free(struct hr_sched *s)
 {
     if (!s)
         return;
+    if (s->gov_sampling)
+        hr_gov_sampler_stop(s->cfg.gov);
     if (s->thread_started) {
         pthread_mutex_lock(&s->mu);
         s->stop = true;
@@ -693,8 +930,34 @@ static bool fits_alone(const struct hr_sched *s, uint32_t n_prompt, struct hr_sc
     uint64_t m = s->cfg.n_ctx - 1;
     if (pool_tokens - 1 < m)
         m = pool_tokens - 1;
-    if (n_prompt <= m)
+    struct hr_gov_admit_result res = {.verdict = HR_GOV_ADMIT};
+    if (s->cfg.gov) {
+        const struct hr_gov_admit_req q = {
+            .n_prompt = n_prompt,
+            .n_ctx = s->cfg.n_ctx,
+            .chunk_min = s->cfg.chunk_min,
+            .weights_bytes = hr_engine_model(s->engine)->weight_bytes,
+            .residual_floor_bytes = HR_GOV_RESIDUAL_FLOOR_AUTO,
+            .kv_bytes = admit_kv,
+            .plan_bytes = admit_plan,
+            .ctx = (void *)s,
+        };
+        hr_gov_admit(s->cfg.gov, &q, &res);
+        if (res.max_prompt < m)
+            m = res.max_prompt;
+    }
+    if (n_prompt <= m && res.verdict == HR_GOV_ADMIT)
         return true;
+    if (res.verdict == HR_GOV_REFUSE_MEMORY) {
+        *why = (struct hr_sched_refusal){.reason = HR_SCHED_TOO_LONG,
+                                         .n_prompt = n_prompt,
+                                         .max_prompt = (uint32_t)m,
+                                         .estimated_bytes = res.estimated_bytes,
+                                         .limit_bytes = res.limit_bytes};
+        snprintf(why->message, sizeof(why->message),
+                 "prompt is too long: %u tokens > %u maximum (memory)", n_prompt, (uint32_t)m);
+        return false;
+    }
     *why = (struct hr_sched_refusal){
         .reason = HR_SCHED_TOO_LONG,
         .n_prompt = n_prompt,
@@ -723,6 +986,7 @@ enum hr_status hr_sched_submit(struct hr_sched *s, const struct hr_sched_params 
         pthread_mutex_lock(&s->mu);
         s->st.refused_too_long++;
         pthread_mutex_unlock(&s->mu);
+        COUNT(s, requests_refused_too_long_total, 1);
         return hr_err_set(err, HR_ERR_LIMIT, "%s", why->message);
     }
     struct hr_sched_params q = *p;
@@ -737,6 +1001,7 @@ enum hr_status hr_sched_submit(struct hr_sched *s, const struct hr_sched_params 
     if (s->n_queued >= s->cfg.max_queue) {
         s->st.refused_overloaded++;
         pthread_mutex_unlock(&s->mu);
+        COUNT(s, requests_refused_overloaded_total, 1);
         request_free(s, r);
         *why = (struct hr_sched_refusal){.reason = HR_SCHED_OVERLOADED, .n_prompt = p->n_prompt};
         snprintf(why->message, sizeof(why->message),
@@ -747,6 +1012,7 @@ enum hr_status hr_sched_submit(struct hr_sched *s, const struct hr_sched_params 
     r->queued_at = hr_now_seconds();
     queue_push(s, r, false);
     s->st.admitted++;
+    COUNT(s, requests_admitted_total, 1);
     *id = r->id;
     pthread_cond_signal(&s->wake);
     pthread_mutex_unlock(&s->mu);

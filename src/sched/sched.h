@@ -51,9 +51,14 @@
  * allocates nothing; KV blocks come from the engine's pool. When the pool
  * runs out mid-generation the youngest running request is preempted, never
  * aborted; a request whose own KV needs more than the whole pool ends with
- * finish reason `length`. (The memory governor, src/mem/, will size prefill
- * chunks and admit requests against the process ceiling; until then chunks
- * are fixed and admission checks the context and the pool.)
+ * finish reason `length`. With a memory governor (config.gov, src/mem/)
+ * the same holds for the process ceiling: admission refuses a prompt that
+ * cannot fit alone (with M, the longest that can), every prefill chunk is
+ * the largest that fits under the hard watermark (DESIGN.md 4.6), and when
+ * a step cannot fit or the ceiling falls the reclaim chain runs - free
+ * pages back to the OS, then preempt the youngest - and what still does not
+ * fit waits. No path ends a request because of memory except `length` for
+ * one whose own KV outgrows the ceiling.
  *
  * Threads: every function may be called from any thread, except
  * hr_sched_free, which must not be called from an event callback.
@@ -66,6 +71,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "mem/governor.h"
 #include "model/model.h"
 #include "sample/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -81,6 +87,12 @@ struct hr_sched_config {
     uint32_t parallel;                  /* requests running at once; 0: 4 */
     uint32_t max_queue;                 /* waiting requests before refusing; 0: 64 */
     double queue_timeout_s;             /* longest wait in the queue; 0: none */
+    /* The memory governor (not owned; NULL: none). With it, admission
+     * refuses what cannot fit under the ceiling alone, prefill chunks are
+     * sized to the headroom, and pressure preempts instead of failing. */
+    struct hr_gov *gov;
+    uint32_t chunk_min;                 /* smallest prefill chunk; 0: 64 */
+    uint32_t gov_sample_ms;             /* background sampling period; 0: 100 */
 };
 
 enum hr_sched_event_kind {

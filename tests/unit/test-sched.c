@@ -21,7 +21,11 @@
 
 #include <cmocka.h>
 
+#include "engine/engine.h"
 #include "engine/kv-cache.h"
+#include "mem/counters.h"
+#include "mem/governor.h"
+#include "mem/probe.h"
 #include "model-gen.h"
 #include "model/model.h"
 #include "sched/sched.h"
@@ -117,8 +121,9 @@ static void on_event(const struct hr_sched_event *ev, void *user)
     }
 }
 
-static struct hr_sched *sched_new(struct fixture *fx, uint32_t parallel, uint32_t kv_blocks,
-                                  uint32_t max_queue, double queue_timeout)
+static struct hr_sched *sched_new_gov(struct fixture *fx, uint32_t parallel, uint32_t kv_blocks,
+                                      uint32_t max_queue, double queue_timeout,
+                                      struct hr_gov *gov, uint32_t batch)
 {
     struct hr_kv_config kc = {.n_layer = fx->model->hp.n_layer,
                               .n_head_kv = fx->model->hp.n_head_kv,
@@ -130,15 +135,24 @@ static struct hr_sched *sched_new(struct fixture *fx, uint32_t parallel, uint32_
                                   .kv_type = HR_GGML_F16,
                                   .kv_budget_bytes = kv_blocks * hr_kv_block_bytes_for(&kc),
                                   .n_ctx = 512,
-                                  .batch_tokens = 64,
+                                  .batch_tokens = batch,
                                   .parallel = parallel,
                                   .max_queue = max_queue,
-                                  .queue_timeout_s = queue_timeout};
+                                  .queue_timeout_s = queue_timeout,
+                                  .gov = gov,
+                                  .chunk_min = 16,
+                                  .gov_sample_ms = 2};
     struct hr_sched *s = NULL;
     struct hr_err err = {{0}};
     if (hr_sched_init(&cfg, &s, &err) != HR_OK)
         fail_msg("%s", err.msg);
     return s;
+}
+
+static struct hr_sched *sched_new(struct fixture *fx, uint32_t parallel, uint32_t kv_blocks,
+                                  uint32_t max_queue, double queue_timeout)
+{
+    return sched_new_gov(fx, parallel, kv_blocks, max_queue, queue_timeout, NULL, 64);
 }
 
 static void prompt_of(int32_t *p, uint32_t n, uint32_t seed, uint32_t n_vocab)
@@ -415,6 +429,194 @@ static void test_outgrows_pool(void **state)
     hr_sched_free(s);
 }
 
+/* ---- with the memory governor (scripted probe) ------------------------------- */
+
+/* Nothing measured (no RSS in the script), so current = accounted: weights +
+ * KV + the resident arena, all exact. RAM is large and available. */
+static struct hr_gov *gov_new(struct hr_mem_script **script, uint64_t limit)
+{
+    struct hr_err err = {{0}};
+    assert_int_equal(hr_mem_script_init(script, &err), HR_OK);
+    struct hr_mem_sample sm = {.known = HR_MEM_HAVE_TOTAL | HR_MEM_HAVE_AVAILABLE,
+                               .mem_total_bytes = 64ull << 30,
+                               .mem_available_bytes = 32ull << 30};
+    hr_mem_script_set(*script, &sm);
+    struct hr_gov_config cfg;
+    hr_gov_config_default(&cfg);
+    cfg.limit_bytes = limit;
+    cfg.reserve_bytes = 0;
+    cfg.chunk_min_tokens = 16;
+    struct hr_gov *g = NULL;
+    if (hr_gov_init(&cfg, hr_mem_script_probe(*script), &g, &err) != HR_OK)
+        fail_msg("%s", err.msg);
+    return g;
+}
+
+/* Arena bytes of a lone n-token chunk, from an engine of the same shape. */
+static uint64_t arena_of(struct fixture *fx, uint32_t n, uint32_t batch)
+{
+    struct hr_engine_config ec = {.n_threads = 2, .kv_type = HR_GGML_F16,
+                                  .kv_budget_bytes = 1 << 20, .max_step_tokens = batch,
+                                  .max_step_logits = 4};
+    struct hr_engine *e = NULL;
+    struct hr_err err = {{0}};
+    if (hr_engine_init(fx->model, &ec, &e, &err) != HR_OK)
+        fail_msg("%s", err.msg);
+    struct hr_kv_seq empty = {0};
+    struct hr_step_seq it = {.kv = &empty, .n_tokens = n, .n_logits = 1};
+    struct hr_step st = {.seqs = &it, .n_seqs = 1};
+    struct hr_plan p;
+    hr_engine_plan(e, &st, &p);
+    hr_engine_free(e);
+    return p.arena_bytes;
+}
+
+static uint64_t kv_of(struct fixture *fx, uint32_t n_tokens)
+{
+    struct hr_kv_config kc = {.n_layer = fx->model->hp.n_layer,
+                              .n_head_kv = fx->model->hp.n_head_kv,
+                              .head_dim = fx->model->hp.head_dim_k,
+                              .type = HR_GGML_F16};
+    return (uint64_t)((n_tokens + 31) / 32) * hr_kv_block_bytes_for(&kc);
+}
+
+/* A ceiling that holds the weights, the whole KV and a 48-token chunk, not a
+ * 256-token one: the prompt runs in throttled chunks and the output is the
+ * same as with fixed chunks. */
+static void test_governor_throttles_chunks(void **state)
+{
+    struct fixture *fx = *state;
+    static int32_t prompt[300];
+    prompt_of(prompt, 300, 11, fx->model->hp.n_vocab);
+    static struct record fixed, governed;
+    memset(&fixed, 0, sizeof(fixed));
+    memset(&governed, 0, sizeof(governed));
+    struct hr_sched *s = sched_new_gov(fx, 2, 64, 4, 0, NULL, 256);
+    submit(s, prompt, 300, 16, 4, &fixed);
+    hr_sched_wait_idle(s);
+    hr_sched_free(s);
+
+    const uint64_t need = fx->model->weight_bytes + kv_of(fx, 320) + arena_of(fx, 48, 256);
+    struct hr_mem_script *script;
+    struct hr_gov *g = gov_new(&script, (uint64_t)((double)need / 0.95));
+    s = sched_new_gov(fx, 2, 64, 4, 0, g, 256);
+    submit(s, prompt, 300, 16, 4, &governed);
+    hr_sched_wait_idle(s);
+    hr_sched_free(s);
+    const struct hr_mem_counters *c = hr_gov_counters(g);
+    const uint64_t throttled = hr_mem_counter_get(&c->prefill_chunks_throttled_total);
+    const uint64_t aborted = hr_mem_counter_get(&c->requests_aborted_for_memory_total);
+    const uint64_t peak = hr_mem_counter_get(&c->memory_peak_bytes);
+    struct hr_gov_view v;
+    hr_gov_get_view(g, &v);
+    hr_gov_free(g);
+    hr_mem_script_free(script);
+
+    assert_int_equal(fixed.n_progress, 2); /* 256 + 44 */
+    assert_true(governed.n_progress >= 300 / 48);
+    assert_true(throttled > 0);
+    assert_int_equal(aborted, 0);
+    assert_true(peak <= v.hard_bytes);
+    assert_int_equal(governed.finished, 1);
+    assert_int_equal(governed.n_tokens, fixed.n_tokens);
+    assert_memory_equal(governed.tokens, fixed.tokens, fixed.n_tokens * sizeof(int32_t));
+}
+
+/* Admission against the ceiling: a prompt that cannot fit alone is refused
+ * with M, and M itself is admitted while M + 1 is not. */
+static void test_governor_admission(void **state)
+{
+    struct fixture *fx = *state;
+    static int32_t prompt[400];
+    prompt_of(prompt, 400, 12, fx->model->hp.n_vocab);
+    const uint64_t need = fx->model->weight_bytes + kv_of(fx, 200) + arena_of(fx, 16, 256);
+    struct hr_mem_script *script;
+    struct hr_gov *g = gov_new(&script, (uint64_t)((double)need / 0.95) + 4096);
+    struct hr_sched *s = sched_new_gov(fx, 2, 64, 4, 0, g, 256);
+    struct hr_sched_params p = hr_sched_params_defaults();
+    static struct record r;
+    memset(&r, 0, sizeof(r));
+    p.prompt = prompt;
+    p.n_prompt = 400;
+    p.max_tokens = 1;
+    p.on_event = on_event;
+    p.user = &r;
+    uint64_t id;
+    struct hr_sched_refusal why;
+    struct hr_err err = {{0}};
+    assert_int_equal(hr_sched_submit(s, &p, &id, &why, &err), HR_ERR_LIMIT);
+    assert_int_equal(why.reason, HR_SCHED_TOO_LONG);
+    assert_int_equal(why.n_prompt, 400);
+    assert_true(why.max_prompt >= 150 && why.max_prompt < 400);
+    assert_true(why.estimated_bytes > why.limit_bytes);
+    const uint32_t m = why.max_prompt;
+    p.n_prompt = m + 1;
+    assert_int_equal(hr_sched_submit(s, &p, &id, &why, &err), HR_ERR_LIMIT);
+    assert_int_equal(why.max_prompt, m);
+    p.n_prompt = m;
+    assert_int_equal(hr_sched_submit(s, &p, &id, &why, &err), HR_OK);
+    hr_sched_wait_idle(s);
+    assert_int_equal(r.finished, 1);
+    hr_sched_free(s);
+    assert_int_equal(hr_mem_counter_get(&hr_gov_counters(g)->requests_refused_too_long_total), 2);
+    hr_gov_free(g);
+    hr_mem_script_free(script);
+}
+
+/* Another process takes the memory (MemAvailable drops to 0) while three
+ * requests decode: the youngest are preempted, nobody fails, and when the
+ * memory comes back everything finishes with the tokens it has alone. */
+static void test_governor_external_squeeze(void **state)
+{
+    struct fixture *fx = *state;
+    static int32_t prompts[3][64];
+    static struct record alone[3], squeezed[3];
+    memset(alone, 0, sizeof(alone));
+    memset(squeezed, 0, sizeof(squeezed));
+    for (int i = 0; i < 3; i++)
+        prompt_of(prompts[i], 40 + 8 * (uint32_t)i, 20 + (uint32_t)i, fx->model->hp.n_vocab);
+    struct hr_sched *s = sched_new(fx, 4, 64, 4, 0);
+    for (int i = 0; i < 3; i++) {
+        submit(s, prompts[i], 40 + 8 * (uint32_t)i, 120, 30 + (uint64_t)i, &alone[i]);
+        hr_sched_wait_idle(s);
+    }
+    hr_sched_free(s);
+
+    struct hr_mem_script *script;
+    struct hr_gov *g = gov_new(&script, 0);
+    s = sched_new_gov(fx, 4, 64, 4, 0, g, 64);
+    for (int i = 0; i < 3; i++)
+        submit(s, prompts[i], 40 + 8 * (uint32_t)i, 120, 30 + (uint64_t)i, &squeezed[i]);
+    struct hr_sched_stats st;
+    do {
+        usleep(1000);
+        hr_sched_stats(s, &st);
+    } while (st.tokens_generated < 12 && st.running + st.queued > 0);
+    struct hr_mem_sample tight = {.known = HR_MEM_HAVE_TOTAL | HR_MEM_HAVE_AVAILABLE,
+                                  .mem_total_bytes = 64ull << 30,
+                                  .mem_available_bytes = 0};
+    hr_mem_script_set(script, &tight);
+    usleep(100000);
+    struct hr_mem_sample roomy = tight;
+    roomy.mem_available_bytes = 32ull << 30;
+    hr_mem_script_set(script, &roomy);
+    hr_sched_wait_idle(s);
+    hr_sched_stats(s, &st);
+    hr_sched_free(s);
+    assert_true(st.preempted > 0);
+    assert_int_equal(st.aborted_for_memory, 0);
+    assert_int_equal(hr_mem_counter_get(&hr_gov_counters(g)->requests_preempted_total),
+                     st.preempted);
+    hr_gov_free(g);
+    hr_mem_script_free(script);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(squeezed[i].finished, 1);
+        assert_int_equal(squeezed[i].finish, HR_SCHED_LENGTH);
+        assert_int_equal(squeezed[i].n_tokens, 120);
+        assert_memory_equal(squeezed[i].tokens, alone[i].tokens, 120 * sizeof(int32_t));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -424,6 +626,9 @@ int main(void)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_queue_timeout),
         cmocka_unit_test(test_outgrows_pool),
+        cmocka_unit_test(test_governor_throttles_chunks),
+        cmocka_unit_test(test_governor_admission),
+        cmocka_unit_test(test_governor_external_squeeze),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
