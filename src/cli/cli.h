@@ -6,6 +6,13 @@
 #ifndef HR_CLI_CLI_H
 #define HR_CLI_CLI_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model/model.h"
+#include "sample/sampler.h"
+#include "tokenizer/tokenizer.h"
+
 int hr_cmd_info(int argc, char **argv);
 int hr_cmd_tokenize(int argc, char **argv);
 int hr_cmd_run(int argc, char **argv);
@@ -17,5 +24,23 @@ const char *hr_cli_fmt_bytes(double bytes, char *buf, unsigned size);
 /* The whole file at `path` ("-": standard input) in a new malloc'd buffer the
  * caller frees, its length in *len; NULL with errno set on failure. */
 char *hr_cli_read_file(const char *path, size_t *len);
+
+/* `headroom run --memory-limit`: one request through the scheduler and the
+ * memory governor (run-governed.c). Borrows everything; returns the exit code. */
+struct hr_cli_governed_run {
+    const struct hr_model *model;
+    const struct hr_tokenizer *tok; /* may be NULL (--tokens without a vocabulary) */
+    const int32_t *prompt;
+    uint32_t n_prompt, n_predict, ctx, batch;
+    int threads;
+    enum hr_ggml_type kv_type;
+    struct hr_sampler_params sampling;
+    bool ignore_eos, json;
+    const char *memory_limit;
+};
+int hr_cli_run_governed(const struct hr_cli_governed_run *g);
+
+/* With --no-governor: one stderr line comparing the peak RSS with the limit. */
+void hr_cli_report_limit(const char *memory_limit, uint64_t peak_rss_bytes);
 
 #endif

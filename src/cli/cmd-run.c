@@ -36,6 +36,8 @@ struct run_opts {
     bool json, score, ignore_eos;
     uint32_t logprobs;
     const char *logits_out;
+    const char *memory_limit;
+    bool no_governor;
     enum hr_ggml_type kv_type;
     uint32_t ctx;
     uint32_t batch;
@@ -71,6 +73,12 @@ static void usage(FILE *f)
             "                        model's trained context)\n"
             "  --batch N             prefill chunk size in tokens (default 512)\n"
             "  --kv-type f16|f32     KV cache element type (default f16)\n"
+            "  --memory-limit SIZE   run under the memory governor with this ceiling\n"
+            "                        (12G, 512M, 80%% of RAM): the prompt is refused if it can\n"
+            "                        never fit, prefill chunks (at most --batch) shrink to the\n"
+            "                        headroom; chunk decisions are logged\n"
+            "  --no-governor         with --memory-limit: run with fixed --batch chunks and no\n"
+            "                        admission anyway, and report the peak against the limit\n"
             "  --json                print one JSON object instead of streaming text\n"
             "  --logprobs K          top-K log-probabilities per generated token (JSON)\n"
             "  --score               teacher-force the prompt and report top-K\n"
@@ -246,6 +254,19 @@ static int run(const struct run_opts *o)
         n_predict = ctx - n_prompt;
     }
     uint32_t batch = o->batch ? o->batch : 512;
+    if (o->memory_limit && !o->no_governor) {
+        const struct hr_cli_governed_run g = {
+            .model = model, .tok = tok, .prompt = prompt, .n_prompt = n_prompt,
+            .n_predict = n_predict, .ctx = ctx, .batch = batch, .threads = o->threads,
+            .kv_type = o->kv_type, .sampling = o->sp, .ignore_eos = o->ignore_eos,
+            .json = o->json, .memory_limit = o->memory_limit};
+        int grc = hr_cli_run_governed(&g);
+        hr_detok_free(detok);
+        hr_tokenizer_free(tok);
+        hr_model_close(model);
+        free(prompt);
+        return grc;
+    }
     struct hr_engine_config cfg = {
         .n_threads = o->threads,
         .kv_type = o->kv_type,
@@ -403,6 +424,8 @@ static int run(const struct run_opts *o)
             n_prompt, pp, n_gen, tg, hr_cli_fmt_bytes((double)rss, b1, sizeof(b1)),
             hr_engine_n_threads(eng), hr_kernels_isa(),
             o->kv_type == HR_GGML_F32 ? "f32" : "f16");
+    if (o->memory_limit)
+        hr_cli_report_limit(o->memory_limit, rss);
     rc = 0;
 done:
     if (logits_f && fclose(logits_f) != 0 && rc == 0) {
@@ -470,6 +493,9 @@ int hr_cmd_run(int argc, char **argv)
         } else if (strcmp(a, "--no-special") == 0) {
             o.no_special = true;
             continue;
+        } else if (strcmp(a, "--no-governor") == 0) {
+            o.no_governor = true;
+            continue;
         }
         if (!v) {
             fprintf(stderr, "headroom run: unknown option or missing value: %s\n", a);
@@ -514,6 +540,8 @@ int hr_cmd_run(int argc, char **argv)
             bad = parse_uint(v, &o.logprobs);
         else if (strcmp(a, "--logits-out") == 0)
             o.logits_out = v;
+        else if (strcmp(a, "--memory-limit") == 0)
+            o.memory_limit = v;
         else if (strcmp(a, "--kv-type") == 0) {
             if (strcmp(v, "f16") == 0)
                 o.kv_type = HR_GGML_F16;
@@ -540,6 +568,10 @@ int hr_cmd_run(int argc, char **argv)
     if (n_sources != 1) {
         fprintf(stderr, "headroom run: give the prompt once: -p TEXT, --prompt-file F or "
                         "--tokens LIST\n");
+        return 2;
+    }
+    if (o.memory_limit && !o.no_governor && (o.score || o.logprobs)) {
+        fprintf(stderr, "headroom run: --memory-limit does not combine with --score or --logprobs\n");
         return 2;
     }
     if (o.logits_out && !o.score) {

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# run.sh - `headroom run` as a user runs it: greedy output as JSON, the
+# memory-governed path (--memory-limit) giving the same tokens as the plain
+# one, a prompt that can never fit refused with N, M and the bytes before
+# anything runs, --no-governor reporting its peak against the limit, and
+# usage errors (exit 2). Uses the release build and a tiny generated model
+# with the built-in vocabulary.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+hr=${HR_BUILD:-build}/headroom gen=${HR_BUILD:-build}/gen-model
+dir=$(mktemp -d /tmp/hr-cli-run-XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+passed=0 failed=0
+ok() { passed=$((passed + 1)); echo "ok   $1"; }
+bad() { failed=$((failed + 1)); echo "FAIL $1"; }
+expect() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
+
+$gen --shape tiny --arch qwen3 --type q8_0 --n-embd 64 --n-head 4 --n-head-kv 2 --n-ff 96 \
+  --n-layer 2 --out "$dir/m.gguf" >/dev/null 2>&1
+tokens() { python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])'; }
+
+plain=$($hr run --model "$dir/m.gguf" -p "hello world, once more" -n 12 --temp 0 --json 2>/dev/null | tokens)
+expect "plain run prints 12 tokens" "[[ \$(echo \"\$plain\" | tr -cd , | wc -c) -eq 11 ]]"
+gov=$($hr run --model "$dir/m.gguf" -p "hello world, once more" -n 12 --temp 0 --json \
+  --memory-limit 4G 2>"$dir/gov.err" | tokens)
+expect "--memory-limit gives the same tokens" "[[ -n \"\$plain\" && \"\$gov\" == \"\$plain\" ]]"
+expect "--memory-limit reports peak and ceiling" "grep -q 'memory (governor): peak RSS .* ceiling 4.0 GiB: below the ceiling' '$dir/gov.err'"
+
+$hr run --model "$dir/m.gguf" -p "hello" -n 4 --memory-limit 1M >"$dir/out" 2>"$dir/err"
+rc=$?
+expect "a prompt that can never fit: exit 1" "[[ $rc -eq 1 ]]"
+expect "...with N, M and the bytes" "grep -q 'prompt is too long: [0-9]* tokens > [0-9]* maximum (memory): it needs about .* and the limit allows' '$dir/err'"
+expect "...and nothing on stdout" "[[ ! -s '$dir/out' ]]"
+
+$hr run --model "$dir/m.gguf" -p "hello" -n 4 --memory-limit 1M --no-governor >/dev/null 2>"$dir/err"
+expect "--no-governor runs and reports the peak above the limit" "grep -q 'memory (no governor): peak RSS .* limit 1.0 MiB: ABOVE the limit' '$dir/err'"
+
+$hr run --model "$dir/m.gguf" -p "hello" --memory-limit 12Q >/dev/null 2>"$dir/err"
+rc=$?
+expect "a bad --memory-limit: exit 2, names the text" "[[ $rc -eq 2 ]] && grep -q '12Q' '$dir/err'"
+$hr run --model "$dir/m.gguf" -p "hello" --memory-limit 1G --score >/dev/null 2>&1
+expect "--memory-limit with --score: usage error" "[[ \$? -eq 2 ]]"
+
+echo "$passed passed, $failed failed"
+((failed == 0))
