@@ -635,12 +635,17 @@ static void *engine_main(void *arg)
 
         enum hr_status st = HR_OK;
         struct hr_plan planned = {0};
+        bool bracket = false;
         if (n_items) {
             struct hr_step step = {.seqs = s->items, .n_seqs = n_items};
-            if (s->cfg.gov) {
+            /* The bracket samples /proc twice (~1 ms); the residual tracker
+             * learns only from prefill chunks, so decode-only steps skip it
+             * and rely on the periodic sampler. */
+            bracket = s->cfg.gov && s->n_step_prefill > 0;
+            if (s->cfg.gov)
                 hr_engine_plan(s->engine, &step, &planned);
+            if (bracket)
                 hr_gov_step_begin(s->cfg.gov);
-            }
             st = hr_engine_step(s->engine, &step, &err);
             while (st == HR_ERR_NOMEM) {
                 /* The pool cannot hold this step. Preempt the youngest; a
@@ -692,7 +697,8 @@ static void *engine_main(void *arg)
             hr_gov_set_account(s->cfg.gov, HR_GOV_KV,
                                (uint64_t)hr_kv_n_used(pool) * hr_kv_block_bytes(pool));
             hr_gov_set_account(s->cfg.gov, HR_GOV_STEP, s->arena_committed);
-            hr_gov_step_end(s->cfg.gov, s->n_step_prefill, NULL);
+            if (bracket)
+                hr_gov_step_end(s->cfg.gov, s->n_step_prefill, NULL);
             hr_gov_note_plan(s->cfg.gov, planned.arena_bytes, high);
             hr_mem_counter_set(&hr_gov_counters(s->cfg.gov)->kv_blocks_used, hr_kv_n_used(pool));
         }
