@@ -57,4 +57,11 @@ for spec in $models; do
   done
 done
 bench/summary.py <"$log"
+# Memory: the seed scenario (a 32K-token prompt under a 215 MiB ceiling,
+# governor on and off) and 8 mixed requests under a 125 MiB ceiling that
+# cannot hold them all (same tokens as alone, peak below the ceiling).
+if ((!engine_only)); then
+  bench/seed-scenario.sh 215M
+  build/bench/bench-sched models/seed-scenario.gguf --memory-limit 125M --requests 8 --tokens 32 2>/dev/null
+fi
 echo "bench load_after=\"$(cut -d' ' -f1-3 /proc/loadavg)\""
