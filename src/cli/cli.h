@@ -37,6 +37,7 @@ struct hr_cli_governed_run {
     struct hr_sampler_params sampling;
     bool ignore_eos, json;
     const char *memory_limit;
+    double soft_frac, hard_frac; /* watermarks; 0: the governor's defaults */
 };
 int hr_cli_run_governed(const struct hr_cli_governed_run *g);
 

@@ -37,6 +37,7 @@ struct run_opts {
     uint32_t logprobs;
     const char *logits_out;
     const char *memory_limit;
+    float memory_soft, memory_hard;
     bool no_governor;
     enum hr_ggml_type kv_type;
     uint32_t ctx;
@@ -77,6 +78,9 @@ static void usage(FILE *f)
             "                        (12G, 512M, 80%% of RAM): the prompt is refused if it can\n"
             "                        never fit, prefill chunks (at most --batch) shrink to the\n"
             "                        headroom; chunk decisions are logged\n"
+            "  --memory-soft F       soft watermark, a fraction of the ceiling (default 0.85)\n"
+            "  --memory-hard F       hard watermark: chunks are sized to stay under it\n"
+            "                        (default 0.95)\n"
             "  --no-governor         with --memory-limit: run with fixed --batch chunks and no\n"
             "                        admission anyway, and report the peak against the limit\n"
             "  --json                print one JSON object instead of streaming text\n"
@@ -259,7 +263,8 @@ static int run(const struct run_opts *o)
             .model = model, .tok = tok, .prompt = prompt, .n_prompt = n_prompt,
             .n_predict = n_predict, .ctx = ctx, .batch = batch, .threads = o->threads,
             .kv_type = o->kv_type, .sampling = o->sp, .ignore_eos = o->ignore_eos,
-            .json = o->json, .memory_limit = o->memory_limit};
+            .json = o->json, .memory_limit = o->memory_limit,
+            .soft_frac = o->memory_soft, .hard_frac = o->memory_hard};
         int grc = hr_cli_run_governed(&g);
         hr_detok_free(detok);
         hr_tokenizer_free(tok);
@@ -542,6 +547,10 @@ int hr_cmd_run(int argc, char **argv)
             o.logits_out = v;
         else if (strcmp(a, "--memory-limit") == 0)
             o.memory_limit = v;
+        else if (strcmp(a, "--memory-soft") == 0)
+            bad = parse_float(v, &o.memory_soft) || !(o.memory_soft > 0 && o.memory_soft <= 1);
+        else if (strcmp(a, "--memory-hard") == 0)
+            bad = parse_float(v, &o.memory_hard) || !(o.memory_hard > 0 && o.memory_hard <= 1);
         else if (strcmp(a, "--kv-type") == 0) {
             if (strcmp(v, "f16") == 0)
                 o.kv_type = HR_GGML_F16;

@@ -118,6 +118,15 @@ int hr_cli_run_governed(const struct hr_cli_governed_run *g)
         fprintf(stderr, "headroom run: --memory-limit: %s\n", err.msg);
         return 2;
     }
+    if (g->soft_frac > 0)
+        gc.soft_frac = g->soft_frac;
+    if (g->hard_frac > 0)
+        gc.hard_frac = g->hard_frac;
+    if (gc.soft_frac > gc.hard_frac) {
+        fprintf(stderr, "headroom run: --memory-soft %.2f is above --memory-hard %.2f\n",
+                gc.soft_frac, gc.hard_frac);
+        return 2;
+    }
     struct hr_mem_probe probe;
     struct hr_gov *gov = NULL;
     if (hr_mem_probe_sys_init(NULL, &probe, &err) != HR_OK ||

@@ -41,5 +41,13 @@ expect "a bad --memory-limit: exit 2, names the text" "[[ $rc -eq 2 ]] && grep -
 $hr run --model "$dir/m.gguf" -p "hello" --memory-limit 1G --score >/dev/null 2>&1
 expect "--memory-limit with --score: usage error" "[[ \$? -eq 2 ]]"
 
+$hr run --model "$dir/m.gguf" -p "hello" -n 2 --memory-limit 4G --memory-soft 0.5 --memory-hard 0.6 \
+  >/dev/null 2>"$dir/err"
+expect "--memory-soft/--memory-hard set the watermarks" "grep -q 'memory (governor)' '$dir/err'"
+$hr run --model "$dir/m.gguf" -p "hello" --memory-limit 4G --memory-soft 0.9 --memory-hard 0.8 >/dev/null 2>&1
+expect "soft above hard: usage error" "[[ \$? -eq 2 ]]"
+$hr run --model "$dir/m.gguf" -p "hello" --memory-limit 4G --memory-hard 1.5 >/dev/null 2>&1
+expect "a watermark above 1: usage error" "[[ \$? -eq 2 ]]"
+
 echo "$passed passed, $failed failed"
 ((failed == 0))
