@@ -61,6 +61,7 @@ static void on_event(const struct hr_sched_event *ev, void *user)
     struct collect *c = user;
     switch (ev->kind) {
     case HR_SCHED_PROGRESS: c->n_chunks++; break;
+    case HR_SCHED_PREEMPTED: break; /* alone it cannot be preempted; nothing to show */
     case HR_SCHED_TOKEN:
         if (!c->n_tokens)
             c->t_first = hr_now_seconds();

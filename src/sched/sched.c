@@ -81,6 +81,8 @@ struct hr_sched {
     enum hr_sched_finish *done_why;
     const char **done_msg;
     struct request **out_q;          /* max_queue + parallel: leave the queue */
+    struct request **preempted;      /* parallel: to be told, once the lock is dropped */
+    uint32_t n_preempted;
     uint8_t *out_q_timeout;
 };
 
@@ -378,6 +380,8 @@ static void preempt_youngest(struct hr_sched *s)
     hr_kv_seq_clear(&y->kv, hr_engine_kv_pool(s->engine));
     running_remove(s, y);
     queue_push(s, y, true);
+    if (s->n_preempted < s->cfg.parallel)
+        s->preempted[s->n_preempted++] = y;
     s->st.preempted++;
     COUNT(s, requests_preempted_total, 1);
     hr_log_info("sched", "request %llu preempted: KV pool full (%u of %u blocks), resumes by recompute "
@@ -689,6 +693,17 @@ static void *engine_main(void *arg)
             n_items = 0;
         }
 
+        /* Requests preempted while building or retrying this step. Only this
+         * thread frees requests, so the queued ones are still there. */
+        pthread_mutex_lock(&s->mu);
+        const uint32_t n_pre = s->n_preempted;
+        s->n_preempted = 0;
+        pthread_mutex_unlock(&s->mu);
+        for (uint32_t i = 0; i < n_pre; i++) {
+            struct hr_sched_event ev = {.kind = HR_SCHED_PREEMPTED};
+            emit(s->preempted[i], &ev);
+        }
+
         if (s->cfg.gov && n_items) {
             struct hr_kv_pool *pool = hr_engine_kv_pool(s->engine);
             const uint64_t high = hr_engine_arena_high_water(s->engine);
@@ -887,7 +902,8 @@ enum hr_status hr_sched_init(const struct hr_sched_config *cfg, struct hr_sched 
     s->done_msg = calloc(par, sizeof(*s->done_msg));
     s->out_q = calloc(nq, sizeof(*s->out_q));
     s->out_q_timeout = calloc(nq, 1);
-    if (!s->running || !s->items || !s->item_req || !s->done || !s->done_why || !s->done_msg ||
+    s->preempted = calloc(par, sizeof(*s->preempted));
+    if (!s->preempted || !s->running || !s->items || !s->item_req || !s->done || !s->done_why || !s->done_msg ||
         !s->out_q || !s->out_q_timeout) {
         hr_sched_free(s);
         return hr_err_set(err, HR_ERR_NOMEM, "out of memory");
@@ -947,6 +963,7 @@ void hr_sched_free(struct hr_sched *s)
     free(s->done_msg);
     free(s->out_q);
     free(s->out_q_timeout);
+    free(s->preempted);
     free(s);
 }
 

@@ -38,7 +38,7 @@
  *                                        an impossible step), never for memory
  *
  * Events. Each request gets, in order: zero or more PROGRESS (a prefill chunk
- * done), TOKEN events (one per generated token, with the text it completes),
+ * done) and PREEMPTED (paused for memory; PROGRESS resumes), TOKEN events (one per generated token, with the text it completes),
  * then exactly one FINISHED - or, if it never started, one REFUSED instead
  * (queue timeout). A request refused at submit gets no event: the refusal is
  * returned. Callbacks run on the engine thread without the scheduler's lock
@@ -98,6 +98,8 @@ struct hr_sched_config {
 enum hr_sched_event_kind {
     HR_SCHED_PROGRESS, /* a prefill chunk ran: n_prefilled of n_prompt */
     HR_SCHED_TOKEN,    /* one generated token and the text it completes */
+    HR_SCHED_PREEMPTED, /* paused: its KV was freed for memory; it will resume by
+                         * recomputing (a client keeps the stream alive meanwhile) */
     HR_SCHED_FINISHED, /* the last event of a started request */
     HR_SCHED_REFUSED,  /* the last event of a request that never started */
 };

@@ -89,6 +89,10 @@ struct record {
     pthread_mutex_t *gate; /* held by the test: the first event waits on it */
 };
 
+/* Ids of PREEMPTED events in order (engine thread; read after wait_idle). */
+static uint64_t g_preempted[256];
+static uint32_t g_n_preempted;
+
 static void on_event(const struct hr_sched_event *ev, void *user)
 {
     struct record *r = user;
@@ -99,6 +103,10 @@ static void on_event(const struct hr_sched_event *ev, void *user)
     }
     switch (ev->kind) {
     case HR_SCHED_PROGRESS: r->n_progress++; break;
+    case HR_SCHED_PREEMPTED:
+        if (g_n_preempted < 256)
+            g_preempted[g_n_preempted++] = ev->id;
+        break;
     case HR_SCHED_TOKEN:
         r->tokens[r->n_tokens++] = ev->token;
         if (ev->text_len)
@@ -218,11 +226,16 @@ static void test_together_equals_alone(void **state)
     /* 6 blocks of 32 tokens: each request fits alone (the longest needs 5),
      * the first three together fill the pool and then grow. */
     s = sched_new(fx, 4, 6, 16, 0);
+    g_n_preempted = 0;
     for (int i = 0; i < N_REQ; i++)
         submit(s, prompts[i], k_lens[i], N_GEN, 100 + (uint64_t)i, &squeezed[i]);
     hr_sched_wait_idle(s);
     hr_sched_stats(s, &st);
     assert_true(st.preempted > 0);
+    /* Requests 1-4 start together, in order; the first one pushed out is the
+     * youngest of them, and every preemption was announced. */
+    assert_int_equal(g_n_preempted, st.preempted);
+    assert_int_equal(g_preempted[0], 4);
     assert_int_equal(st.kv_blocks_used, 0);
     assert_int_equal(st.aborted_for_memory, 0);
     hr_sched_free(s);
