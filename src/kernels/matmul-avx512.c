@@ -1102,8 +1102,12 @@ T512BF static void gemm_bf16(const struct hr_mm_layout *l, const void *w, size_t
  * comes from DRAM once per call; the activations, re-read per panel, come
  * from L2/L3.
  */
-#ifndef FT_R1
-#define FT_R1 4
+/* Decode (one token): rows of at least FT_WIDE_ROW bytes go 8 at a time,
+ * shorter ones 4 at a time (bench-matmul at m = 1, 2 threads: Llama-1B's
+ * 4-16 KiB F16 rows 25-28 -> 34-37 GB/s with 8; Qwen's 1.8 KiB rows are
+ * faster with 4). The tile shape never changes a result. */
+#ifndef FT_WIDE_ROW
+#define FT_WIDE_ROW 4096
 #endif
 #define FT_MAX_R 8
 #define FT_MAX_I 6
@@ -1114,7 +1118,7 @@ T512BF static void gemm_bf16(const struct hr_mm_layout *l, const void *w, size_t
 #define FT_PF_DIST 1024
 #endif
 #ifndef FT_PF_LONG
-#define FT_PF_LONG 4096
+#define FT_PF_LONG 8193 /* rows longer than this prefetch per row, shorter ones the next tile */
 #endif
 
 INLINE T512 void ftile(const struct hr_mm_layout *l, const void *w, size_t r, const int R,
@@ -1244,7 +1248,12 @@ INLINE T512BF void ftile_bf16(const struct hr_mm_layout *l, const void *w, size_
                 const int I = (int)min_sz(FT_MAX_I, m - i0);                                       \
                 size_t r = p0;                                                                     \
                 switch (I) {                                                                       \
-                case 1: for (; r + FT_R1 <= p1; r += FT_R1) TILE(l, w, r, FT_R1, act, i0, 1, y, ldy); break; \
+                case 1:                                                                    \
+                    if (l->k * esz >= FT_WIDE_ROW)                                         \
+                        for (; r + 8 <= p1; r += 8) TILE(l, w, r, 8, act, i0, 1, y, ldy);  \
+                    else                                                                   \
+                        for (; r + 4 <= p1; r += 4) TILE(l, w, r, 4, act, i0, 1, y, ldy);  \
+                    break;                                                                 \
                 case 2: for (; r + 4 <= p1; r += 4) TILE(l, w, r, 4, act, i0, 2, y, ldy); break;   \
                 case 3: for (; r + 4 <= p1; r += 4) TILE(l, w, r, 4, act, i0, 3, y, ldy); break;   \
                 case 4: for (; r + 4 <= p1; r += 4) TILE(l, w, r, 4, act, i0, 4, y, ldy); break;   \
