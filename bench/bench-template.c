@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/file.h"
 #include "base/sys.h"
 #include "chat/chat-render.h"
 #include "gguf/gguf.h"
@@ -34,26 +35,6 @@ static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
-}
-
-static char *read_all(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf)
-        buf[n] = '\0';
-    *len = n > 0 ? (size_t)n : 0;
-    return buf;
 }
 
 static bool ends_with(const char *s, const char *suffix)
@@ -181,7 +162,7 @@ int main(int argc, char **argv)
         }
     } else {
         size_t len;
-        char *text = read_all(src_path, &len);
+        char *text = hr_read_file(src_path, &len);
         if (!text) {
             fprintf(stderr, "bench-template: cannot read %s\n", src_path);
             return 1;

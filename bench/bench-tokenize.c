@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/file.h"
 #include "base/sys.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
@@ -29,24 +30,6 @@ static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
-}
-
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    *len = n > 0 ? (size_t)n : 0;
-    return buf;
 }
 
 int main(int argc, char **argv)
@@ -69,7 +52,7 @@ int main(int argc, char **argv)
         return 2;
     }
     size_t len;
-    char *text = read_file(text_path, &len);
+    char *text = hr_read_file(text_path, &len);
     if (!text) {
         fprintf(stderr, "bench-tokenize: cannot read %s\n", text_path);
         return 1;

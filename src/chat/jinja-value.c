@@ -598,25 +598,6 @@ size_t jx_fmt_float(double f, char *buf, size_t cap)
     return (size_t)snprintf(buf, cap, "%s", out);
 }
 
-static uint32_t utf8_next(const unsigned char *s, size_t n, size_t *i)
-{
-    unsigned char c = s[*i];
-    if (c < 0x80) {
-        (*i)++;
-        return c;
-    }
-    int len = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
-    if (len == 1 || *i + (size_t)len > n) {
-        (*i)++;
-        return 0xfffd;
-    }
-    uint32_t cp = c & (0x7f >> len);
-    for (int k = 1; k < len; k++)
-        cp = (cp << 6) | (s[*i + (size_t)k] & 0x3f);
-    *i += (size_t)len;
-    return cp;
-}
-
 /* Python's str.isprintable for the code points a chat may hold: control
  * characters, separators other than the space, format characters and
  * private-use code points are not printable. (The full rule is the
@@ -646,7 +627,7 @@ static bool repr_str(struct jx_ctx *cx, struct jbuf *b, const char *s, size_t n)
     size_t i = 0;
     while (i < n) {
         size_t start = i;
-        uint32_t c = utf8_next((const unsigned char *)s, n, &i);
+        uint32_t c = jx_utf8_next(s, n, &i);
         char esc[16];
         const char *e = NULL;
         if (c == (uint32_t)q || c == '\\') {
@@ -806,7 +787,7 @@ static bool json_str(struct jx_ctx *cx, struct jbuf *b, const char *s, size_t n,
         } else if (c >= 0x80 && ascii) {
             if (!jx_buf_put(cx, b, s + run, i - run))
                 return false;
-            uint32_t cp = utf8_next((const unsigned char *)s, n, &i);
+            uint32_t cp = jx_utf8_next(s, n, &i);
             if (cp >= 0x10000) {
                 cp -= 0x10000;
                 snprintf(esc, sizeof(esc), "\\u%04x\\u%04x", 0xd800 + (cp >> 10),

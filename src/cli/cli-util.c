@@ -16,36 +16,3 @@ const char *hr_cli_fmt_bytes(double bytes, char *buf, unsigned size)
     snprintf(buf, size, u ? "%.1f %s" : "%.0f %s", bytes, units[u]);
     return buf;
 }
-
-char *hr_cli_read_file(const char *path, size_t *len)
-{
-    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 65536, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (n < cap) {
-            if (ferror(f)) {
-                free(buf);
-                buf = NULL;
-            }
-            break;
-        }
-        char *nb = realloc(buf, cap * 2);
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = nb;
-        cap *= 2;
-    }
-    if (f != stdin)
-        fclose(f);
-    *len = n;
-    return buf;
-}
-

@@ -21,9 +21,6 @@ int hr_cmd_template(int argc, char **argv);
 /* "1.5 GiB", "512.0 KiB" ... into buf. */
 const char *hr_cli_fmt_bytes(double bytes, char *buf, unsigned size);
 
-/* The whole file at `path` ("-": standard input) in a new malloc'd buffer the
- * caller frees, its length in *len; NULL with errno set on failure. */
-char *hr_cli_read_file(const char *path, size_t *len);
 
 /* `headroom run --memory-limit`: one request through the scheduler and the
  * memory governor (run-governed.c). Borrows everything; returns the exit code. */

@@ -18,6 +18,7 @@
 
 #include "base/sys.h"
 #include "base/log.h"
+#include "base/file.h"
 #include "cli/cli.h"
 #include "engine/engine.h"
 #include "kernels/matmul.h"
@@ -182,7 +183,7 @@ static int prompt_tokens(const struct run_opts *o, const struct hr_tokenizer *to
     size_t len = 0;
     char *text = NULL;
     if (o->prompt_file) {
-        text = hr_cli_read_file(o->prompt_file, &len);
+        text = hr_read_file(o->prompt_file, &len);
         if (!text) {
             fprintf(stderr, "headroom run: cannot read %s: %s\n", o->prompt_file, strerror(errno));
             return 1;

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "chat/chat-render.h"
+#include "base/file.h"
 #include "cli/cli.h"
 #include "gguf/gguf.h"
 
@@ -45,7 +46,7 @@ static void usage(FILE *f)
 static json_t *load_json(const char *path, const char *what)
 {
     size_t len;
-    char *text = hr_cli_read_file(path, &len);
+    char *text = hr_read_file(path, &len);
     if (!text) {
         fprintf(stderr, "headroom template: cannot read %s %s\n", what, path);
         return NULL;
@@ -115,7 +116,7 @@ int hr_cmd_template(int argc, char **argv)
     }
     if (template_path) {
         size_t len;
-        char *src = hr_cli_read_file(template_path, &len);
+        char *src = hr_read_file(template_path, &len);
         if (!src) {
             fprintf(stderr, "headroom template: cannot read template %s\n", template_path);
             goto done;

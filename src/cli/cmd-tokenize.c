@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/file.h"
 #include "cli/cli.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
@@ -283,7 +284,7 @@ int hr_cmd_tokenize(int argc, char **argv)
     size_t len = 0;
     char *owned = NULL;
     if (file) {
-        owned = hr_cli_read_file(file, &len);
+        owned = hr_read_file(file, &len);
         if (!owned) {
             fprintf(stderr, "headroom tokenize: cannot read '%s': %s\n", file, strerror(errno));
             hr_tokenizer_free(tok);

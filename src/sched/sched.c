@@ -136,8 +136,7 @@ static void request_free(struct hr_sched *s, struct request *r)
 
 static uint32_t kv_blocks_for(const struct hr_sched *s, uint32_t n_tokens)
 {
-    const uint32_t bt = hr_kv_block_tokens(hr_engine_kv_pool(s->engine));
-    return (n_tokens + bt - 1) / bt;
+    return hr_kv_blocks_needed(0, n_tokens, hr_kv_block_tokens(hr_engine_kv_pool(s->engine)));
 }
 
 /* Builds everything a request will need, so that the engine thread never
