@@ -60,6 +60,7 @@ static void on_event(const struct hr_sched_event *ev, void *user)
 {
     struct collect *c = user;
     switch (ev->kind) {
+    case HR_SCHED_STARTED: break;
     case HR_SCHED_PROGRESS: c->n_chunks++; break;
     case HR_SCHED_PREEMPTED: break; /* alone it cannot be preempted; nothing to show */
     case HR_SCHED_TOKEN:

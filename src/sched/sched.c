@@ -49,6 +49,9 @@ struct request {
     size_t n_held, cap_held;
     bool ignore_eos;
     bool stopped_by_string; /* what follows the stop string is dropped */
+    int32_t stop_index;     /* which stop string, or -1 */
+    int32_t *script;        /* test-only forced output (hr_sched_params.script) */
+    uint32_t n_script;
     atomic_bool cancel;
     double queued_at;
     uint64_t started; /* start order, for "youngest" */
@@ -83,6 +86,8 @@ struct hr_sched {
     struct request **out_q;          /* max_queue + parallel: leave the queue */
     struct request **preempted;      /* parallel: to be told, once the lock is dropped */
     uint32_t n_preempted;
+    struct request **started_now; /* started for the first time this iteration */
+    uint32_t n_started_now;
     uint8_t *out_q_timeout;
 };
 
@@ -129,6 +134,7 @@ static void request_free(struct hr_sched *s, struct request *r)
         free(r->stops[i]);
     free(r->stops);
     free(r->stop_ids);
+    free(r->script);
     free(r->held);
     free(r->tokens);
     free(r);
@@ -153,8 +159,15 @@ static enum hr_status request_new(struct hr_sched *s, const struct hr_sched_para
     r->ignore_eos = p->ignore_eos;
     r->fn = p->on_event;
     r->user = p->user;
+    r->stop_index = -1;
     atomic_init(&r->cancel, false);
     enum hr_status st = HR_ERR_NOMEM;
+    if (p->n_script) {
+        if (!(r->script = malloc((size_t)p->n_script * sizeof(int32_t))))
+            goto fail;
+        memcpy(r->script, p->script, (size_t)p->n_script * sizeof(int32_t));
+        r->n_script = p->n_script;
+    }
     r->tokens = malloc((size_t)cap * sizeof(int32_t));
     if (!r->tokens)
         goto fail;
@@ -240,7 +253,8 @@ static bool text_push(struct request *r, const char *t, size_t n, size_t *emit_l
         const size_t ls = strlen(r->stops[i]);
         for (size_t at = 0; at + ls <= r->n_held; at++)
             if (memcmp(r->held + at, r->stops[i], ls) == 0) {
-                best = at < best ? at : best;
+                if (at < best)
+                    best = at, r->stop_index = (int32_t)i;
                 break;
             }
     }
@@ -282,7 +296,8 @@ static void emit(const struct request *r, struct hr_sched_event *ev)
  * The held text goes with it, unless a stop string ended the request. */
 static void finish(struct request *r, enum hr_sched_finish f, const char *msg)
 {
-    struct hr_sched_event ev = {.kind = HR_SCHED_FINISHED, .finish = f, .message = msg};
+    struct hr_sched_event ev = {.kind = HR_SCHED_FINISHED, .finish = f, .message = msg,
+                                .stop_index = r->stopped_by_string ? r->stop_index : -1};
     if (r->detok && !r->stopped_by_string) {
         const char *t;
         size_t n;
@@ -361,8 +376,10 @@ static void start_queued(struct hr_sched *s)
         /* A preempted request keeps its original age: the youngest is
          * preempted first, so a request that waited longest is never the
          * one pushed out again, and nobody starves. */
-        if (!r->started)
+        if (!r->started) {
             r->started = ++s->n_started;
+            s->started_now[s->n_started_now++] = r;
+        }
         s->running[s->n_running++] = r;
     }
 }
@@ -576,7 +593,13 @@ static void *engine_main(void *arg)
             }
         }
         start_queued(s);
+        const uint32_t n_new = s->n_started_now;
+        s->n_started_now = 0;
         pthread_mutex_unlock(&s->mu);
+        for (uint32_t i = 0; i < n_new; i++) {
+            struct hr_sched_event ev = {.kind = HR_SCHED_STARTED};
+            emit(s->started_now[i], &ev);
+        }
 
         for (uint32_t i = 0; i < n_out; i++) {
             struct request *r = s->out_q[i];
@@ -734,7 +757,9 @@ static void *engine_main(void *arg)
             }
             if (!it->n_logits)
                 continue;
-            const int32_t t = hr_sampler_sample(r->smp, hr_engine_logits(s->engine, i, 0));
+            const int32_t t = r->n_generated < r->n_script
+                                  ? r->script[r->n_generated]
+                                  : hr_sampler_sample(r->smp, hr_engine_logits(s->engine, i, 0));
             hr_sampler_accept(r->smp, t);
             r->tokens[r->n_tokens++] = t;
             r->n_generated++;
@@ -902,7 +927,8 @@ enum hr_status hr_sched_init(const struct hr_sched_config *cfg, struct hr_sched 
     s->out_q = calloc(nq, sizeof(*s->out_q));
     s->out_q_timeout = calloc(nq, 1);
     s->preempted = calloc(par, sizeof(*s->preempted));
-    if (!s->preempted || !s->running || !s->items || !s->item_req || !s->done || !s->done_why || !s->done_msg ||
+    s->started_now = calloc(par, sizeof(*s->started_now));
+    if (!s->preempted || !s->started_now || !s->running || !s->items || !s->item_req || !s->done || !s->done_why || !s->done_msg ||
         !s->out_q || !s->out_q_timeout) {
         hr_sched_free(s);
         return hr_err_set(err, HR_ERR_NOMEM, "out of memory");
@@ -963,6 +989,7 @@ void hr_sched_free(struct hr_sched *s)
     free(s->out_q);
     free(s->out_q_timeout);
     free(s->preempted);
+    free(s->started_now);
     free(s);
 }
 

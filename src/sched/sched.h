@@ -37,7 +37,9 @@
  *   any running state    --> failed     the engine returned an error (a bug or
  *                                        an impossible step), never for memory
  *
- * Events. Each request gets, in order: zero or more PROGRESS (a prefill chunk
+ * Events. Each request gets, in order: one STARTED when it first leaves the
+ * queue (a server sends its response headers then, so a queue timeout can
+ * still be an HTTP error), zero or more PROGRESS (a prefill chunk
  * done) and PREEMPTED (paused for memory; PROGRESS resumes), TOKEN events (one per generated token, with the text it completes),
  * then exactly one FINISHED - or, if it never started, one REFUSED instead
  * (queue timeout). A request refused at submit gets no event: the refusal is
@@ -96,6 +98,7 @@ struct hr_sched_config {
 };
 
 enum hr_sched_event_kind {
+    HR_SCHED_STARTED,  /* left the queue for the first time: the response may begin */
     HR_SCHED_PROGRESS, /* a prefill chunk ran: n_prefilled of n_prompt */
     HR_SCHED_TOKEN,    /* one generated token and the text it completes */
     HR_SCHED_PREEMPTED, /* paused: its KV was freed for memory; it will resume by
@@ -137,6 +140,7 @@ struct hr_sched_event {
     enum hr_sched_finish finish;            /* FINISHED */
     const char *message;                    /* FINISHED (FAILED), REFUSED */
     const struct hr_sched_refusal *refusal; /* REFUSED */
+    int32_t stop_index;                     /* FINISHED: the stop string that ended it, or -1 */
 };
 
 typedef void (*hr_sched_event_fn)(const struct hr_sched_event *ev, void *user);
@@ -152,6 +156,10 @@ struct hr_sched_params {
     const char *const *stop_strings; /* copied; matched in the detokenized text */
     uint32_t n_stop_strings;
     unsigned detok_flags;           /* HR_DETOK_* for the text of TOKEN events */
+    /* Test only: the first n_script generated tokens are these instead of
+     * sampled ones (the engine still runs every step); copied. */
+    const int32_t *script;
+    uint32_t n_script;
     hr_sched_event_fn on_event;     /* required */
     void *user;
 };

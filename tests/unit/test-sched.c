@@ -79,7 +79,9 @@ struct record {
     uint32_t n_tokens, n_progress;
     char text[4096];
     size_t n_text;
-    int finished, refused;
+    int finished, refused, started;
+    bool started_late; /* a STARTED event after another event */
+    int32_t stop_index;
     enum hr_sched_finish finish;
     enum hr_sched_refusal_reason refusal;
     /* hooks */
@@ -102,6 +104,10 @@ static void on_event(const struct hr_sched_event *ev, void *user)
         r->gate = NULL;
     }
     switch (ev->kind) {
+    case HR_SCHED_STARTED:
+        r->started++;
+        r->started_late |= r->n_progress || r->n_tokens || r->finished;
+        break;
     case HR_SCHED_PROGRESS: r->n_progress++; break;
     case HR_SCHED_PREEMPTED:
         if (g_n_preempted < 256)
@@ -121,6 +127,7 @@ static void on_event(const struct hr_sched_event *ev, void *user)
         r->n_text += ev->text_len;
         r->finished++;
         r->finish = ev->finish;
+        r->stop_index = ev->stop_index;
         break;
     case HR_SCHED_REFUSED:
         r->refused++;
@@ -327,8 +334,49 @@ static void test_stop_string(void **state)
     hr_sched_wait_idle(s);
     assert_int_equal(stopped.finished, 1);
     assert_int_equal(stopped.finish, HR_SCHED_STOP);
+    assert_int_equal(stopped.stop_index, 1); /* the second string matched */
+    assert_int_equal(free_run.stop_index, -1);
+    /* Each started once, before anything else happened to it. */
+    assert_int_equal(stopped.started, 1);
+    assert_int_equal(free_run.started, 1);
+    assert_false(stopped.started_late || free_run.started_late);
     assert_int_equal(stopped.n_text, want);
     assert_memory_equal(stopped.text, free_run.text, want);
+    hr_sched_free(s);
+}
+
+/* A test script replaces sampling for its length; sampling takes over after. */
+static void test_script(void **state)
+{
+    struct fixture *fx = *state;
+    int32_t prompt[8];
+    prompt_of(prompt, 8, 5, fx->model->hp.n_vocab);
+    struct hr_sched *s = sched_new(fx, 2, 32, 4, 0);
+    static struct record free_run, scripted;
+    memset(&free_run, 0, sizeof(free_run));
+    memset(&scripted, 0, sizeof(scripted));
+    submit(s, prompt, 8, 6, 4, &free_run);
+    hr_sched_wait_idle(s);
+    const int32_t script[3] = {11, 12, 13};
+    struct hr_sched_params p = hr_sched_params_defaults();
+    p.prompt = prompt;
+    p.n_prompt = 8;
+    p.max_tokens = 6;
+    p.ignore_eos = true;
+    p.sampling.temperature = 0; /* greedy after the script: deterministic */
+    p.script = script;
+    p.n_script = 3;
+    p.on_event = on_event;
+    p.user = &scripted;
+    uint64_t id;
+    struct hr_sched_refusal why;
+    struct hr_err err = {{0}};
+    assert_int_equal(hr_sched_submit(s, &p, &id, &why, &err), HR_OK);
+    hr_sched_wait_idle(s);
+    assert_int_equal(scripted.n_tokens, 6);
+    assert_memory_equal(scripted.tokens, script, sizeof(script));
+    /* the script is not the model's own choice */
+    assert_true(memcmp(free_run.tokens, script, sizeof(script)) != 0);
     hr_sched_free(s);
 }
 
@@ -636,6 +684,7 @@ int main(void)
         cmocka_unit_test(test_together_equals_alone),
         cmocka_unit_test(test_cancel_frees_kv),
         cmocka_unit_test(test_stop_string),
+        cmocka_unit_test(test_script),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_queue_timeout),
         cmocka_unit_test(test_outgrows_pool),
