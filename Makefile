@@ -1,7 +1,7 @@
 # headroom - a thin front end over CMake presets (see CMakePresets.json).
 #
 #   make          install missing packages, build build/headroom and the tools
-#   make run      ... plus the demo model, then run the main job on it
+#   make run      ... plus the demo model, then serve it over HTTP (Ctrl-C stops)
 #   make test     ... plus the test oracles, the ASan+UBSan build, every test;
 #                 ends with "N passed, N failed"
 #   make fuzz     libFuzzer on every parser for FUZZ_SECONDS each (default 60)
@@ -46,16 +46,19 @@ $(DEMO): | build deps-oracle
 
 demo: $(DEMO)
 
-# Until the server lands, the main job is: describe the demo model, then run
-# a chat-formatted prompt through the engine (random weights: the text is noise,
-# the speed and the machinery are real).
+# The main job: serve the demo model (random weights, so the text is noise;
+# the protocol, the memory governor and the speed are real) until Ctrl-C.
+# PORT=N picks the port; any `headroom serve` flag can come from the
+# environment as HEADROOM_<FLAG> (e.g. HEADROOM_MEMORY_LIMIT=2G).
+PORT ?= 8080
 run: build deps-oracle $(DEMO)
-	@build/headroom info $(DEMO)
+	@echo "headroom serve: Ctrl-C stops it. Point clients at:"
+	@echo "  Claude Code / Anthropic SDK:  ANTHROPIC_BASE_URL=http://127.0.0.1:$(PORT)  ANTHROPIC_API_KEY=any"
+	@echo "  OpenAI SDK / OpenCode:        OPENAI_BASE_URL=http://127.0.0.1:$(PORT)/v1  OPENAI_API_KEY=any"
+	@echo "  try: curl -s http://127.0.0.1:$(PORT)/v1/messages -H 'content-type: application/json' \\"
+	@echo "         -d '{\"model\":\"demo\",\"max_tokens\":32,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}'"
 	@echo
-	@echo "headroom run (random weights, so the text is noise; the timing line is real):"
-	@build/headroom run --model $(DEMO) --seed 1 -n 48 \
-	  -p $$'<|im_start|>user\nWhat does headroom do?<|im_end|>\n<|im_start|>assistant\n'
-	@echo
+	@build/headroom serve --model $(DEMO) --port $(PORT)
 
 test: deps-oracle build asan tsan
 	@tests/run.sh

@@ -17,6 +17,7 @@ int hr_cmd_info(int argc, char **argv);
 int hr_cmd_tokenize(int argc, char **argv);
 int hr_cmd_run(int argc, char **argv);
 int hr_cmd_template(int argc, char **argv);
+int hr_cmd_serve(int argc, char **argv);
 
 /* "1.5 GiB", "512.0 KiB" ... into buf. */
 const char *hr_cli_fmt_bytes(double bytes, char *buf, unsigned size);

@@ -22,6 +22,7 @@ static const struct command g_commands[] = {
     {"tokenize", hr_cmd_tokenize, "text to token ids with the model's tokenizer (as llama.cpp)"},
     {"run", hr_cmd_run, "run one prompt through the engine and print what it generates"},
     {"template", hr_cmd_template, "render a chat request with the model's chat template"},
+    {"serve", hr_cmd_serve, "serve the model over the Anthropic and OpenAI HTTP APIs"},
 };
 
 static void usage(FILE *f)

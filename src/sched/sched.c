@@ -802,6 +802,14 @@ static void *engine_main(void *arg)
         s->st.tokens_prefilled += n_prefilled;
         /* The pool changes only on this thread; readers see this copy. */
         s->st.kv_blocks_used = hr_kv_n_used(hr_engine_kv_pool(s->engine));
+        if (s->cfg.gov) {
+            /* Finished and cancelled requests freed their blocks after the
+             * step's accounting: the gauge and the KV account follow now. */
+            hr_mem_counter_set(&hr_gov_counters(s->cfg.gov)->kv_blocks_used, s->st.kv_blocks_used);
+            hr_gov_set_account(s->cfg.gov, HR_GOV_KV,
+                               (uint64_t)s->st.kv_blocks_used *
+                                   hr_kv_block_bytes(hr_engine_kv_pool(s->engine)));
+        }
         s->st.tokens_generated += n_gen;
         s->st.prefill_chunks += n_chunks;
     }

@@ -94,8 +94,9 @@ struct hr_api_request {
     char **stop;                       /* stop strings, owned */
     uint32_t n_stop;
     bool thinking;    /* Anthropic thinking enabled: emit thinking blocks */
-    bool json_object; /* OpenAI response_format json_object (accepted; see the writer) */
-    bool echo;        /* completions: echo the prompt */
+    bool json_object; /* OpenAI response_format json_object/json_schema: accepted and
+                       * recorded, not enforced (no constrained decoding yet) */
+    bool echo;        /* completions: the prompt's text comes first in the output */
 };
 
 /*

@@ -1,0 +1,878 @@
+/*
+ * routes.c - what each URL does, the model the server holds, and the bridge
+ * from scheduler events to response bytes.
+ *
+ * A generation route (messages, chat completions, completions) runs on an
+ * MHD thread up to hr_sched_submit: parse (api-request.c), render the chat
+ * template, tokenize, submit. Everything after happens in on_event on the
+ * engine thread: text through the tool-call/reasoning parser (chat-parse.h)
+ * into the response writer (api-writer.c), then a wake for the connection.
+ * The event callback holds only the generation's own mutex and does no I/O,
+ * so the engine thread never waits on a client.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/log.h"
+#include "base/sys.h"
+#include "engine/kv-cache.h"
+#include "mem/counters.h"
+#include "mem/probe.h"
+#include "mem/size.h"
+#include "server/server-impl.h"
+
+typedef enum MHD_Result (*route_fn)(struct hr_exchange *ex);
+
+struct hr_route {
+    const char *path;
+    const char *methods; /* space-separated, e.g. "GET HEAD" */
+    enum hr_metrics_route id;
+    route_fn fn;
+};
+
+/* ---- small helpers ------------------------------------------------------------ */
+
+static enum MHD_Result fail(struct hr_exchange *ex, enum hr_api_error_class cls,
+                            unsigned retry_after_s, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static enum MHD_Result fail(struct hr_exchange *ex, enum hr_api_error_class cls,
+                            unsigned retry_after_s, const char *fmt, ...)
+{
+    struct hr_api_error e = {.cls = cls, .retry_after_s = retry_after_s};
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e.message, sizeof(e.message), fmt, ap);
+    va_end(ap);
+    return hr_respond_error(ex, &e);
+}
+
+/* Generation routes need the model loaded and the server not stopping. */
+static enum MHD_Result unavailable(struct hr_exchange *ex)
+{
+    const int st = atomic_load(&ex->srv->state);
+    return fail(ex, HR_API_ERR_UNAVAILABLE, st == HR_SERVER_LOADING ? 2 : 0, "%s",
+                st == HR_SERVER_LOADING ? "the model is still loading; retry shortly"
+                                        : "the server is shutting down");
+}
+
+static json_t *parse_body(struct hr_exchange *ex, struct hr_err *err)
+{
+    json_error_t je;
+    json_t *doc = json_loadb(ex->body ? ex->body : "", ex->n_body, 0, &je);
+    if (!doc)
+        hr_err_set(err, HR_ERR_INVALID, "request body is not valid JSON: %s (line %d, column %d)",
+                   je.text, je.line, je.column);
+    else if (!json_is_object(doc)) {
+        hr_err_set(err, HR_ERR_INVALID, "request body must be a JSON object");
+        json_decref(doc);
+        doc = NULL;
+    }
+    return doc;
+}
+
+/* ---- prompts ------------------------------------------------------------------ */
+
+/* The prompt's token ids for a parsed request: the chat template for chat
+ * kinds (parsing special tokens, since the template writes them), the raw
+ * text or ids for completions. A BOS the vocabulary wants is added unless
+ * the template already wrote it. */
+static bool build_prompt(struct hr_server *srv, const struct hr_api_request *rq,
+                         struct hr_tokens *ids, char **text_out, struct hr_api_error *e)
+{
+    struct hr_err err = {{0}};
+    char *text = NULL;
+    size_t n_text = 0;
+    e->cls = HR_API_ERR_INVALID;
+    if (rq->kind == HR_API_OPENAI_COMPLETION && rq->prompt_tokens) {
+        const uint32_t nv = hr_tokenizer_n_vocab(srv->tok);
+        for (size_t i = 0; i < rq->n_prompt_tokens; i++)
+            if (rq->prompt_tokens[i] < 0 || (uint32_t)rq->prompt_tokens[i] >= nv) {
+                snprintf(e->message, sizeof(e->message),
+                         "prompt.%zu: token id %d is outside the vocabulary (0..%u)", i,
+                         rq->prompt_tokens[i], nv - 1);
+                return false;
+            }
+        ids->ids = malloc((rq->n_prompt_tokens ? rq->n_prompt_tokens : 1) * sizeof(int32_t));
+        if (!ids->ids) {
+            e->cls = HR_API_ERR_INTERNAL;
+            snprintf(e->message, sizeof(e->message), "out of memory");
+            return false;
+        }
+        memcpy(ids->ids, rq->prompt_tokens, rq->n_prompt_tokens * sizeof(int32_t));
+        ids->n = ids->cap = rq->n_prompt_tokens;
+    } else {
+        if (rq->kind == HR_API_OPENAI_COMPLETION) {
+            text = malloc(rq->prompt_len + 1);
+            if (text) {
+                memcpy(text, rq->prompt ? rq->prompt : "", rq->prompt_len);
+                text[rq->prompt_len] = '\0';
+                n_text = rq->prompt_len;
+            }
+        } else {
+            const struct hr_chat_request cr = {.messages = rq->messages,
+                                               .tools = rq->tools,
+                                               .kwargs = rq->kwargs,
+                                               .add_generation_prompt = true};
+            const enum hr_status st = hr_chat_render(srv->tmpl, &cr, &text, &n_text, &err);
+            if (st != HR_OK) {
+                e->cls = st == HR_ERR_NOMEM ? HR_API_ERR_INTERNAL : HR_API_ERR_INVALID;
+                snprintf(e->message, sizeof(e->message), "messages: the chat template failed: %.400s",
+                         err.msg);
+                return false;
+            }
+        }
+        if (!text) {
+            e->cls = HR_API_ERR_INTERNAL;
+            snprintf(e->message, sizeof(e->message), "out of memory");
+            return false;
+        }
+        unsigned flags = HR_TOK_PARSE_SPECIAL;
+        if (hr_tokenizer_add_bos(srv->tok)) {
+            size_t nb = 0;
+            const char *bos = hr_tokenizer_piece(srv->tok, hr_tokenizer_bos(srv->tok),
+                                                 HR_DETOK_SPECIAL, &nb);
+            if (!(nb && n_text >= nb && memcmp(text, bos, nb) == 0))
+                flags |= HR_TOK_ADD_SPECIAL;
+        }
+        if (hr_tokenizer_encode(srv->tok, text, n_text, flags, ids, &err) != HR_OK) {
+            snprintf(e->message, sizeof(e->message), "%s: %.400s",
+                     rq->kind == HR_API_OPENAI_COMPLETION ? "prompt" : "messages", err.msg);
+            free(text);
+            return false;
+        }
+    }
+    if (ids->n == 0) {
+        snprintf(e->message, sizeof(e->message), "%s: the prompt is empty",
+                 rq->kind == HR_API_OPENAI_COMPLETION ? "prompt" : "messages");
+        free(text);
+        return false;
+    }
+    if (text_out)
+        *text_out = text;
+    else
+        free(text);
+    return true;
+}
+
+/* ---- generations ---------------------------------------------------------------- */
+
+void hr_gen_free(struct hr_gen *g)
+{
+    hr_api_writer_free(g->w);
+    hr_chat_parser_free(g->parser);
+    hr_api_request_free(&g->req);
+    hr_api_buf_free(&g->out);
+    pthread_mutex_destroy(&g->mu);
+    free(g);
+}
+
+static void feed_events(struct hr_gen *g, const struct hr_chat_events *ce)
+{
+    for (size_t i = 0; i < ce->n; i++)
+        (void)hr_api_writer_event(g->w, &ce->ev[i], &g->out); /* NOMEM: the text is lost, not the stream */
+}
+
+static void feed_text(struct hr_gen *g, const char *t, size_t n)
+{
+    struct hr_chat_events ce;
+    if (n && hr_chat_parser_feed(g->parser, t, n, &ce, NULL) == HR_OK)
+        feed_events(g, &ce);
+}
+
+/* The end of a generation in the client's words: an error for a stream
+ * becomes its last SSE message; for a document, the response itself. */
+static void end_with_error(struct hr_gen *g, const struct hr_api_error *e)
+{
+    if (g->stream) {
+        (void)hr_api_error_sse(g->req.kind, e, &g->out);
+        atomic_fetch_add(&g->srv->metrics.streams_failed, 1);
+    } else {
+        g->failed = true;
+        g->error = *e;
+    }
+}
+
+static const char *finish_word(enum hr_api_finish f)
+{
+    switch (f) {
+    case HR_API_FINISH_STOP: return "end of turn";
+    case HR_API_FINISH_STOP_SEQ: return "stop sequence";
+    case HR_API_FINISH_LENGTH: return "max tokens";
+    }
+    return "?";
+}
+
+/* Scheduler events (engine thread; see the top of this file). */
+static void on_event(const struct hr_sched_event *ev, void *user)
+{
+    struct hr_gen *g = user;
+    struct hr_server *srv = g->srv;
+    const double now = hr_now_seconds();
+    bool last = false;
+    pthread_mutex_lock(&g->mu);
+    const size_t before = g->out.len;
+    switch (ev->kind) {
+    case HR_SCHED_STARTED:
+        if (now - g->t_arrival > 1.0)
+            hr_log_info("server", "request %llu started after %.1f s in the queue",
+                        (unsigned long long)g->id, now - g->t_arrival);
+        break;
+    case HR_SCHED_PROGRESS:
+    case HR_SCHED_PREEMPTED: break; /* the ping thread keeps the stream alive */
+    case HR_SCHED_TOKEN:
+        if (!g->n_generated) {
+            g->t_first = now;
+            hr_metrics_observe(&srv->metrics.ttft, now - g->t_arrival);
+        }
+        g->n_generated = ev->n_generated;
+        feed_text(g, ev->text, ev->text_len);
+        break;
+    case HR_SCHED_FINISHED: {
+        last = true;
+        g->n_generated = ev->n_generated;
+        atomic_fetch_add(&srv->metrics.generated_tokens, ev->n_generated);
+        if (ev->finish == HR_SCHED_CANCELLED || ev->finish == HR_SCHED_FAILED) {
+            struct hr_api_error e = {.cls = HR_API_ERR_INTERNAL};
+            if (ev->finish == HR_SCHED_CANCELLED) {
+                e.cls = HR_API_ERR_UNAVAILABLE;
+                snprintf(e.message, sizeof(e.message),
+                         "the server is shutting down; the request was cancelled");
+            } else {
+                snprintf(e.message, sizeof(e.message), "generation failed: %s",
+                         ev->message ? ev->message : "engine error");
+                hr_log_error("server", "request %llu: %s", (unsigned long long)g->id, e.message);
+            }
+            if (g->conn) /* a client that left needs no words */
+                end_with_error(g, &e);
+            break;
+        }
+        feed_text(g, ev->text, ev->text_len);
+        struct hr_chat_events ce;
+        if (hr_chat_parser_finish(g->parser, &ce, NULL) == HR_OK)
+            feed_events(g, &ce);
+        const enum hr_api_finish f = ev->finish == HR_SCHED_LENGTH ? HR_API_FINISH_LENGTH
+                                     : ev->stop_index >= 0          ? HR_API_FINISH_STOP_SEQ
+                                                                    : HR_API_FINISH_STOP;
+        if (hr_api_writer_finish(g->w, f, ev->stop_index, ev->n_generated, &g->out) != HR_OK) {
+            struct hr_api_error e = {.cls = HR_API_ERR_INTERNAL};
+            snprintf(e.message, sizeof(e.message), "out of memory writing the response");
+            end_with_error(g, &e);
+        }
+        const double tps =
+            ev->n_generated > 1 && now > g->t_first ? (ev->n_generated - 1) / (now - g->t_first)
+                                                    : 0;
+        if (tps > 0)
+            hr_metrics_observe(&srv->metrics.tokens_per_s, tps);
+        hr_log_info("server",
+                    "request %llu %s: prompt %u tokens, generated %u, first token %.2f s, "
+                    "%.1f tokens/s, %s",
+                    (unsigned long long)g->id, hr_metrics_route_name(g->route), g->n_prompt,
+                    ev->n_generated, g->t_first > 0 ? g->t_first - g->t_arrival : 0.0, tps,
+                    finish_word(f));
+        break;
+    }
+    case HR_SCHED_REFUSED: {
+        last = true;
+        struct hr_api_error e = {.cls = HR_API_ERR_OVERLOADED, .retry_after_s = 2};
+        snprintf(e.message, sizeof(e.message), "%s",
+                 ev->message ? ev->message : "the server is overloaded; retry later");
+        end_with_error(g, &e);
+        break;
+    }
+    }
+    if (g->stream && g->out.len != before)
+        g->t_last_write = now;
+    if (last)
+        g->done = true;
+    if (last || (g->stream && g->out.len != before))
+        hr_gen_wake(g);
+    pthread_mutex_unlock(&g->mu);
+    if (last)
+        hr_gen_release(g); /* the scheduler's reference */
+}
+
+/* Completions with `echo`: the prompt's text (decoded from its ids, which
+ * also covers prompts given as ids) is the output's first text. */
+static bool echo_prompt(struct hr_server *srv, struct hr_gen *g, const struct hr_tokens *ids)
+{
+    char *text = NULL, *clean = NULL;
+    size_t len = 0, nc = 0;
+    bool ok = hr_tokenizer_decode(srv->tok, ids->ids, ids->n, HR_DETOK_SPECIAL, &text, &len,
+                                  NULL) == HR_OK &&
+              hr_utf8_sanitize(text, len, &clean, &nc, NULL) == HR_OK;
+    if (ok && nc) {
+        const struct hr_chat_event ev = {.kind = HR_CHAT_EVENT_CONTENT, .text = clean, .len = nc};
+        ok = hr_api_writer_event(g->w, &ev, &g->out) == HR_OK;
+    }
+    free(text);
+    free(clean);
+    return ok;
+}
+
+static const char *id_prefix(enum hr_api_kind k)
+{
+    switch (k) {
+    case HR_API_ANTHROPIC: return "msg_";
+    case HR_API_OPENAI_CHAT: return "chatcmpl-";
+    case HR_API_OPENAI_COMPLETION: return "cmpl-";
+    }
+    return "";
+}
+
+static enum MHD_Result generate(struct hr_exchange *ex, enum hr_api_kind kind)
+{
+    struct hr_server *srv = ex->srv;
+    if (atomic_load(&srv->state) != HR_SERVER_READY)
+        return unavailable(ex);
+    struct hr_gen *g = calloc(1, sizeof(*g));
+    if (!g)
+        return fail(ex, HR_API_ERR_INTERNAL, 0, "out of memory");
+    pthread_mutex_init(&g->mu, NULL);
+    g->srv = srv;
+    g->route = ex->route_id;
+    g->t_arrival = ex->t_arrival;
+    struct hr_err err = {{0}};
+    struct hr_api_error e = {0};
+    struct hr_tokens ids = {0};
+    char *prompt_text = NULL;
+    enum MHD_Result ret;
+
+    if (hr_api_parse(kind, false, ex->body ? ex->body : "", ex->n_body, &g->req, &err) != HR_OK) {
+        ret = fail(ex, HR_API_ERR_INVALID, 0, "%s", err.msg);
+        goto out;
+    }
+    g->stream = g->req.stream;
+    if (!build_prompt(srv, &g->req, &ids, &prompt_text, &e)) {
+        ret = hr_respond_error(ex, &e);
+        goto out;
+    }
+    if (ids.n > UINT32_MAX / 2) {
+        ret = fail(ex, HR_API_ERR_INVALID, 0, "the prompt is too long");
+        goto out;
+    }
+    g->n_prompt = (uint32_t)ids.n;
+    const bool tools = g->req.tools && json_array_size(g->req.tools) > 0 &&
+                       g->req.tool_choice != HR_API_TOOL_NONE;
+
+    /* The output parser: this model's tool-call format, reasoning when the
+     * prompt leaves a <think> open. */
+    struct hr_chat_parse_opts po = hr_chat_parse_defaults();
+    po.format = srv->format;
+    po.tools = tools && kind != HR_API_OPENAI_COMPLETION;
+    po.reasoning = kind != HR_API_OPENAI_COMPLETION;
+    po.in_reasoning = po.reasoning && prompt_text &&
+                      hr_chat_prompt_opens_reasoning(prompt_text, strlen(prompt_text));
+    free(prompt_text);
+    prompt_text = NULL;
+    if (hr_chat_parser_init(&po, &g->parser, &err) != HR_OK) {
+        ret = fail(ex, HR_API_ERR_INTERNAL, 0, "%s", err.msg);
+        goto out;
+    }
+
+    char id[48];
+    pthread_mutex_lock(&srv->gens_mu);
+    const uint64_t seed = hr_rng_u64(&srv->rng);
+    hr_chat_call_id_make(id + strlen(id_prefix(kind)), sizeof(id) - strlen(id_prefix(kind)), "",
+                         &srv->rng);
+    pthread_mutex_unlock(&srv->gens_mu);
+    memcpy(id, id_prefix(kind), strlen(id_prefix(kind)));
+    const struct hr_api_writer_config wc = {
+        .kind = kind,
+        .stream = g->stream,
+        .include_usage = g->req.include_usage,
+        .thinking = g->req.thinking,
+        .model = g->req.model ? g->req.model : srv->model_id,
+        .id = id,
+        .created = (int64_t)time(NULL),
+        .n_prompt = g->n_prompt,
+        .n_cached = 0,
+        .stop = (const char *const *)g->req.stop,
+        .n_stop = g->req.n_stop,
+        .seed = seed,
+    };
+    if (hr_api_writer_init(&wc, &g->w, &err) != HR_OK ||
+        hr_api_writer_start(g->w, &g->out) != HR_OK) {
+        ret = fail(ex, HR_API_ERR_INTERNAL, 0, "%s", err.msg[0] ? err.msg : "out of memory");
+        goto out;
+    }
+    if (g->req.echo && !echo_prompt(srv, g, &ids)) {
+        ret = fail(ex, HR_API_ERR_INTERNAL, 0, "out of memory");
+        goto out;
+    }
+
+    const uint32_t room = srv->n_ctx > g->n_prompt ? srv->n_ctx - g->n_prompt : 1;
+    struct hr_sched_params p = hr_sched_params_defaults();
+    p.prompt = ids.ids;
+    p.n_prompt = g->n_prompt;
+    p.max_tokens = g->req.max_tokens && g->req.max_tokens < room ? g->req.max_tokens : room;
+    p.sampling = g->req.sampling;
+    p.stop_strings = (const char *const *)g->req.stop;
+    p.n_stop_strings = g->req.n_stop;
+    /* Tool-call markers may be control tokens (Mistral's [TOOL_CALLS]);
+     * they must reach the parser. */
+    p.detok_flags = HR_DETOK_PIECES | (po.tools ? HR_DETOK_SPECIAL : 0);
+    p.script = srv->script;
+    p.n_script = srv->n_script;
+    p.on_event = on_event;
+    p.user = g;
+
+    /* References: the exchange, the scheduler, and (streams) the response. */
+    g->refs = g->stream ? 3 : 2;
+    g->conn = ex->conn;
+    g->t_last_write = hr_now_seconds();
+    pthread_mutex_lock(&srv->gens_mu);
+    g->next = srv->gens;
+    if (srv->gens)
+        srv->gens->prev = g;
+    srv->gens = g;
+    srv->n_gens++;
+    pthread_mutex_unlock(&srv->gens_mu);
+
+    struct hr_sched_refusal why = {0};
+    uint64_t sid = 0;
+    /* Events may arrive before submit returns; they wait for g->mu. */
+    pthread_mutex_lock(&g->mu);
+    pthread_mutex_lock(&srv->sched_mu);
+    const enum hr_status st =
+        srv->sched ? hr_sched_submit(srv->sched, &p, &sid, &why, &err) : HR_ERR_LIMIT;
+    pthread_mutex_unlock(&srv->sched_mu);
+    if (st == HR_OK) {
+        g->id = sid;
+        g->submitted = true;
+    }
+    pthread_mutex_unlock(&g->mu);
+    hr_tokens_free(&ids);
+    if (st != HR_OK) {
+        g->refs = 1; /* no scheduler, no response: only ours */
+        ex->gen = g; /* released by on_completed, after the error is sent */
+        if (!srv->sched)
+            return unavailable(ex);
+        if (st == HR_ERR_LIMIT && why.reason == HR_SCHED_TOO_LONG) {
+            e = (struct hr_api_error){.cls = HR_API_ERR_TOO_LONG,
+                                      .n_prompt = why.n_prompt,
+                                      .max_prompt = why.max_prompt,
+                                      .estimated_bytes = why.estimated_bytes,
+                                      .limit_bytes = why.limit_bytes};
+            snprintf(e.message, sizeof(e.message), "%s", why.message);
+            return hr_respond_error(ex, &e);
+        }
+        if (st == HR_ERR_LIMIT)
+            return fail(ex, HR_API_ERR_OVERLOADED, 2, "%s", why.message);
+        return fail(ex, HR_API_ERR_INVALID, 0, "%s", err.msg);
+    }
+    atomic_fetch_add(&srv->metrics.prompt_tokens, g->n_prompt);
+    ex->gen = g;
+    if (g->stream)
+        return hr_respond_stream(ex, g);
+    /* A document: wait (suspended) for the last event. */
+    pthread_mutex_lock(&g->mu);
+    if (g->done) {
+        pthread_mutex_unlock(&g->mu);
+        if (g->failed)
+            return hr_respond_error(ex, &g->error);
+        return hr_respond(ex, 200, "application/json", g->out.data ? g->out.data : "",
+                          g->out.len, 0);
+    }
+    g->suspended = true;
+    MHD_suspend_connection(ex->conn);
+    pthread_mutex_unlock(&g->mu);
+    return MHD_YES;
+
+out:
+    free(prompt_text);
+    hr_tokens_free(&ids);
+    hr_gen_free(g);
+    return ret;
+}
+
+static enum MHD_Result r_messages(struct hr_exchange *ex)
+{
+    return generate(ex, HR_API_ANTHROPIC);
+}
+
+static enum MHD_Result r_chat(struct hr_exchange *ex)
+{
+    return generate(ex, HR_API_OPENAI_CHAT);
+}
+
+static enum MHD_Result r_completions(struct hr_exchange *ex)
+{
+    return generate(ex, HR_API_OPENAI_COMPLETION);
+}
+
+/* ---- the other routes ------------------------------------------------------------ */
+
+static enum MHD_Result r_count_tokens(struct hr_exchange *ex)
+{
+    struct hr_server *srv = ex->srv;
+    if (atomic_load(&srv->state) != HR_SERVER_READY)
+        return unavailable(ex);
+    struct hr_api_request rq = {0};
+    struct hr_err err = {{0}};
+    if (hr_api_parse(HR_API_ANTHROPIC, true, ex->body ? ex->body : "", ex->n_body, &rq, &err) !=
+        HR_OK)
+        return fail(ex, HR_API_ERR_INVALID, 0, "%s", err.msg);
+    struct hr_tokens ids = {0};
+    struct hr_api_error e = {0};
+    const bool ok = build_prompt(srv, &rq, &ids, NULL, &e);
+    hr_api_request_free(&rq);
+    if (!ok) {
+        hr_tokens_free(&ids);
+        return hr_respond_error(ex, &e);
+    }
+    json_t *doc = json_pack("{s:I}", "input_tokens", (json_int_t)ids.n);
+    hr_tokens_free(&ids);
+    return hr_respond_json(ex, 200, doc);
+}
+
+static enum MHD_Result r_models(struct hr_exchange *ex)
+{
+    struct hr_server *srv = ex->srv;
+    const size_t n = 1 + srv->cfg.n_aliases;
+    json_t *data = json_array();
+    char when[32];
+    const time_t t = (time_t)srv->created;
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    const bool anthropic = ex->api == HR_API_ANTHROPIC;
+    for (size_t i = 0; i < n; i++) {
+        const char *name = i ? srv->cfg.aliases[i - 1] : srv->model_id;
+        json_array_append_new(
+            data, anthropic ? json_pack("{s:s,s:s,s:s,s:s}", "type", "model", "id", name,
+                                        "display_name", name, "created_at", when)
+                            : json_pack("{s:s,s:s,s:I,s:s}", "id", name, "object", "model",
+                                        "created", (json_int_t)srv->created, "owned_by",
+                                        "headroom"));
+    }
+    json_t *doc = anthropic ? json_pack("{s:o,s:b,s:s,s:s}", "data", data, "has_more", 0,
+                                        "first_id", srv->model_id, "last_id",
+                                        n > 1 ? srv->cfg.aliases[n - 2] : srv->model_id)
+                            : json_pack("{s:s,s:o}", "object", "list", "data", data);
+    return hr_respond_json(ex, 200, doc);
+}
+
+/* llama.cpp's server shapes: {"content", "add_special", "parse_special",
+ * "with_pieces"} -> {"tokens": [ids or {id, piece}]}. */
+static enum MHD_Result r_tokenize(struct hr_exchange *ex)
+{
+    struct hr_server *srv = ex->srv;
+    if (atomic_load(&srv->state) != HR_SERVER_READY)
+        return unavailable(ex);
+    struct hr_err err = {{0}};
+    json_t *in = parse_body(ex, &err);
+    if (!in)
+        return fail(ex, HR_API_ERR_INVALID, 0, "%s", err.msg);
+    const json_t *content = json_object_get(in, "content");
+    const json_t *as = json_object_get(in, "add_special"), *ps = json_object_get(in, "parse_special"),
+                 *wp = json_object_get(in, "with_pieces");
+    if (!json_is_string(content) || (as && !json_is_boolean(as)) || (ps && !json_is_boolean(ps)) ||
+        (wp && !json_is_boolean(wp))) {
+        json_decref(in);
+        return fail(ex, HR_API_ERR_INVALID, 0,
+                    "content must be a string; add_special, parse_special and with_pieces "
+                    "booleans");
+    }
+    unsigned flags = (json_is_true(as) ? HR_TOK_ADD_SPECIAL : 0) |
+                     (!ps || json_is_true(ps) ? HR_TOK_PARSE_SPECIAL : 0);
+    struct hr_tokens ids = {0};
+    if (hr_tokenizer_encode(srv->tok, json_string_value(content), json_string_length(content), flags,
+                            &ids, &err) != HR_OK) {
+        json_decref(in);
+        hr_tokens_free(&ids);
+        return fail(ex, HR_API_ERR_INVALID, 0, "content: %s", err.msg);
+    }
+    json_t *arr = json_array();
+    for (size_t i = 0; i < ids.n; i++) {
+        if (json_is_true(wp)) {
+            size_t len = 0;
+            const char *piece = hr_tokenizer_piece(srv->tok, ids.ids[i], HR_DETOK_SPECIAL, &len);
+            char *clean = NULL;
+            size_t nc = 0;
+            if (hr_utf8_sanitize(piece, len, &clean, &nc, NULL) == HR_OK)
+                json_array_append_new(arr, json_pack("{s:i,s:s%}", "id", ids.ids[i], "piece",
+                                                     clean, nc));
+            free(clean);
+        } else {
+            json_array_append_new(arr, json_integer(ids.ids[i]));
+        }
+    }
+    json_decref(in);
+    hr_tokens_free(&ids);
+    return hr_respond_json(ex, 200, json_pack("{s:o}", "tokens", arr));
+}
+
+static enum MHD_Result r_detokenize(struct hr_exchange *ex)
+{
+    struct hr_server *srv = ex->srv;
+    if (atomic_load(&srv->state) != HR_SERVER_READY)
+        return unavailable(ex);
+    struct hr_err err = {{0}};
+    json_t *in = parse_body(ex, &err);
+    if (!in)
+        return fail(ex, HR_API_ERR_INVALID, 0, "%s", err.msg);
+    const json_t *toks = json_object_get(in, "tokens");
+    if (!json_is_array(toks)) {
+        json_decref(in);
+        return fail(ex, HR_API_ERR_INVALID, 0, "tokens: expected an array of token ids");
+    }
+    const size_t n = json_array_size(toks);
+    int32_t *ids = malloc((n ? n : 1) * sizeof(int32_t));
+    if (!ids) {
+        json_decref(in);
+        return fail(ex, HR_API_ERR_INTERNAL, 0, "out of memory");
+    }
+    const uint32_t nv = hr_tokenizer_n_vocab(srv->tok);
+    for (size_t i = 0; i < n; i++) {
+        const json_t *v = json_array_get(toks, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+            json_integer_value(v) >= (json_int_t)nv) {
+            free(ids);
+            json_decref(in);
+            return fail(ex, HR_API_ERR_INVALID, 0, "tokens.%zu: expected a token id in 0..%u", i,
+                        nv - 1);
+        }
+        ids[i] = (int32_t)json_integer_value(v);
+    }
+    json_decref(in);
+    char *text = NULL, *clean = NULL;
+    size_t len = 0, nc = 0;
+    enum hr_status st = hr_tokenizer_decode(srv->tok, ids, n, HR_DETOK_SPECIAL, &text, &len, &err);
+    free(ids);
+    if (st == HR_OK)
+        st = hr_utf8_sanitize(text, len, &clean, &nc, &err);
+    free(text);
+    if (st != HR_OK)
+        return fail(ex, HR_API_ERR_INTERNAL, 0, "%s", err.msg);
+    json_t *doc = json_pack("{s:s%}", "content", clean, nc);
+    free(clean);
+    return hr_respond_json(ex, 200, doc);
+}
+
+static enum MHD_Result r_health(struct hr_exchange *ex)
+{
+    const int st = atomic_load(&ex->srv->state);
+    if (st == HR_SERVER_READY)
+        return hr_respond_json(ex, 200, json_pack("{s:s}", "status", "ok"));
+    return hr_respond_json(ex, 503, json_pack("{s:s}", "status",
+                                              st == HR_SERVER_LOADING ? "loading" : "stopping"));
+}
+
+static enum MHD_Result r_metrics(struct hr_exchange *ex)
+{
+    struct hr_server *srv = ex->srv;
+    struct hr_api_buf b = {0};
+    enum hr_status st = hr_metrics_format(&srv->metrics, &b);
+    struct hr_sched_stats s = {0};
+    pthread_mutex_lock(&srv->sched_mu);
+    if (srv->sched)
+        hr_sched_stats(srv->sched, &s);
+    pthread_mutex_unlock(&srv->sched_mu);
+    if (st == HR_OK)
+        st = hr_api_buf_printf(
+            &b,
+            "# HELP headroom_requests_running Requests generating now.\n"
+            "# TYPE headroom_requests_running gauge\nheadroom_requests_running %u\n"
+            "# HELP headroom_requests_queued Requests waiting for a slot.\n"
+            "# TYPE headroom_requests_queued gauge\nheadroom_requests_queued %u\n"
+            "# HELP headroom_engine_steps_total Engine steps run.\n"
+            "# TYPE headroom_engine_steps_total counter\nheadroom_engine_steps_total %" PRIu64 "\n",
+            s.running, s.queued, s.steps);
+    if (st == HR_OK && srv->gov) {
+        char gov[16384];
+        const size_t n = hr_mem_counters_format(hr_gov_counters(srv->gov), gov, sizeof(gov));
+        st = hr_api_buf_put(&b, gov, n < sizeof(gov) ? n : sizeof(gov) - 1);
+    }
+    enum MHD_Result r;
+    if (st != HR_OK)
+        r = fail(ex, HR_API_ERR_INTERNAL, 0, "out of memory");
+    else
+        r = hr_respond(ex, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len, 0);
+    hr_api_buf_free(&b);
+    return r;
+}
+
+static enum MHD_Result r_root(struct hr_exchange *ex)
+{
+    static const char text[] = "headroom: an OpenAI- and Anthropic-compatible server\n";
+    return hr_respond(ex, 200, "text/plain; charset=utf-8", text, sizeof(text) - 1, 0);
+}
+
+static const struct hr_route routes[] = {
+    {"/v1/messages", "POST", HR_ROUTE_MESSAGES, r_messages},
+    {"/v1/messages/count_tokens", "POST", HR_ROUTE_COUNT_TOKENS, r_count_tokens},
+    {"/v1/chat/completions", "POST", HR_ROUTE_CHAT, r_chat},
+    {"/v1/completions", "POST", HR_ROUTE_COMPLETIONS, r_completions},
+    {"/v1/models", "GET HEAD", HR_ROUTE_MODELS, r_models},
+    {"/tokenize", "POST", HR_ROUTE_TOKENIZE, r_tokenize},
+    {"/detokenize", "POST", HR_ROUTE_DETOKENIZE, r_detokenize},
+    {"/health", "GET HEAD", HR_ROUTE_HEALTH, r_health},
+    {"/metrics", "GET HEAD", HR_ROUTE_METRICS, r_metrics},
+    {"/", "GET HEAD", HR_ROUTE_ROOT, r_root},
+};
+
+const struct hr_route *hr_route_find(const char *path, enum hr_metrics_route *id)
+{
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') /* "/v1/models/" is "/v1/models" */
+        n--;
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
+        if (strlen(routes[i].path) == n && memcmp(routes[i].path, path, n) == 0) {
+            *id = routes[i].id;
+            return &routes[i];
+        }
+    *id = HR_ROUTE_OTHER;
+    return NULL;
+}
+
+static bool method_allowed(const char *methods, const char *m)
+{
+    const size_t n = strlen(m);
+    for (const char *p = methods; *p;) {
+        const char *e = strchr(p, ' ');
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && memcmp(p, m, n) == 0)
+            return true;
+        if (!e)
+            break;
+        p = e + 1;
+    }
+    return false;
+}
+
+enum MHD_Result hr_route_dispatch(struct hr_exchange *ex)
+{
+    const struct hr_route *r = ex->route;
+    if (!r)
+        return fail(ex, HR_API_ERR_NOT_FOUND, 0, "%s %s: no such route", ex->method, ex->path);
+    if (!method_allowed(r->methods, ex->method)) {
+        ex->allow = !strcmp(r->methods, "POST") ? "POST" : "GET, HEAD";
+        return fail(ex, HR_API_ERR_METHOD, 0, "%s %s: method not allowed (allowed: %s)",
+                    ex->method, r->path, r->methods);
+    }
+    return r->fn(ex);
+}
+
+/* ---- the model ---------------------------------------------------------------------- */
+
+static uint64_t ram_total(void)
+{
+    struct hr_mem_probe p;
+    struct hr_mem_sample s = {0};
+    if (hr_mem_probe_sys_init(NULL, &p, NULL) != HR_OK)
+        return 0;
+    hr_mem_probe_sample(&p, &s);
+    hr_mem_probe_free(&p);
+    return s.known & HR_MEM_HAVE_TOTAL ? s.mem_total_bytes : 0;
+}
+
+enum hr_status hr_server_load(struct hr_server *srv, struct hr_err *err)
+{
+    const struct hr_server_config *cfg = &srv->cfg;
+    enum hr_status st;
+    if ((st = hr_model_open(cfg->model_path, &srv->model, err)) != HR_OK ||
+        (st = hr_tokenizer_init_from_gguf(srv->model->gguf, &srv->tok, err)) != HR_OK ||
+        (st = hr_chat_template_init_from_gguf(srv->model->gguf, NULL, &srv->tmpl, err)) != HR_OK) {
+        hr_err_prefix(err, "%s", cfg->model_path);
+        return st;
+    }
+    struct hr_gguf_str src;
+    char *tsrc = NULL;
+    if (hr_gguf_get_str(srv->model->gguf, "tokenizer.chat_template", &src, NULL) == HR_OK)
+        tsrc = hr_gguf_str_dup(src);
+    srv->format = hr_chat_format_detect(tsrc);
+    free(tsrc);
+
+    /* The name clients see: the file's base name without .gguf. */
+    const char *base = strrchr(cfg->model_path, '/');
+    base = base ? base + 1 : cfg->model_path;
+    size_t nb = strlen(base);
+    if (nb > 5 && strcmp(base + nb - 5, ".gguf") == 0)
+        nb -= 5;
+    if (!(srv->model_id = strndup(base, nb)))
+        return hr_err_set(err, HR_ERR_NOMEM, "out of memory");
+
+    const struct hr_hparams *hp = &srv->model->hp;
+    srv->n_ctx = cfg->n_ctx ? cfg->n_ctx : hp->n_ctx_train ? hp->n_ctx_train : 4096;
+
+    if (cfg->test_script) {
+        struct hr_tokens t = {0};
+        if ((st = hr_tokenizer_encode(srv->tok, cfg->test_script, strlen(cfg->test_script),
+                                      HR_TOK_PARSE_SPECIAL, &t, err)) != HR_OK) {
+            hr_tokens_free(&t);
+            return st;
+        }
+        int32_t end = hr_tokenizer_eot(srv->tok);
+        if (end == HR_TOKEN_NULL)
+            end = hr_tokenizer_eos(srv->tok);
+        int32_t *p = realloc(t.ids, (t.n + 1) * sizeof(int32_t));
+        if (!p) {
+            hr_tokens_free(&t);
+            return hr_err_set(err, HR_ERR_NOMEM, "out of memory");
+        }
+        p[t.n] = end;
+        srv->script = p;
+        srv->n_script = (uint32_t)t.n + 1;
+        hr_log_warn("server", "--test-script: every request's output is a fixed %u-token script",
+                    srv->n_script);
+    }
+
+    /* The memory governor: the ceiling is --memory-limit, the cgroup's
+     * limit and what the machine has available, whichever is lowest. */
+    struct hr_gov_config gc;
+    hr_gov_config_default(&gc);
+    if (cfg->memory_limit &&
+        (st = hr_mem_parse_size(cfg->memory_limit, ram_total(), &gc.limit_bytes, err)) != HR_OK) {
+        hr_err_prefix(err, "--memory-limit");
+        return st;
+    }
+    struct hr_mem_probe probe;
+    if ((st = hr_mem_probe_sys_init(NULL, &probe, err)) != HR_OK ||
+        (st = hr_gov_init(&gc, probe, &srv->gov, err)) != HR_OK)
+        return st;
+
+    const uint32_t parallel = cfg->parallel ? cfg->parallel : 4;
+    struct hr_kv_config kc = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv,
+                              .head_dim = hp->head_dim_k, .type = HR_GGML_F16};
+    /* Address space for every slot's whole context; pages are committed
+     * only as blocks fill, and the governor watches what is committed. */
+    const uint64_t blocks_per_seq =
+        ((uint64_t)srv->n_ctx + HR_KV_DEFAULT_BLOCK_TOKENS) / HR_KV_DEFAULT_BLOCK_TOKENS;
+    struct hr_sched_config sc = {
+        .model = srv->model,
+        .tok = srv->tok,
+        .n_threads = cfg->n_threads,
+        .kv_type = HR_GGML_F16,
+        .kv_budget_bytes = parallel * blocks_per_seq * hr_kv_block_bytes_for(&kc),
+        .n_ctx = srv->n_ctx,
+        .batch_tokens = cfg->batch_tokens,
+        .parallel = parallel,
+        .max_queue = cfg->max_queue,
+        .queue_timeout_s = cfg->queue_timeout_s,
+        .gov = srv->gov,
+    };
+    if ((st = hr_sched_init(&sc, &srv->sched, err)) != HR_OK)
+        return st;
+    hr_log_info("server",
+                "model %s: %s, context %u tokens, %u parallel, tool calls as %s, chat template %s",
+                srv->model_id, hr_arch_name(srv->model->arch), srv->n_ctx, parallel,
+                hr_chat_format_name(srv->format),
+                hr_gguf_find(srv->model->gguf, "tokenizer.chat_template") ? "from the file"
+                                                                          : "ChatML (none in the file)");
+    return HR_OK;
+}
+
+void hr_server_unload(struct hr_server *srv)
+{
+    hr_gov_free(srv->gov);
+    srv->gov = NULL;
+    hr_chat_template_free(srv->tmpl);
+    hr_tokenizer_free(srv->tok);
+    hr_model_close(srv->model);
+    free(srv->model_id);
+    free(srv->script);
+}

@@ -1,0 +1,134 @@
+/*
+ * server-impl.h - what server.c (HTTP, lifecycle) and routes.c (handlers,
+ * the model, generations) share. Not part of the server's public API.
+ */
+#ifndef HR_SERVER_SERVER_IMPL_H
+#define HR_SERVER_SERVER_IMPL_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "base/rand.h"
+#include "chat/chat-parse.h"
+#include "chat/chat-render.h"
+#include "mem/governor.h"
+#include "model/model.h"
+#include "sched/sched.h"
+#include "server/api.h"
+#include "server/metrics.h"
+#include "server/server.h"
+#include "tokenizer/tokenizer.h"
+
+enum hr_server_state { HR_SERVER_LOADING, HR_SERVER_READY, HR_SERVER_STOPPING };
+
+struct hr_gen;
+
+struct hr_server {
+    struct hr_server_config cfg; /* the caller's strings, which outlive the server */
+    uint64_t max_body;
+    double ping_interval_s;
+    int64_t created; /* unix seconds, for /v1/models */
+    struct MHD_Daemon *mhd;
+    unsigned port;
+    _Atomic int state; /* enum hr_server_state */
+    _Atomic uint64_t next_rid;
+
+    /* The model: read-only once loaded (routes.c: hr_server_load). */
+    struct hr_model *model;
+    struct hr_tokenizer *tok;
+    struct hr_chat_template *tmpl;
+    enum hr_chat_format format; /* how this model writes tool calls */
+    char *model_id;             /* the file's name without .gguf */
+    uint32_t n_ctx;
+    int32_t *script; /* --test-script's tokens, then end of turn */
+    uint32_t n_script;
+    struct hr_gov *gov;
+
+    /* The scheduler. sched_mu orders hr_sched_cancel (MHD threads) against
+     * hr_sched_free at shutdown; events never take it. */
+    pthread_mutex_t sched_mu;
+    struct hr_sched *sched;
+
+    struct hr_metrics metrics;
+
+    /* Live generations, for pings and for shutdown to wait on. Lock order:
+     * gens_mu before a generation's mu. */
+    pthread_mutex_t gens_mu;
+    pthread_cond_t gens_cv, ping_cv;
+    struct hr_gen *gens;
+    unsigned n_gens;
+    struct hr_rng rng; /* ids and seeds (gens_mu) */
+    pthread_t ping_thread;
+    bool ping_started, ping_stop;
+};
+
+/* libmicrohttpd's per-request state (its con_cls): one HTTP exchange. */
+struct hr_exchange {
+    struct hr_server *srv;
+    struct MHD_Connection *conn;
+    uint64_t rid; /* for request-id headers */
+    char method[16];
+    char path[256];
+    enum hr_api_kind api; /* the error shape this path speaks */
+    const struct hr_route *route;
+    enum hr_metrics_route route_id;
+    char *body;
+    size_t n_body, cap_body;
+    bool too_large;
+    double t_arrival;
+    unsigned status; /* what was sent, for metrics */
+    const char *allow; /* a 405's Allow header */
+    struct hr_gen *gen;
+};
+
+/*
+ * A generation: one request from submit to its last byte. See server.c
+ * for who holds a reference; `mu` guards every field below it.
+ */
+struct hr_gen {
+    struct hr_server *srv;
+    struct hr_gen *prev, *next; /* srv->gens (gens_mu) */
+    uint64_t id;                /* the scheduler's */
+    enum hr_metrics_route route;
+    struct hr_api_request req;
+    bool stream;
+    double t_arrival;
+
+    pthread_mutex_t mu;
+    int refs;
+    struct MHD_Connection *conn; /* NULL once the exchange is over */
+    bool suspended;              /* the connection waits for us: resume it */
+    bool submitted, done;        /* done: the last event came; no bytes after `out` */
+    bool failed;                 /* non-streaming: send `error` instead of `out` */
+    struct hr_api_error error;
+    struct hr_api_buf out; /* stream: bytes not yet sent; else the document */
+    size_t out_off;
+    struct hr_api_writer *w;
+    struct hr_chat_parser *parser;
+    double t_first, t_last_write;
+    uint32_t n_prompt, n_generated;
+};
+
+void hr_gen_free(struct hr_gen *g);    /* routes.c: frees what the gen owns */
+void hr_gen_release(struct hr_gen *g); /* drops one reference; the last frees */
+void hr_gen_wake(struct hr_gen *g);    /* g->mu held: resume a suspended connection */
+
+/* Responses (server.c). Each queues a response on ex->conn and records the
+ * status for metrics. */
+enum MHD_Result hr_respond(struct hr_exchange *ex, unsigned status, const char *content_type,
+                           const char *body, size_t len, unsigned retry_after_s);
+enum MHD_Result hr_respond_json(struct hr_exchange *ex, unsigned status, json_t *doc); /* steals doc */
+enum MHD_Result hr_respond_error(struct hr_exchange *ex, const struct hr_api_error *e);
+/* Queues g's streaming response; the response holds one reference of g. */
+enum MHD_Result hr_respond_stream(struct hr_exchange *ex, struct hr_gen *g);
+
+/* routes.c */
+const struct hr_route *hr_route_find(const char *path, enum hr_metrics_route *id);
+enum MHD_Result hr_route_dispatch(struct hr_exchange *ex);
+enum hr_status hr_server_load(struct hr_server *srv, struct hr_err *err);
+void hr_server_unload(struct hr_server *srv);
+
+#endif
