@@ -1,0 +1,338 @@
+/*
+ * test-server.c - the HTTP server in-process, on 127.0.0.1 with a free port
+ * and a generated model, driven over plain sockets. The real clients (the
+ * openai and @anthropic-ai/sdk packages) test the protocol in tests/e2e/;
+ * this program exists so that the server's threads (MHD's pool, the engine
+ * thread's events, pings, shutdown) run under ThreadSanitizer and ASan.
+ *
+ * The tests share one server and run in order; the last one shuts it down
+ * with SIGTERM while a stream is running.
+ */
+#include <arpa/inet.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "model-gen.h"
+#include "server/server-impl.h"
+#include "server/server.h"
+
+static char g_model[64];
+static struct hr_server *g_srv;
+static unsigned g_port;
+
+/* ---- a small HTTP client ---------------------------------------------------- */
+
+struct reply {
+    int status;
+    char *body; /* malloc'd, NUL-terminated */
+    size_t len;
+};
+
+static int connect_server(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g_port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0)
+        fail_msg("cannot connect to 127.0.0.1:%u", g_port);
+    return fd;
+}
+
+static void send_request(int fd, const char *method, const char *path, const char *headers,
+                         const char *body)
+{
+    char head[1024];
+    const size_t n = body ? strlen(body) : 0;
+    int h = snprintf(head, sizeof(head),
+                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\n%s\r\n",
+                     method, path, n, headers ? headers : "");
+    assert_true(write(fd, head, (size_t)h) == h);
+    if (n)
+        assert_true(write(fd, body, n) == (ssize_t)n);
+}
+
+/* Reads to the end of the connection. Chunked bodies are left as they are:
+ * the tests look for strings inside them. */
+static struct reply request(const char *method, const char *path, const char *headers,
+                            const char *body)
+{
+    int fd = connect_server();
+    send_request(fd, method, path, headers, body);
+    struct reply r = {0};
+    size_t cap = 4096;
+    r.body = malloc(cap);
+    for (;;) {
+        if (r.len + 1024 > cap)
+            r.body = realloc(r.body, cap *= 2);
+        const ssize_t k = read(fd, r.body + r.len, cap - r.len - 1);
+        if (k <= 0)
+            break;
+        r.len += (size_t)k;
+    }
+    close(fd);
+    r.body[r.len] = '\0';
+    sscanf(r.body, "HTTP/1.1 %d", &r.status);
+    return r;
+}
+
+/* The JSON document after the headers of a non-chunked reply. */
+static json_t *reply_json(const struct reply *r)
+{
+    const char *b = strstr(r->body, "\r\n\r\n");
+    assert_non_null(b);
+    json_error_t je;
+    json_t *doc = json_loads(b + 4, 0, &je);
+    if (!doc)
+        fail_msg("reply is not JSON: %s", b + 4);
+    return doc;
+}
+
+#define KEY "x-api-key: sesame\r\n"
+
+static uint64_t metric(const char *name)
+{
+    struct reply r = request("GET", "/metrics", KEY, NULL);
+    assert_int_equal(r.status, 200);
+    char key[128];
+    snprintf(key, sizeof(key), "\n%s ", name);
+    const char *p = strstr(r.body, key);
+    const uint64_t v = p ? strtoull(p + strlen(key), NULL, 10) : UINT64_MAX;
+    free(r.body);
+    return v;
+}
+
+/* ---- setup ------------------------------------------------------------------- */
+
+static int setup(void **state)
+{
+    (void)state;
+    struct hr_gen_params p;
+    struct hr_err err = {{0}};
+    assert_int_equal(hr_gen_shape("tiny", &p, &err), HR_OK);
+    p.arch = "qwen3";
+    p.type = HR_GGML_Q8_0;
+    p.n_embd = 64;
+    p.n_head = 4;
+    p.n_head_kv = 2;
+    p.n_ff = 96;
+    p.n_layer = 2;
+    p.n_ctx = 512;
+    snprintf(g_model, sizeof(g_model), "/tmp/hr-test-server-%d.gguf", (int)getpid());
+    if (hr_gen_model(&p, g_model, &err) != HR_OK)
+        fail_msg("%s", err.msg);
+    static const char *const aliases[] = {"claude-test"};
+    const struct hr_server_config cfg = {.model_path = g_model,
+                                         .host = "127.0.0.1",
+                                         .port = 0,
+                                         .api_key = "sesame",
+                                         .n_threads = 2,
+                                         .parallel = 3,
+                                         .aliases = aliases,
+                                         .n_aliases = 1,
+                                         .max_body_bytes = 64 * 1024,
+                                         .shutdown_timeout_s = 0.2,
+                                         .ping_interval_s = 0.05};
+    if (hr_server_start(&cfg, &g_srv, &err) != HR_OK)
+        fail_msg("%s", err.msg);
+    g_port = g_srv->port;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    hr_server_free(g_srv);
+    unlink(g_model);
+    return 0;
+}
+
+/* ---- tests ---------------------------------------------------------------------- */
+
+static void test_routes_and_auth(void **state)
+{
+    (void)state;
+    struct reply r = request("GET", "/health", NULL, NULL);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "{\"status\":\"ok\"}"));
+    free(r.body);
+    r = request("GET", "/v1/models", NULL, NULL); /* no key */
+    assert_int_equal(r.status, 401);
+    assert_non_null(strstr(r.body, "\"authentication_error\""));
+    free(r.body);
+    r = request("GET", "/v1/models", "Authorization: Bearer sesame\r\n", NULL);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "\"claude-test\""));
+    free(r.body);
+    r = request("GET", "/v1/models", "x-api-key: sesamf\r\n", NULL);
+    assert_int_equal(r.status, 401);
+    free(r.body);
+    r = request("GET", "/v2/nothing", KEY, NULL);
+    assert_int_equal(r.status, 404);
+    free(r.body);
+    r = request("GET", "/v1/messages?beta=true", KEY "anthropic-version: 2023-06-01\r\n", NULL);
+    assert_int_equal(r.status, 405);
+    assert_non_null(strstr(r.body, "Allow: POST"));
+    assert_non_null(strstr(r.body, "\"type\":\"error\""));
+    free(r.body);
+    char big[70 * 1024];
+    memset(big, ' ', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    r = request("POST", "/v1/chat/completions", KEY, big);
+    assert_int_equal(r.status, 413);
+    free(r.body);
+}
+
+struct job {
+    int index;
+    bool stream;
+    char content[2048];
+    int status;
+};
+
+static const char *job_body(const struct job *j, char *buf, size_t cap)
+{
+    snprintf(buf, cap,
+             "{\"model\":\"any\",\"max_tokens\":12,\"temperature\":0,\"stream\":%s,"
+             "\"messages\":[{\"role\":\"user\",\"content\":\"hello number %d\"}]}",
+             j->stream ? "true" : "false", j->index);
+    return buf;
+}
+
+static void *run_job(void *arg)
+{
+    struct job *j = arg;
+    char body[512];
+    struct reply r = request("POST", "/v1/chat/completions", KEY, job_body(j, body, sizeof(body)));
+    j->status = r.status;
+    if (j->stream) {
+        /* The stream ends with [DONE]; its text is checked by the e2e tests. */
+        snprintf(j->content, sizeof(j->content), "%s",
+                 strstr(r.body, "data: [DONE]") ? "done" : "unfinished");
+    } else if (r.status == 200) {
+        json_t *doc = reply_json(&r);
+        const char *c = json_string_value(
+            json_object_get(json_object_get(json_array_get(json_object_get(doc, "choices"), 0),
+                                            "message"),
+                            "content"));
+        snprintf(j->content, sizeof(j->content), "%s", c ? c : "");
+        json_decref(doc);
+    }
+    free(r.body);
+    return NULL;
+}
+
+/* More clients than slots, streams and documents mixed: everyone finishes,
+ * and greedy documents equal what the same request gives alone. */
+static void test_concurrent_equals_sequential(void **state)
+{
+    (void)state;
+    enum { N = 8 };
+    static struct job alone[N], together[N];
+    for (int i = 0; i < N; i++) {
+        alone[i] = (struct job){.index = i};
+        run_job(&alone[i]);
+        assert_int_equal(alone[i].status, 200);
+    }
+    pthread_t th[2 * N];
+    static struct job streams[N];
+    for (int i = 0; i < N; i++) {
+        together[i] = (struct job){.index = i};
+        streams[i] = (struct job){.index = i, .stream = true};
+        pthread_create(&th[i], NULL, run_job, &together[i]);
+        pthread_create(&th[N + i], NULL, run_job, &streams[i]);
+    }
+    for (int i = 0; i < 2 * N; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(together[i].status, 200);
+        assert_string_equal(together[i].content, alone[i].content);
+        assert_int_equal(streams[i].status, 200);
+        assert_string_equal(streams[i].content, "done");
+    }
+}
+
+/* A client that goes away mid-stream: its request is cancelled and its KV
+ * blocks return to the pool. */
+static void test_disconnect_frees_kv(void **state)
+{
+    (void)state;
+    int fd = connect_server();
+    send_request(fd, "POST", "/v1/messages", KEY,
+                 "{\"model\":\"m\",\"max_tokens\":400,\"stream\":true,\"messages\":"
+                 "[{\"role\":\"user\",\"content\":\"tell me a long story\"}]}");
+    char buf[4096];
+    size_t got = 0;
+    while (got < 1500) { /* message_start and a few deltas */
+        const ssize_t k = read(fd, buf, sizeof(buf));
+        assert_true(k > 0);
+        got += (size_t)k;
+    }
+    assert_true(metric("headroom_kv_blocks_used") > 0);
+    close(fd);
+    uint64_t used = UINT64_MAX;
+    for (int i = 0; i < 200 && used; i++) {
+        usleep(20 * 1000);
+        used = metric("headroom_kv_blocks_used");
+    }
+    assert_int_equal(used, 0);
+    assert_int_equal(metric("headroom_requests_cancelled_by_client_total"), 1);
+    assert_int_equal(metric("headroom_requests_running"), 0);
+}
+
+static void *send_sigterm(void *arg)
+{
+    (void)arg;
+    usleep(300 * 1000);
+    kill(getpid(), SIGTERM);
+    return NULL;
+}
+
+/* SIGTERM while a stream runs: the stream gets an error event and ends
+ * cleanly, hr_server_wait returns. */
+static void test_sigterm_during_stream(void **state)
+{
+    (void)state;
+    int fd = connect_server();
+    send_request(fd, "POST", "/v1/messages", KEY,
+                 "{\"model\":\"m\",\"max_tokens\":450,\"stream\":true,\"messages\":"
+                 "[{\"role\":\"user\",\"content\":\"again\"}]}");
+    pthread_t t;
+    pthread_create(&t, NULL, send_sigterm, NULL);
+    hr_server_wait(g_srv);
+    pthread_join(t, NULL);
+    static char all[1 << 20];
+    size_t n = 0;
+    for (ssize_t k; n < sizeof(all) - 1 && (k = read(fd, all + n, sizeof(all) - 1 - n)) > 0;)
+        n += (size_t)k;
+    all[n] = '\0';
+    close(fd);
+    assert_non_null(strstr(all, "event: message_start"));
+    assert_true(strstr(all, "event: error") || strstr(all, "event: message_stop"));
+    assert_non_null(strstr(all, "\r\n0\r\n\r\n")); /* the chunked body's proper end */
+}
+
+int main(void)
+{
+    hr_server_block_signals();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_routes_and_auth),
+        cmocka_unit_test(test_concurrent_equals_sequential),
+        cmocka_unit_test(test_disconnect_frees_kv),
+        cmocka_unit_test(test_sigterm_during_stream),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
