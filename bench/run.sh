@@ -64,4 +64,15 @@ if ((!engine_only)); then
   bench/seed-scenario.sh 215M
   build/bench/bench-sched models/seed-scenario.gguf --memory-limit 125M --requests 8 --tokens 32 2>/dev/null
 fi
+# The server under load: 32 streaming clients (both official SDKs) for
+# HR_LOAD_SECONDS (default 120) on the demo model. Optional: skipped when the
+# clients are not installed or the binary has no `serve`; HR_BENCH_LOAD=0
+# skips it.
+if ((!engine_only)) && [[ ${HR_BENCH_LOAD:-1} != 0 ]]; then
+  if [[ -d tests/e2e/node_modules/openai ]] && build/headroom serve --help >/dev/null 2>&1; then
+    node bench/load.mjs --model models/demo.gguf
+  else
+    echo "bench serve_load skipped=\"no tests/e2e clients or no headroom serve\""
+  fi
+fi
 echo "bench load_after=\"$(cut -d' ' -f1-3 /proc/loadavg)\""

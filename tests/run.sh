@@ -6,6 +6,8 @@
 #   tsan    build-tsan/tests/...      the threaded modules' tests under ThreadSanitizer
 #   fuzz    build-asan/fuzz/fuzz-*    replay tests/fuzz/corpus/<name> and crashes/<name>
 #   cli     tests/cli/*.sh            the headroom binary as a user runs it
+#   e2e     tests/e2e/*.test.mjs      `headroom serve` driven by the official
+#                                     openai and @anthropic-ai/sdk clients
 #   oracle  tests/oracle/*.test.mjs   against llama.cpp (node-llama-cpp) and real vocabularies
 #
 # Run one suite: tests/run.sh unit; one program: build-asan/tests/test-gguf.
@@ -118,6 +120,14 @@ if want cli; then
   for s in tests/cli/*.sh; do
     [[ -f "$s" ]] || continue
     run_counted "cli-$(basename "$s" .sh)" bash "$s"
+  done
+fi
+
+if want e2e; then
+  echo "end-to-end tests (headroom serve, official openai and @anthropic-ai/sdk clients):"
+  for s in tests/e2e/*.test.mjs; do
+    [[ -f "$s" ]] || continue
+    run_counted "e2e-$(basename "$s" .test.mjs)" node "$s"
   done
 fi
 
