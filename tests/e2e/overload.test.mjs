@@ -8,8 +8,9 @@
 //      frees: attempts are counted with a wrapped fetch and the wait
 //      between them measured.
 //   2. A client disconnecting mid-stream (SDK abort, raw fetch abort, and
-//      while still queued) cancels its request: /metrics shows
-//      headroom_kv_blocks_used back to 0 and nothing running or queued.
+//      while still queued) or during a non-streaming request cancels its
+//      request: /metrics shows headroom_kv_blocks_used back to 0 and
+//      nothing running or queued.
 //   3. `--queue-timeout 1`: a request that waits longer fails with 529/503.
 // Ends with "N passed, N failed".
 import Anthropic from "@anthropic-ai/sdk";
@@ -75,6 +76,10 @@ const metric = (server, name) => server.metric(name);
 
 // Occupies the one slot and the one queue place; resolves when both hold.
 async function fillUp(server) {
+  // Start from an idle server: what earlier cases aborted must be gone.
+  const idle = await waitFor(async () => (await metric(server, "headroom_requests_running")) === 0 &&
+    (await metric(server, "headroom_requests_queued")) === 0, 15_000);
+  check(idle, "the server is idle before filling it");
   const a = longStream(server, "anthropic", "Tell me a very long story about ships.");
   const startedA = await a.admitted;
   check(startedA, "the first long stream is admitted");
@@ -219,8 +224,15 @@ await test("client disconnect mid-stream frees KV", async () => {
   await waitFor(async () => (await metric(server, "headroom_requests_queued")) === 1, 5000);
   b.abort();
   await b.done;
-  const left = await waitFor(async () => (await metric(server, "headroom_requests_queued")) === 0, 5000);
-  check(left, "a queued request whose client left leaves the queue");
+  // The scheduler drops cancelled queued requests at its next iteration,
+  // and steps run every few ms while `a` generates.
+  const tq = Date.now();
+  const left = await waitFor(async () => (await metric(server, "headroom_requests_queued")) === 0, 2000, 20);
+  check(left, "a queued request whose client left leaves the queue within 2 s", `still queued after ${Date.now() - tq} ms`);
+  if (!left) {
+    const late = await waitFor(async () => (await metric(server, "headroom_requests_queued")) === 0, 15_000, 50);
+    console.log(`   the queued request left after ${Date.now() - tq} ms (${late ? "gone" : "still there"})`);
+  }
   a.abort();
   await a.done;
   await settled(server, "after aborting a running and a queued request");
@@ -229,6 +241,31 @@ await test("client disconnect mid-stream frees KV", async () => {
 }, { timeoutMs: 60_000 });
 
 eq((await server.stop()).code, 0, "server exits 0");
+
+// A non-streaming request whose client gives up (an SDK timeout does this)
+// must not generate to the end either. One server per API, so a request
+// that keeps running cannot be mistaken for the other's.
+for (const api of ["anthropic", "openai"]) {
+  await test(`client disconnect during a non-streaming ${api} request frees KV`, async () => {
+    const s = await startServer([]);
+    try {
+      const ctrl = new AbortController();
+      const route = api === "anthropic" ? "/v1/messages" : "/v1/chat/completions";
+      const p = s.fetch(route, { method: "POST", signal: ctrl.signal,
+        headers: { "content-type": "application/json", "anthropic-version": "2023-06-01" },
+        body: JSON.stringify(api === "anthropic" ? amsg("A long story.", LONG) : omsg("A long story.", LONG)) })
+        .catch((e) => e);
+      const busy = await waitFor(async () => (await metric(s, "headroom_kv_blocks_used")) > 0, 5000, 20);
+      check(busy, `${api} non-streaming: generating (KV in use)`);
+      await sleep(300);
+      ctrl.abort();
+      await p;
+      await settled(s, `after aborting a non-streaming ${api} request`);
+    } finally {
+      await s.stop({ signal: "SIGKILL" });
+    }
+  }, { timeoutMs: 30_000 });
+}
 
 /* ---- 3. queue timeout ---------------------------------------------------- */
 

@@ -167,13 +167,16 @@ export async function startServer(extra = [], { model, env, timeoutMs = 60_000 }
 // finish() prints "N passed, N failed" and exits 0 only when nothing failed.
 export function harness(title) {
   let passed = 0, failed = 0;
+  const failures = [];
   const t0 = Date.now();
   console.log(`# ${title}`);
   const check = (ok, what, detail) => {
     if (ok) { passed++; console.log(`ok   ${what}`); }
     else {
       failed++;
-      console.log(`FAIL ${what}${detail !== undefined ? ": " + clip(detail) : ""}`);
+      const line = `FAIL ${what}${detail !== undefined ? ": " + clip(detail) : ""}`;
+      failures.push(line);
+      console.log(line);
     }
     return !!ok;
   };
@@ -193,7 +196,9 @@ export function harness(title) {
       clearTimeout(timer);
     }
   };
+  // The failures again at the end, where tests/run.sh's tail shows them.
   const finish = () => {
+    if (failures.length) console.log(`# failures:\n${failures.map((l) => clip(l, 300)).join("\n")}`);
     console.log(`# ${title}: ${((Date.now() - t0) / 1000).toFixed(1)} s`);
     console.log(`${passed} passed, ${failed} failed`);
     process.exit(failed ? 1 : 0);
