@@ -7,6 +7,7 @@
 // a retry absorbed are counted apart from errors.
 //
 //   node bench/load.mjs [--model models/demo.gguf] [--clients 32] [--seconds 120]
+//                       [--temperature 0.7] [--max-tokens 64]
 //
 // Prints machine-readable lines:
 //   bench serve_load clients=32 seconds=120 requests=... requests_per_s=...
@@ -30,7 +31,8 @@ const opt = (name, def) => {
 const model = opt("model", path.join(root, "models/demo.gguf"));
 const nClients = Number(opt("clients", 32));
 const seconds = Number(opt("seconds", process.env.HR_LOAD_SECONDS || 120));
-const maxTokens = 64;
+const maxTokens = Number(opt("max-tokens", 64));
+const temperature = Number(opt("temperature", 0.7));
 const extra = (process.env.HR_LOAD_SERVER_ARGS || "").split(/\s+/).filter(Boolean);
 
 if (!fs.existsSync(model)) {
@@ -97,7 +99,7 @@ async function oneRequest(i) {
   let first = null, out = 0;
   const content = prompt();
   if (i % 2 === 0) {
-    const stream = await anthropic.messages.create({ model: "claude-sonnet-4-6", max_tokens: maxTokens, temperature: 0.7,
+    const stream = await anthropic.messages.create({ model: "claude-sonnet-4-6", max_tokens: maxTokens, temperature,
       stream: true, messages: [{ role: "user", content }] });
     let stopped = false;
     for await (const ev of stream) {
@@ -107,7 +109,7 @@ async function oneRequest(i) {
     }
     if (!stopped) throw new Error("stream ended without message_stop");
   } else {
-    const stream = await openai.chat.completions.create({ model: "gpt-4o", max_tokens: maxTokens, temperature: 0.7,
+    const stream = await openai.chat.completions.create({ model: "gpt-4o", max_tokens: maxTokens, temperature,
       stream: true, stream_options: { include_usage: true }, messages: [{ role: "user", content }] });
     let finished = false;
     for await (const ch of stream) {
@@ -160,6 +162,7 @@ const pct = (xs, p) => {
 const nErrors = [...errors.values()].reduce((a, b) => a + b, 0);
 const f = (x, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : "nan");
 console.log(`bench serve_load clients=${nClients} seconds=${f(elapsed)} model=${path.relative(root, model)} ` +
+  `temperature=${temperature} max_tokens=${maxTokens} ` +
   `requests=${requests} requests_per_s=${f(requests / elapsed, 2)} ttft_p50_ms=${f(pct(ttfts, 50))} ` +
   `ttft_p99_ms=${f(pct(ttfts, 99))} tokens=${tokens} tokens_per_s=${f(tokens / elapsed)} ` +
   `errors=${nErrors} refusals_retried=${refusalsRetried} exit_code=${stopped.code}`);
