@@ -7,6 +7,7 @@
 //      (maxRetries 2) retry after Retry-After and succeed once the slot
 //      frees: attempts are counted with a wrapped fetch and the wait
 //      between them measured.
+//      A stream waiting in the queue gets `event: ping` within 10 s.
 //   2. A client disconnecting mid-stream (SDK abort, raw fetch abort, and
 //      while still queued) or during a non-streaming request cancels its
 //      request: /metrics shows headroom_kv_blocks_used back to 0 and
@@ -32,8 +33,9 @@ function longStream(server, api = "anthropic", prompt = "Tell me a very long sto
   const admitted = new Promise((r) => { admittedResolve = r; });
   const route = api === "anthropic" ? "/v1/messages" : "/v1/chat/completions";
   const body = api === "anthropic" ? amsg(prompt, LONG) : omsg(prompt, LONG);
+  let text = "";
   const done = (async () => {
-    let text = "", status = 0;
+    let status = 0;
     try {
       const r = await server.fetch(route, {
         method: "POST", signal: ctrl.signal,
@@ -53,7 +55,7 @@ function longStream(server, api = "anthropic", prompt = "Tell me a very long sto
       return { status, text, error: e.name === "AbortError" ? "aborted" : describeError(e) };
     }
   })();
-  return { abort: () => ctrl.abort(), admitted, done };
+  return { abort: () => ctrl.abort(), admitted, done, text: () => text };
 }
 
 // fetch wrapped to record every attempt: {start, end, status, retryAfter, retryAfterMs}.
@@ -220,8 +222,12 @@ await test("client disconnect mid-stream frees KV", async () => {
   // Aborted while still queued behind another request.
   const a = longStream(server, "anthropic");
   await a.admitted;
-  const b = longStream(server, "openai");
+  const b = longStream(server, "anthropic", "Another long story.");
   await waitFor(async () => (await metric(server, "headroom_requests_queued")) === 1, 5000);
+  // A stream waiting in the queue is kept alive with pings (every 10 s at most).
+  const tp = Date.now();
+  const pinged = await waitFor(() => /^event: ping$/m.test(b.text()), 11_000, 50);
+  check(pinged, "a queued stream gets `event: ping` within 10 s", `${Date.now() - tp} ms: ${b.text().slice(0, 200)}`);
   b.abort();
   await b.done;
   // The scheduler drops cancelled queued requests at its next iteration,
