@@ -4,6 +4,7 @@
 #include "base/rand.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +22,8 @@ struct hr_sampler {
     uint32_t n_hist, hist_pos;
     uint32_t *counts;     /* per token, over the history window; n_vocab */
     struct hr_rng rng;
+    double cut_sum;       /* sort_reachable: the whole vocabulary's mass, when has_cut_sum */
+    bool has_cut_sum;
 };
 
 struct hr_sampler_params hr_sampler_defaults(void)
@@ -127,6 +130,76 @@ static void select_top(struct cand *c, uint32_t n, uint32_t k)
     }
 }
 
+/*
+ * Without top-k the candidates are the whole vocabulary, and sorting 150K of
+ * them for every token costs about 18 ms on this machine class - more than
+ * the forward pass of a small model. Only the part a cut can reach needs
+ * order:
+ *   - top-p: the nucleus. A histogram of the mass by logit finds how many
+ *     of the best candidates hold top_p of it; those k are selected (O(n))
+ *     and sorted: the prefix and the cut of a full sort (ties by id).
+ *   - min-p alone: the candidates within min_p of the best, filtered in
+ *     O(n) with the same comparison the cut below makes, then sorted.
+ *   - no cut at all: nothing is sorted; the draw walks the vocabulary in id
+ *     order, which samples the same distribution.
+ * Returns how many candidates (at the front) remain; s->cut_sum is the
+ * temperature-1 mass of the whole vocabulary when a top-p search needed it.
+ */
+static uint32_t sort_reachable(struct hr_sampler *s, uint32_t n, float mx)
+{
+    const struct hr_sampler_params *p = &s->p;
+    s->has_cut_sum = false;
+    if (p->top_p < 1.0f) {
+        /* One pass buckets the candidates by logit (128 equal steps from
+         * the best down to the worst) with their mass; the buckets from the
+         * top that first hold top_p of it contain the nucleus. Their k
+         * candidates are exactly the k best (the bucket index falls as the
+         * logit falls), so selecting and sorting only them gives a full
+         * sort's prefix. */
+        enum { NB = 128 };
+        double mass[NB] = {0}, total = 0.0;
+        uint32_t count[NB] = {0};
+        float mn = mx;
+        for (uint32_t i = 0; i < n; i++)
+            mn = s->cands[i].logit < mn ? s->cands[i].logit : mn;
+        const float scale = mx > mn ? (float)NB / (mx - mn) : 0.0f;
+        for (uint32_t i = 0; i < n; i++) {
+            const float e = expf(s->cands[i].logit - mx);
+            uint32_t b = (uint32_t)((mx - s->cands[i].logit) * scale);
+            b = b < NB ? b : NB - 1;
+            mass[b] += e;
+            count[b]++;
+            total += e;
+        }
+        s->cut_sum = total;
+        s->has_cut_sum = true;
+        uint32_t k = 0;
+        double cum = 0.0;
+        for (uint32_t b = 0; b < NB; b++) {
+            k += count[b];
+            cum += mass[b];
+            if (cum >= p->top_p * total)
+                break;
+        }
+        if (k < n)
+            select_top(s->cands, n, k);
+        qsort(s->cands, k, sizeof(*s->cands), cmp_cand_desc);
+        return k;
+    }
+    if (p->min_p > 0.0f) {
+        uint32_t keep = 0;
+        for (uint32_t i = 0; i < n; i++)
+            if (expf(s->cands[i].logit - mx) >= p->min_p) {
+                struct cand t = s->cands[keep];
+                s->cands[keep++] = s->cands[i];
+                s->cands[i] = t;
+            }
+        qsort(s->cands, keep, sizeof(*s->cands), cmp_cand_desc);
+        return keep;
+    }
+    return n;
+}
+
 int32_t hr_sampler_sample(struct hr_sampler *s, const float *logits)
 {
     const struct hr_sampler_params *p = &s->p;
@@ -164,18 +237,26 @@ int32_t hr_sampler_sample(struct hr_sampler *s, const float *logits)
                 best = i;
         return s->cands[best].id;
     }
+    float mx = s->cands[0].logit;
+    for (uint32_t i = 1; i < n; i++)
+        mx = s->cands[i].logit > mx ? s->cands[i].logit : mx;
+    s->has_cut_sum = false;
     if (p->top_k > 0 && (uint32_t)p->top_k < n) {
         select_top(s->cands, n, (uint32_t)p->top_k);
         n = (uint32_t)p->top_k;
+        qsort(s->cands, n, sizeof(*s->cands), cmp_cand_desc);
+    } else {
+        n = sort_reachable(s, n, mx);
     }
-    qsort(s->cands, n, sizeof(*s->cands), cmp_cand_desc);
-    /* Softmax at temperature 1 for the top-p / min-p cuts. */
-    const float mx = s->cands[0].logit;
+    /* Softmax at temperature 1 for the top-p / min-p cuts (only they need it). */
     double sum = 0.0;
-    for (uint32_t i = 0; i < n; i++) {
-        s->probs[i] = expf(s->cands[i].logit - mx);
-        sum += s->probs[i];
-    }
+    if (p->top_p < 1.0f || p->min_p > 0.0f)
+        for (uint32_t i = 0; i < n; i++) {
+            s->probs[i] = expf(s->cands[i].logit - mx);
+            sum += s->probs[i];
+        }
+    if (s->has_cut_sum)
+        sum = s->cut_sum; /* the mass of the whole vocabulary, not only the sorted part */
     if (p->top_p < 1.0f) {
         double cum = 0.0;
         uint32_t keep = n;

@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "base/rand.h"
 #include "sample/sampler.h"
 
 static struct hr_sampler *make(struct hr_sampler_params p, uint32_t n)
@@ -108,6 +109,81 @@ static void test_top_p_and_min_p_cut(void **state)
     hr_sampler_free(s);
 }
 
+/* The reference chain: sort the whole vocabulary (ties by id), cut, draw.
+ * The sampler sorts only what a cut can reach; its draws must be the same. */
+struct rc {
+    int32_t id;
+    float logit;
+};
+static int rc_desc(const void *a, const void *b)
+{
+    const struct rc *x = a, *y = b;
+    if (x->logit != y->logit)
+        return x->logit < y->logit ? 1 : -1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+static int32_t reference_draw(const float *l, uint32_t n, const struct hr_sampler_params *p,
+                              struct hr_rng *rng, struct rc *c, float *pr)
+{
+    for (uint32_t i = 0; i < n; i++)
+        c[i] = (struct rc){(int32_t)i, l[i]};
+    qsort(c, n, sizeof(*c), rc_desc);
+    const float mx = c[0].logit;
+    double sum = 0;
+    for (uint32_t i = 0; i < n; i++)
+        sum += pr[i] = expf(c[i].logit - mx);
+    uint32_t keep = n;
+    if (p->top_p < 1.0f) {
+        double cum = 0;
+        for (uint32_t i = 0; i < n; i++)
+            if ((cum += pr[i] / sum) >= p->top_p) {
+                keep = i + 1;
+                break;
+            }
+    }
+    if (p->min_p > 0.0f) {
+        uint32_t k = 1;
+        while (k < keep && pr[k] >= p->min_p * pr[0])
+            k++;
+        keep = k;
+    }
+    sum = 0;
+    for (uint32_t i = 0; i < keep; i++)
+        sum += pr[i] = expf((c[i].logit - mx) / p->temperature);
+    double r = hr_rng_uniform(rng) * sum, acc = 0;
+    for (uint32_t i = 0; i < keep; i++)
+        if (r < (acc += pr[i]))
+            return c[i].id;
+    return c[keep - 1].id;
+}
+
+static void test_partial_sort_equals_full_sort(void **state)
+{
+    (void)state;
+    enum { V = 40000 };
+    static float l[V], pr[V];
+    static struct rc c[V];
+    struct hr_rng g;
+    hr_rng_seed(&g, 77);
+    for (uint32_t i = 0; i < V; i++)
+        l[i] = (float)(hr_rng_normal(&g) * 2.5);
+    const float cuts[][2] = {{0.9f, 0.0f}, {0.999f, 0.0f}, {0.5f, 0.02f}, {1.0f, 0.05f},
+                             {1.0f, 0.001f}};
+    for (size_t k = 0; k < sizeof(cuts) / sizeof(cuts[0]); k++) {
+        struct hr_sampler_params p = plain();
+        p.temperature = 0.7f;
+        p.top_p = cuts[k][0];
+        p.min_p = cuts[k][1];
+        p.seed = 100 + k;
+        struct hr_sampler *s = make(p, V);
+        struct hr_rng rr;
+        hr_rng_seed(&rr, p.seed);
+        for (int i = 0; i < 40; i++)
+            assert_int_equal(hr_sampler_sample(s, l), reference_draw(l, V, &p, &rr, c, pr));
+        hr_sampler_free(s);
+    }
+}
+
 static void test_same_seed_same_draws(void **state)
 {
     (void)state;
@@ -201,7 +277,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy),           cmocka_unit_test(test_top_k_1_is_greedy),
         cmocka_unit_test(test_distribution),     cmocka_unit_test(test_temperature_sharpens),
-        cmocka_unit_test(test_top_p_and_min_p_cut), cmocka_unit_test(test_same_seed_same_draws),
+        cmocka_unit_test(test_top_p_and_min_p_cut),
+        cmocka_unit_test(test_partial_sort_equals_full_sort),
+        cmocka_unit_test(test_same_seed_same_draws),
         cmocka_unit_test(test_penalties),        cmocka_unit_test(test_top_logprobs),
         cmocka_unit_test(test_bad_params),
     };
