@@ -129,15 +129,32 @@ static enum hr_status nomem(struct hr_err *err)
     return hr_err_set(err, HR_ERR_NOMEM, "out of memory parsing the request");
 }
 
-/* "parent.key", or "key" at the top level. */
+/*
+ * Field paths for error messages: "parent.key" ("key" at the top level) and
+ * "parent.N". They are made of our own key names and indexes, at most six
+ * deep, so PATH_BYTES is plenty; a longer one would be cut, never overflow.
+ * (Joined by hand: snprintf of a PATH_BYTES parent into PATH_BYTES trips
+ * -Wformat-truncation at -O2.)
+ */
+static void path_join(char *out, const char *parent, const char *sep, const char *tail)
+{
+    const char *parts[3] = {parent, sep, tail};
+    size_t k = 0;
+    for (int p = 0; p < 3; p++)
+        for (const char *c = parts[p]; *c && k + 1 < PATH_BYTES; c++) out[k++] = *c;
+    out[k] = '\0';
+}
+
 static void path_key(char *out, const char *parent, const char *key)
 {
-    snprintf(out, PATH_BYTES, "%s%s%s", parent, *parent ? "." : "", key);
+    path_join(out, parent, *parent ? "." : "", key);
 }
 
 static void path_index(char *out, const char *parent, size_t i)
 {
-    snprintf(out, PATH_BYTES, "%s.%zu", parent, i);
+    char num[24];
+    snprintf(num, sizeof(num), "%zu", i);
+    path_join(out, parent, ".", num);
 }
 
 /* A member, or NULL when absent or JSON null. */
@@ -361,9 +378,9 @@ static enum hr_status parse_stop(const json_t *body, const char *key, bool allow
         const json_t *s = json_is_array(v) ? json_array_get(v, i) : v;
         char p[PATH_BYTES];
         if (json_is_array(v))
-            snprintf(p, sizeof(p), "%s.%zu", key, i);
+            path_index(p, key, i);
         else
-            snprintf(p, sizeof(p), "%s", key);
+            path_key(p, "", key);
         if (!json_is_string(s)) return hr_err_set(err, HR_ERR_TYPE, "%s: expected a string", p);
         size_t len = json_string_length(s);
         if (len == 0 || len > MAX_STOP_BYTES)
@@ -916,6 +933,11 @@ static enum hr_status anthropic_messages(const json_t *body, struct hr_api_reque
                             "%s.role: must be \"user\", \"assistant\" or \"system\"", p);
         if (st) goto done;
     }
+    if (!sys.any && json_array_size(r->messages) == 0) {
+        /* Only empty system entries: nothing for a template to render. */
+        st = hr_err_set(err, HR_ERR_INVALID, "messages: only empty system messages");
+        goto done;
+    }
     if (sys.any) {
         json_t *sm = message("system", text_json(&sys));
         if (!sm || json_array_insert_new(r->messages, 0, sm)) st = nomem(err);
@@ -1299,6 +1321,15 @@ static enum hr_status parse_openai_chat(const json_t *body, struct hr_api_reques
     if (kw) {
         if (!json_is_object(kw))
             return hr_err_set(err, HR_ERR_TYPE, "chat_template_kwargs: expected an object");
+        /* chat-render.h refuses these (they are the request itself); say so here, as a 400. */
+        static const char *const reserved[] = {"messages", "tools", "documents",
+                                               "add_generation_prompt"};
+        for (size_t k = 0; k < sizeof(reserved) / sizeof(reserved[0]); k++)
+            if (json_object_get(kw, reserved[k]))
+                return hr_err_set(err, HR_ERR_INVALID,
+                                  "chat_template_kwargs.%s: set by the request, not a template "
+                                  "variable",
+                                  reserved[k]);
         if (!(r->kwargs = json_deep_copy(kw))) return nomem(err);
     }
     const json_t *user;

@@ -784,6 +784,8 @@ static void test_errors_openai(void **state)
                  HR_ERR_INVALID, "response_format.type: must be");
     expect_error(C, false, "{'model':'m'," MSGS ",'chat_template_kwargs':[]}", HR_ERR_TYPE,
                  "chat_template_kwargs: expected an object");
+    expect_error(C, false, "{'model':'m'," MSGS ",'chat_template_kwargs':{'tools':[]}}",
+                 HR_ERR_INVALID, "chat_template_kwargs.tools: set by the request");
     expect_error(C, false, "{'model':'m'," MSGS ",'tools':[{'type':'code_interpreter'}]}",
                  HR_ERR_INVALID, "tools.0.type: only \"function\" tools");
     expect_error(C, false, "{'model':'m'," MSGS ",'tools':[{'type':'function'}]}", HR_ERR_INVALID,
