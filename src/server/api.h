@@ -82,8 +82,9 @@ struct hr_api_request {
     enum hr_api_tool_choice tool_choice;
     char *tool_choice_name; /* HR_API_TOOL_NAMED */
 
-    /* Completions: the raw prompt text (a string, or the strings of an
-     * array joined; token-id arrays in prompt_tokens instead). */
+    /* Completions: the raw prompt text (a string, or an array of one
+     * string; more than one prompt per request is a 400), or token ids in
+     * prompt_tokens. */
     char *prompt;
     size_t prompt_len;
     int32_t *prompt_tokens; /* when the prompt was given as token ids */

@@ -246,7 +246,7 @@ static void on_event(const struct hr_sched_event *ev, void *user)
                          ev->message ? ev->message : "engine error");
                 hr_log_error("server", "request %llu: %s", (unsigned long long)g->id, e.message);
             }
-            if (g->conn) /* a client that left needs no words */
+            if (g->conn && !g->client_gone) /* a client that left needs no words */
                 end_with_error(g, &e);
             break;
         }

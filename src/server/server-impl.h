@@ -103,6 +103,7 @@ struct hr_gen {
     bool suspended;              /* the connection waits for us: resume it */
     bool submitted, done;        /* done: the last event came; no bytes after `out` */
     bool failed;                 /* non-streaming: send `error` instead of `out` */
+    bool client_gone;            /* the ping thread saw the client close; cancelled */
     struct hr_api_error error;
     struct hr_api_buf out; /* stream: bytes not yet sent; else the document */
     size_t out_off;

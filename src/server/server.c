@@ -72,7 +72,7 @@ static void gen_detach(struct hr_gen *g, bool client_left)
 {
     pthread_mutex_lock(&g->mu);
     g->conn = NULL;
-    const bool running = g->submitted && !g->done;
+    const bool running = g->submitted && !g->done && !g->client_gone;
     pthread_mutex_unlock(&g->mu);
     if (running) {
         struct hr_server *srv = g->srv;
@@ -358,13 +358,32 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     free(ex);
 }
 
-/* ---- pings -------------------------------------------------------------------- */
+/* ---- pings and departures ------------------------------------------------------ */
 
-/* Streams that have been quiet (waiting in the queue, a long prefill, a
- * pause for memory) get a ping, so clients and proxies keep them open. */
+/* Whether the client closed a suspended connection. libmicrohttpd does not
+ * poll a suspended connection, so it would notice only at the next write;
+ * a peek sees the FIN (0) or the reset (an error) now. The connection
+ * cannot be closed while it is suspended, so its socket is ours to peek. */
+static bool client_closed(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return false;
+    char b;
+    const ssize_t k = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* Once a second: streams that have been quiet (waiting in the queue, a long
+ * prefill, a pause for memory) get a ping, so clients and proxies keep
+ * them open; requests whose client left (streaming or not) are cancelled,
+ * so a dead client neither holds KV nor a place in the queue. */
 static void *ping_main(void *arg)
 {
     struct hr_server *srv = arg;
+    enum { MAX_GONE = 64 };
+    uint64_t gone[MAX_GONE];
     pthread_mutex_lock(&srv->gens_mu);
     while (!srv->ping_stop) {
         struct timespec ts;
@@ -372,9 +391,15 @@ static void *ping_main(void *arg)
         ts.tv_sec += 1;
         pthread_cond_timedwait(&srv->ping_cv, &srv->gens_mu, &ts);
         const double now = hr_now_seconds();
+        unsigned n_gone = 0;
         for (struct hr_gen *g = srv->gens; g; g = g->next) {
             pthread_mutex_lock(&g->mu);
-            if (g->stream && g->w && !g->done && now - g->t_last_write >= srv->ping_interval_s) {
+            if (g->submitted && !g->done && !g->client_gone && g->suspended && g->conn &&
+                n_gone < MAX_GONE && client_closed(g->conn)) {
+                g->client_gone = true;
+                gone[n_gone++] = g->id;
+            } else if (g->stream && g->w && !g->done &&
+                       now - g->t_last_write >= srv->ping_interval_s) {
                 if (hr_api_writer_ping(g->w, &g->out) == HR_OK) {
                     g->t_last_write = now;
                     hr_gen_wake(g);
@@ -382,6 +407,21 @@ static void *ping_main(void *arg)
             }
             pthread_mutex_unlock(&g->mu);
         }
+        if (!n_gone)
+            continue;
+        /* Cancel outside the list lock: the events that follow take a
+         * request's mutex, never the list's, but keep the locks apart. */
+        pthread_mutex_unlock(&srv->gens_mu);
+        pthread_mutex_lock(&srv->sched_mu);
+        for (unsigned i = 0; i < n_gone && srv->sched; i++)
+            hr_sched_cancel(srv->sched, gone[i]);
+        pthread_mutex_unlock(&srv->sched_mu);
+        for (unsigned i = 0; i < n_gone; i++) {
+            atomic_fetch_add(&srv->metrics.cancelled_by_client, 1);
+            hr_log_info("server", "request %llu: the client closed the connection; cancelled",
+                        (unsigned long long)gone[i]);
+        }
+        pthread_mutex_lock(&srv->gens_mu);
     }
     pthread_mutex_unlock(&srv->gens_mu);
     return NULL;
