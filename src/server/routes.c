@@ -76,6 +76,39 @@ static json_t *parse_body(struct hr_exchange *ex, struct hr_err *err)
 
 /* ---- prompts ------------------------------------------------------------------ */
 
+/* The text of a final assistant message (string content, or text parts
+ * that are all one text), or NULL when the conversation ends otherwise. */
+static const char *final_assistant_text(const json_t *messages)
+{
+    const json_t *last = json_array_get(messages, json_array_size(messages) - 1);
+    if (!json_is_string(json_object_get(last, "role")) ||
+        strcmp(json_string_value(json_object_get(last, "role")), "assistant") != 0 ||
+        json_object_get(last, "tool_calls"))
+        return NULL;
+    const json_t *c = json_object_get(last, "content");
+    if (json_is_array(c) && json_array_size(c) == 1)
+        c = json_object_get(json_array_get(c, 0), "text");
+    return json_is_string(c) && json_string_length(c) ? json_string_value(c) : NULL;
+}
+
+/* As transformers' continue_final_message: the template closed the final
+ * assistant message (an end-of-turn marker after it); cut the prompt right
+ * after that message's text, found from the end, so the model continues it.
+ * Trailing whitespace of the text is not required to match, since
+ * templates often trim it. Returns the new length (unchanged if not found). */
+static size_t continue_final_message(char *text, size_t n, const char *msg)
+{
+    size_t m = strlen(msg);
+    while (m && (msg[m - 1] == ' ' || msg[m - 1] == '\n' || msg[m - 1] == '\t'))
+        m--;
+    for (size_t at = n >= m ? n - m + 1 : 0; m && at-- > 0;)
+        if (memcmp(text + at, msg, m) == 0) {
+            text[at + m] = '\0';
+            return at + m;
+        }
+    return n;
+}
+
 /* The prompt's token ids for a parsed request: the chat template for chat
  * kinds (parsing special tokens, since the template writes them), the raw
  * text or ids for completions. A BOS the vocabulary wants is added unless
@@ -113,11 +146,16 @@ static bool build_prompt(struct hr_server *srv, const struct hr_api_request *rq,
                 n_text = rq->prompt_len;
             }
         } else {
+            /* A conversation that ends with an assistant message is a
+             * prefill: the model continues that message. */
+            const char *prefill = final_assistant_text(rq->messages);
             const struct hr_chat_request cr = {.messages = rq->messages,
                                                .tools = rq->tools,
                                                .kwargs = rq->kwargs,
-                                               .add_generation_prompt = true};
+                                               .add_generation_prompt = !prefill};
             const enum hr_status st = hr_chat_render(srv->tmpl, &cr, &text, &n_text, &err);
+            if (st == HR_OK && prefill)
+                n_text = continue_final_message(text, n_text, prefill);
             if (st != HR_OK) {
                 e->cls = st == HR_ERR_NOMEM ? HR_API_ERR_INTERNAL : HR_API_ERR_INVALID;
                 snprintf(e->message, sizeof(e->message), "messages: the chat template failed: %.400s",
@@ -151,6 +189,8 @@ static bool build_prompt(struct hr_server *srv, const struct hr_api_request *rq,
         free(text);
         return false;
     }
+    if (text && hr_log_get_level() <= HR_LOG_DEBUG)
+        hr_log_debug("server", "prompt (%zu tokens): %s", ids->n, text);
     if (text_out)
         *text_out = text;
     else

@@ -260,6 +260,22 @@ await test("multi-turn content blocks accepted", async () => {
   eq(msg.type, "message", "text block arrays in both roles accepted");
 });
 
+await test("assistant prefill: the model continues the final assistant message", async () => {
+  // The prompt ends inside the assistant turn, right after its text (the
+  // template's end-of-turn marker after it is cut), as transformers'
+  // continue_final_message does. Qwen3's template, for the record:
+  const expected = "<|im_start|>user\nGive JSON<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n{\"answer\":";
+  const messages = [{ role: "user", content: "Give JSON" }, { role: "assistant", content: "{\"answer\": " }];
+  const counted = await client.messages.countTokens({ model: MODEL, messages });
+  const tok = await (await fetch(`${server.url}/tokenize`, {
+    method: "POST", headers: { "content-type": "application/json" },
+    body: JSON.stringify({ content: expected }),
+  })).json();
+  eq(counted.input_tokens, tok.tokens.length, "count_tokens of a prefill == tokens of the prompt cut after the prefill");
+  const msg = await client.messages.create({ ...base, messages });
+  eq(msg.usage.input_tokens, tok.tokens.length, "usage.input_tokens of a prefill request");
+});
+
 const stopped = await server.stop();
 eq(stopped.code, 0, "server exits 0 on SIGTERM");
 finish();
