@@ -1012,6 +1012,7 @@ static bool fits_alone(const struct hr_sched *s, uint32_t n_prompt, struct hr_sc
     if (pool_tokens - 1 < m)
         m = pool_tokens - 1;
     struct hr_gov_admit_result res = {.verdict = HR_GOV_ADMIT};
+    bool by_memory = false;
     if (s->cfg.gov) {
         const struct hr_gov_admit_req q = {
             .n_prompt = n_prompt,
@@ -1024,12 +1025,14 @@ static bool fits_alone(const struct hr_sched *s, uint32_t n_prompt, struct hr_sc
             .ctx = (void *)s,
         };
         hr_gov_admit(s->cfg.gov, &q, &res);
-        if (res.max_prompt < m)
+        if (res.max_prompt < m) {
             m = res.max_prompt;
+            by_memory = true; /* memory, not the context, sets M */
+        }
     }
     if (n_prompt <= m && res.verdict == HR_GOV_ADMIT)
         return true;
-    if (res.verdict == HR_GOV_REFUSE_MEMORY) {
+    if (res.verdict == HR_GOV_REFUSE_MEMORY || by_memory) {
         *why = (struct hr_sched_refusal){.reason = HR_SCHED_TOO_LONG,
                                          .n_prompt = n_prompt,
                                          .max_prompt = (uint32_t)m,

@@ -259,7 +259,7 @@ static void on_event(const struct hr_sched_event *ev, void *user)
     case HR_SCHED_STARTED:
         if (now - g->t_arrival > 1.0)
             hr_log_info("server", "request %llu started after %.1f s in the queue",
-                        (unsigned long long)g->id, now - g->t_arrival);
+                        (unsigned long long)g->rid, now - g->t_arrival);
         break;
     case HR_SCHED_PROGRESS:
     case HR_SCHED_PREEMPTED: break; /* the ping thread keeps the stream alive */
@@ -277,6 +277,12 @@ static void on_event(const struct hr_sched_event *ev, void *user)
         atomic_fetch_add(&srv->metrics.generated_tokens, ev->n_generated);
         if (ev->finish == HR_SCHED_CANCELLED || ev->finish == HR_SCHED_FAILED) {
             struct hr_api_error e = {.cls = HR_API_ERR_INTERNAL};
+            if (ev->finish == HR_SCHED_CANCELLED)
+                hr_log_info("server",
+                            "request %llu %s: cancelled (%s) after prompt %u tokens, %u generated",
+                            (unsigned long long)g->rid, hr_metrics_route_name(g->route),
+                            g->client_gone ? "the client closed the connection" : "shutdown",
+                            g->n_prompt, ev->n_generated);
             if (ev->finish == HR_SCHED_CANCELLED) {
                 e.cls = HR_API_ERR_UNAVAILABLE;
                 snprintf(e.message, sizeof(e.message),
@@ -284,7 +290,7 @@ static void on_event(const struct hr_sched_event *ev, void *user)
             } else {
                 snprintf(e.message, sizeof(e.message), "generation failed: %s",
                          ev->message ? ev->message : "engine error");
-                hr_log_error("server", "request %llu: %s", (unsigned long long)g->id, e.message);
+                hr_log_error("server", "request %llu: %s", (unsigned long long)g->rid, e.message);
             }
             if (g->conn && !g->client_gone) /* a client that left needs no words */
                 end_with_error(g, &e);
@@ -310,7 +316,7 @@ static void on_event(const struct hr_sched_event *ev, void *user)
         hr_log_info("server",
                     "request %llu %s: prompt %u tokens, generated %u, first token %.2f s, "
                     "%.1f tokens/s, %s",
-                    (unsigned long long)g->id, hr_metrics_route_name(g->route), g->n_prompt,
+                    (unsigned long long)g->rid, hr_metrics_route_name(g->route), g->n_prompt,
                     ev->n_generated, g->t_first > 0 ? g->t_first - g->t_arrival : 0.0, tps,
                     finish_word(f));
         break;
@@ -374,6 +380,7 @@ static enum MHD_Result generate(struct hr_exchange *ex, enum hr_api_kind kind)
     pthread_mutex_init(&g->mu, NULL);
     g->srv = srv;
     g->route = ex->route_id;
+    g->rid = ex->rid;
     g->t_arrival = ex->t_arrival;
     struct hr_err err = {{0}};
     struct hr_api_error e = {0};
@@ -497,7 +504,16 @@ static enum MHD_Result generate(struct hr_exchange *ex, enum hr_api_kind kind)
                                       .max_prompt = why.max_prompt,
                                       .estimated_bytes = why.estimated_bytes,
                                       .limit_bytes = why.limit_bytes};
-            snprintf(e.message, sizeof(e.message), "%s", why.message);
+            if (strstr(why.message, "(memory)"))
+                snprintf(e.message, sizeof(e.message),
+                         "%s: the prompt alone needs about %.1f MiB and the memory ceiling "
+                         "allows %.1f MiB; raise --memory-limit or shorten the conversation",
+                         why.message, why.estimated_bytes / 1048576.0, why.limit_bytes / 1048576.0);
+            else
+                snprintf(e.message, sizeof(e.message),
+                         "%s: the context is %u tokens (--ctx) and the prompt needs at least one "
+                         "more for output",
+                         why.message, srv->n_ctx);
             return hr_respond_error(ex, &e);
         }
         if (st == HR_ERR_LIMIT)

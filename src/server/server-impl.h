@@ -92,6 +92,7 @@ struct hr_gen {
     struct hr_server *srv;
     struct hr_gen *prev, *next; /* srv->gens (gens_mu) */
     uint64_t id;                /* the scheduler's */
+    uint64_t rid;               /* the exchange's: request-id headers and log lines */
     enum hr_metrics_route route;
     struct hr_api_request req;
     bool stream;

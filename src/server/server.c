@@ -73,6 +73,8 @@ static void gen_detach(struct hr_gen *g, bool client_left)
     pthread_mutex_lock(&g->mu);
     g->conn = NULL;
     const bool running = g->submitted && !g->done && !g->client_gone;
+    if (running && client_left)
+        g->client_gone = true; /* the last event logs it, with its counts */
     pthread_mutex_unlock(&g->mu);
     if (running) {
         struct hr_server *srv = g->srv;
@@ -80,11 +82,8 @@ static void gen_detach(struct hr_gen *g, bool client_left)
         if (srv->sched)
             hr_sched_cancel(srv->sched, g->id);
         pthread_mutex_unlock(&srv->sched_mu);
-        if (client_left) {
+        if (client_left)
             atomic_fetch_add(&srv->metrics.cancelled_by_client, 1);
-            hr_log_info("server", "request %llu: the client closed the connection; cancelled",
-                        (unsigned long long)g->id);
-        }
     }
     hr_gen_release(g);
 }
@@ -128,7 +127,7 @@ static void stream_free(void *cls)
 static void add_common_headers(struct hr_exchange *ex, struct MHD_Response *r)
 {
     char id[32];
-    snprintf(id, sizeof(id), "req_%016llx", (unsigned long long)ex->rid);
+    snprintf(id, sizeof(id), "req_%llu", (unsigned long long)ex->rid);
     MHD_add_response_header(r, ex->api == HR_API_ANTHROPIC ? "request-id" : "x-request-id", id);
 }
 
@@ -178,7 +177,8 @@ enum MHD_Result hr_respond_error(struct hr_exchange *ex, const struct hr_api_err
         return MHD_NO;
     }
     if (e->cls != HR_API_ERR_NOT_FOUND && e->cls != HR_API_ERR_AUTH)
-        hr_log_info("server", "%s %s -> %u: %s", ex->method, ex->path, status, e->message);
+        hr_log_info("server", "request %llu %s %s -> %u: %s", (unsigned long long)ex->rid,
+                    ex->method, ex->path, status, e->message);
     const enum MHD_Result r =
         hr_respond(ex, status, "application/json", b.data, b.len, e->retry_after_s);
     hr_api_buf_free(&b);
@@ -416,11 +416,7 @@ static void *ping_main(void *arg)
         for (unsigned i = 0; i < n_gone && srv->sched; i++)
             hr_sched_cancel(srv->sched, gone[i]);
         pthread_mutex_unlock(&srv->sched_mu);
-        for (unsigned i = 0; i < n_gone; i++) {
-            atomic_fetch_add(&srv->metrics.cancelled_by_client, 1);
-            hr_log_info("server", "request %llu: the client closed the connection; cancelled",
-                        (unsigned long long)gone[i]);
-        }
+        atomic_fetch_add(&srv->metrics.cancelled_by_client, n_gone);
         pthread_mutex_lock(&srv->gens_mu);
     }
     pthread_mutex_unlock(&srv->gens_mu);
@@ -447,7 +443,12 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     size_t n = strlen(line);
     while (n && (line[n - 1] == '\n' || line[n - 1] == ' '))
         line[--n] = '\0';
-    hr_log_warn("http", "%s", line);
+    /* A client closing mid-response is routine here (the server logs the
+     * cancellation itself); anything else from libmicrohttpd is worth a warning. */
+    if (strstr(line, "Failed to send") || strstr(line, "closed by remote peer"))
+        hr_log_debug("http", "%s", line);
+    else
+        hr_log_warn("http", "%s", line);
 }
 
 static enum hr_status bind_addr(const char *host, unsigned port, struct sockaddr_storage *ss,
