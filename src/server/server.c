@@ -17,6 +17,9 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <microhttpd.h>
 #include <netdb.h>
 #include <pthread.h>
@@ -471,6 +474,15 @@ static enum hr_status bind_addr(const char *host, unsigned port, struct sockaddr
 enum hr_status hr_server_start(const struct hr_server_config *cfg, struct hr_server **out,
                                struct hr_err *err)
 {
+#ifdef __GLIBC__
+    /* Per-request buffers of vocabulary size (the sampler's ~2 MB for a
+     * 150K vocabulary) are allocated at submit and freed at the end. glibc
+     * raises its mmap threshold after such frees and then keeps the memory
+     * in its heap, so RSS would settle at the largest number of requests
+     * ever queued at once. A fixed threshold keeps them mmap'd: freed
+     * memory goes back to the OS with the request. */
+    mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+#endif
     struct hr_server *srv = calloc(1, sizeof(*srv));
     if (!srv)
         return hr_err_set(err, HR_ERR_NOMEM, "out of memory");
