@@ -42,6 +42,10 @@ static const struct opt g_opts[] = {
     {"http-threads", UINT, "N", "HTTP polling threads (default 4)"},
     {"shutdown-timeout", SECONDS, "S",
      "on SIGTERM, how long running requests may finish before they are cancelled (default 10)"},
+    {"no-prefix-cache", FLAG, "",
+     "prefill every prompt in full (no reuse of earlier requests' KV)"},
+    {"cache-limit", SIZE, "SIZE",
+     "most KV memory the prefix cache keeps (default: whatever the memory governor allows)"},
     {"test-script", STR, "TEXT",
      "TESTS ONLY: every output is TEXT, then end of turn (the engine still runs)"},
 };
@@ -55,7 +59,8 @@ static void usage(FILE *f)
                "Every model name in a request is served by this model.\n\noptions:\n");
     for (size_t i = 0; i < N_OPTS; i++) {
         char left[48];
-        snprintf(left, sizeof(left), "--%s %s", g_opts[i].name, g_opts[i].arg);
+        snprintf(left, sizeof(left), "--%s%s%s", g_opts[i].name, *g_opts[i].arg ? " " : "",
+                 g_opts[i].arg);
         fprintf(f, "  %-26s %s\n", left, g_opts[i].help);
     }
     fprintf(f, "\nEach option can also come from the environment: --memory-limit 12G is\n"
@@ -158,6 +163,15 @@ int hr_cmd_serve(int argc, char **argv)
             rc = 2;
             break;
         }
+        if (g_opts[i].kind == FLAG) {
+            if (eq) {
+                fprintf(stderr, "headroom serve: --%s takes no value\n", g_opts[i].name);
+                rc = 2;
+                break;
+            }
+            vals.v[i] = "1";
+            continue;
+        }
         const char *v = eq ? eq + 1 : (a + 1 < argc ? argv[++a] : NULL);
         if (!v) {
             fprintf(stderr, "headroom serve: --%s needs a value (%s)\n", g_opts[i].name,
@@ -232,6 +246,10 @@ int hr_cmd_serve(int argc, char **argv)
             cfg.shutdown_timeout_s = sec;
         else if (!strcmp(n, "test-script"))
             cfg.test_script = v;
+        else if (!strcmp(n, "no-prefix-cache"))
+            cfg.no_prefix_cache = strcmp(v, "0") != 0 && strcasecmp(v, "false") != 0;
+        else if (!strcmp(n, "cache-limit"))
+            cfg.cache_limit_bytes = bytes;
     }
     if (!rc && !cfg.model_path) {
         fprintf(stderr, "headroom serve: --model FILE is required (or HEADROOM_MODEL)\n\n");

@@ -26,8 +26,10 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "base/rand.h"
 #include "base/sys.h"
 #include "engine/engine.h"
+#include "engine/prefix-cache.h"
 #include "gguf/gguf.h"
 #include "mem/counters.h"
 
@@ -50,6 +52,7 @@ struct request {
     bool ignore_eos;
     bool stopped_by_string; /* what follows the stop string is dropped */
     int32_t stop_index;     /* which stop string, or -1 */
+    uint32_t n_cached;      /* prompt tokens the prefix cache served at its first start */
     int32_t *script;        /* test-only forced output (hr_sched_params.script) */
     uint32_t n_script;
     atomic_bool cancel;
@@ -86,6 +89,7 @@ struct hr_sched {
     struct request **out_q;          /* max_queue + parallel: leave the queue */
     struct request **preempted;      /* parallel: to be told, once the lock is dropped */
     uint32_t n_preempted;
+    struct hr_pcache *pc; /* the prefix cache, or NULL; changed only under mu */
     struct request **started_now; /* started for the first time this iteration */
     uint32_t n_started_now;
     uint8_t *out_q_timeout;
@@ -122,10 +126,105 @@ static void count(struct hr_sched *s, size_t field_offset, uint64_t v)
 
 /* ---- requests ------------------------------------------------------------ */
 
+/* ---- the prefix cache (engine thread, lock held) --------------------------- */
+
+/* A request's KV leaves it: its full blocks stay in the prefix cache (a
+ * later request with the same prefix, or this one resuming after a
+ * preemption, shares them) and its references go through the cache, which
+ * keeps its count of evictable blocks exact. Without a cache: cleared. */
+static void cache_release(struct hr_sched *s, struct request *r)
+{
+    struct hr_kv_pool *pool = hr_engine_kv_pool(s->engine);
+    if (!s->pc) {
+        hr_kv_seq_clear(&r->kv, pool);
+        return;
+    }
+    hr_pcache_insert(s->pc, r->tokens, r->kv.n_tokens / hr_kv_block_tokens(pool), r->kv.blocks);
+    hr_pcache_release_seq(s->pc, &r->kv);
+}
+
+/* A request (re)starting with no KV takes the longest cached prefix of its
+ * tokens (prompt, plus output after a preemption), leaving at least one
+ * token to compute so the step has logits. */
+static void cache_lookup(struct hr_sched *s, struct request *r)
+{
+    if (!s->pc || r->kv.n_blocks)
+        return;
+    const uint32_t bt = hr_kv_block_tokens(hr_engine_kv_pool(s->engine));
+    const uint32_t k = hr_pcache_lookup(s->pc, r->tokens, r->n_tokens, (r->n_tokens - 1) / bt,
+                                        r->kv.blocks);
+    r->kv.n_blocks = k;
+    r->kv.n_tokens = k * bt;
+    if (!r->started)
+        r->n_cached = r->kv.n_tokens < r->n_prompt ? r->kv.n_tokens : r->n_prompt;
+}
+
+/* Gives cached blocks nobody uses back to the pool until `free_blocks` are
+ * free (and their pages to the OS); returns how many were evicted. */
+static uint32_t cache_make_room(struct hr_sched *s, uint32_t free_blocks)
+{
+    struct hr_kv_pool *pool = hr_engine_kv_pool(s->engine);
+    if (!s->pc || hr_kv_n_free(pool) >= free_blocks)
+        return 0;
+    const uint32_t n = hr_pcache_evict(s->pc, free_blocks - hr_kv_n_free(pool));
+    if (n)
+        hr_kv_pool_trim(pool);
+    return n;
+}
+
+/* The governor's KV and cache accounts and the blocks-used gauge. */
+static void account_kv(struct hr_sched *s)
+{
+    struct hr_kv_pool *pool = hr_engine_kv_pool(s->engine);
+    const uint64_t bb = hr_kv_block_bytes(pool);
+    const uint32_t cached = s->pc ? hr_pcache_n_evictable(s->pc) : 0;
+    const uint32_t used = hr_kv_n_used(pool);
+    hr_mem_counter_set(&hr_gov_counters(s->cfg.gov)->kv_blocks_used, used - cached);
+    hr_gov_set_account(s->cfg.gov, HR_GOV_KV, (uint64_t)(used - cached) * bb);
+    hr_gov_set_account(s->cfg.gov, HR_GOV_CACHE, (uint64_t)cached * bb);
+}
+
+/* Under soft pressure idle cache goes first: enough cached blocks nobody
+ * uses to bring the process back under the soft watermark. */
+static void trim_cache_under_pressure(struct hr_sched *s)
+{
+    if (!s->pc || !hr_pcache_n_evictable(s->pc))
+        return;
+    struct hr_gov_view v;
+    hr_gov_get_view(s->cfg.gov, &v);
+    if (v.level == HR_GOV_OK || v.current_bytes <= v.soft_bytes)
+        return;
+    struct hr_kv_pool *pool = hr_engine_kv_pool(s->engine);
+    const uint64_t bb = hr_kv_block_bytes(pool);
+    const uint32_t n = hr_pcache_evict(s->pc, (uint32_t)((v.current_bytes - v.soft_bytes) / bb + 1));
+    if (n) {
+        hr_kv_pool_trim(pool);
+        hr_log_info("sched", "soft pressure: %u idle prefix-cache blocks evicted (%.1f MiB)", n,
+                    (double)n * (double)bb / 1048576.0);
+        account_kv(s);
+    }
+}
+
+/* Blocks the step in s->items needs beyond what its sequences hold. */
+static uint32_t step_new_blocks(const struct hr_sched *s, uint32_t n_items)
+{
+    const uint32_t bt = hr_kv_block_tokens(hr_engine_kv_pool(s->engine));
+    uint32_t need = 0;
+    for (uint32_t i = 0; i < n_items; i++)
+        need += hr_kv_blocks_needed(s->items[i].kv->n_blocks,
+                                    s->items[i].kv->n_tokens + s->items[i].n_tokens, bt);
+    return need;
+}
+
 static void request_free(struct hr_sched *s, struct request *r)
 {
     if (!r)
         return;
+    if (s->pc && r->kv.n_blocks) {
+        pthread_mutex_lock(&s->mu);
+        cache_release(s, r);
+        pthread_mutex_unlock(&s->mu);
+    }
     if (r->kv.blocks)
         hr_kv_seq_free(&r->kv, hr_engine_kv_pool(s->engine));
     hr_sampler_free(r->smp);
@@ -369,9 +468,18 @@ static void start_queued(struct hr_sched *s)
     struct hr_kv_pool *pool = hr_engine_kv_pool(s->engine);
     while (s->q_head && s->n_running < s->cfg.parallel) {
         struct request *r = s->q_head;
-        if (s->n_running > 0 && kv_blocks_for(s, r->n_tokens + 1) > hr_kv_n_free(pool))
-            break;
+        if (s->n_running > 0) {
+            uint32_t need = kv_blocks_for(s, r->n_tokens + 1), have = hr_kv_n_free(pool);
+            if (s->pc) { /* cached blocks it will share; cached blocks nobody uses */
+                const uint32_t hit = hr_pcache_peek(s->pc, r->tokens, r->n_tokens);
+                need -= hit < need ? hit : need;
+                have += hr_pcache_n_evictable(s->pc);
+            }
+            if (need > have)
+                break;
+        }
         queue_remove(s, r);
+        cache_lookup(s, r);
         r->state = ST_RUNNING;
         /* A preempted request keeps its original age: the youngest is
          * preempted first, so a request that waited longest is never the
@@ -393,7 +501,7 @@ static void preempt_youngest(struct hr_sched *s)
     for (uint32_t i = 1; i < s->n_running; i++)
         if (s->running[i]->started > y->started)
             y = s->running[i];
-    hr_kv_seq_clear(&y->kv, hr_engine_kv_pool(s->engine));
+    cache_release(s, y); /* its blocks stay cached: it may resume from them */
     running_remove(s, y);
     queue_push(s, y, true);
     if (s->n_preempted < s->cfg.parallel)
@@ -490,7 +598,7 @@ static uint32_t build_step(struct hr_sched *s)
 /*
  * With a governor: before a step, make sure what it adds fits under the hard
  * watermark, running the reclaim chain if not (DESIGN.md 4.8): (1) free KV
- * pages back to the OS, (2) evict prefix-cache blocks (none yet), (3)
+ * pages back to the OS, (2) evict prefix-cache blocks nobody uses, (3)
  * preempt the youngest request. A lone request whose next token needs KV
  * that does not fit ends with `length` (returned in *lone). Returns the
  * number of items of a step that fits, 0 when everything waits. Lock held.
@@ -525,6 +633,21 @@ static uint32_t fit_step(struct hr_sched *s, struct request **lone)
                 hr_gov_sample(s->cfg.gov, NULL);
                 continue; /* rebuild: chunks are sized against what is left now */
             }
+        }
+        /* (2) cached blocks nobody uses, enough to bring the step under
+         * the hard watermark (or what the sampler asked for) */
+        if (s->pc && hr_pcache_n_evictable(s->pc)) {
+            struct hr_kv_pool *pool = hr_engine_kv_pool(s->engine);
+            const uint64_t over = v.current_bytes + cost > v.hard_bytes
+                                      ? v.current_bytes + cost - v.hard_bytes
+                                      : v.reclaim_bytes;
+            const uint64_t bb = hr_kv_block_bytes(pool);
+            const uint32_t n_ev = hr_pcache_evict(s->pc, (uint32_t)(over / bb + 1));
+            hr_kv_pool_trim(pool);
+            hr_log_info("sched", "reclaim: %u prefix-cache blocks evicted (%.1f MiB)", n_ev,
+                        (double)n_ev * (double)bb / 1048576.0);
+            hr_gov_sample(s->cfg.gov, NULL);
+            continue;
         }
         /* (3) the youngest, if another request remains */
         if (s->n_running > 1) {
@@ -597,7 +720,8 @@ static void *engine_main(void *arg)
         s->n_started_now = 0;
         pthread_mutex_unlock(&s->mu);
         for (uint32_t i = 0; i < n_new; i++) {
-            struct hr_sched_event ev = {.kind = HR_SCHED_STARTED};
+            struct hr_sched_event ev = {.kind = HR_SCHED_STARTED,
+                                        .n_cached = s->started_now[i]->n_cached};
             emit(s->started_now[i], &ev);
         }
 
@@ -670,6 +794,11 @@ static void *engine_main(void *arg)
             bracket = s->cfg.gov && s->n_step_prefill > 0;
             if (s->cfg.gov)
                 hr_engine_plan(s->engine, &step, &planned);
+            if (s->pc) { /* the pool's free blocks first, then cached ones nobody uses */
+                pthread_mutex_lock(&s->mu);
+                cache_make_room(s, step_new_blocks(s, n_items));
+                pthread_mutex_unlock(&s->mu);
+            }
             if (bracket)
                 hr_gov_step_begin(s->cfg.gov);
             st = hr_engine_step(s->engine, &step, &err);
@@ -677,7 +806,9 @@ static void *engine_main(void *arg)
                 /* The pool cannot hold this step. Preempt the youngest; a
                  * request that alone outgrows the pool ends with `length`. */
                 pthread_mutex_lock(&s->mu);
-                if (s->n_running > 1) {
+                if (cache_make_room(s, step_new_blocks(s, n_items))) {
+                    /* evicted cached blocks: retry before preempting anyone */
+                } else if (s->n_running > 1) {
                     preempt_youngest(s);
                 } else if (s->n_running == 1) {
                     struct request *r = s->running[0];
@@ -727,17 +858,14 @@ static void *engine_main(void *arg)
         }
 
         if (s->cfg.gov && n_items) {
-            struct hr_kv_pool *pool = hr_engine_kv_pool(s->engine);
             const uint64_t high = hr_engine_arena_high_water(s->engine);
             if (high > s->arena_committed)
                 s->arena_committed = high;
-            hr_gov_set_account(s->cfg.gov, HR_GOV_KV,
-                               (uint64_t)hr_kv_n_used(pool) * hr_kv_block_bytes(pool));
+            account_kv(s);
             hr_gov_set_account(s->cfg.gov, HR_GOV_STEP, s->arena_committed);
             if (bracket)
                 hr_gov_step_end(s->cfg.gov, s->n_step_prefill, NULL);
             hr_gov_note_plan(s->cfg.gov, planned.arena_bytes, high);
-            hr_mem_counter_set(&hr_gov_counters(s->cfg.gov)->kv_blocks_used, hr_kv_n_used(pool));
         }
 
         /* Results: progress for unfinished chunks, a sampled token otherwise. */
@@ -754,6 +882,14 @@ static void *engine_main(void *arg)
                 struct hr_sched_event ev = {.kind = HR_SCHED_PROGRESS,
                                             .n_prefilled = r->kv.n_tokens};
                 emit(r, &ev);
+                if (s->pc && it->n_logits) {
+                    /* The prompt is in: others with this prefix may share it now. */
+                    pthread_mutex_lock(&s->mu);
+                    hr_pcache_insert(s->pc, r->tokens,
+                                     r->kv.n_tokens / hr_kv_block_tokens(hr_engine_kv_pool(s->engine)),
+                                     r->kv.blocks);
+                    pthread_mutex_unlock(&s->mu);
+                }
             }
             if (!it->n_logits)
                 continue;
@@ -801,14 +937,14 @@ static void *engine_main(void *arg)
             s->st.steps++;
         s->st.tokens_prefilled += n_prefilled;
         /* The pool changes only on this thread; readers see this copy. */
-        s->st.kv_blocks_used = hr_kv_n_used(hr_engine_kv_pool(s->engine));
+        s->st.kv_blocks_used = hr_kv_n_used(hr_engine_kv_pool(s->engine)) -
+                               (s->pc ? hr_pcache_n_evictable(s->pc) : 0);
         if (s->cfg.gov) {
             /* Finished and cancelled requests freed their blocks after the
-             * step's accounting: the gauge and the KV account follow now. */
-            hr_mem_counter_set(&hr_gov_counters(s->cfg.gov)->kv_blocks_used, s->st.kv_blocks_used);
-            hr_gov_set_account(s->cfg.gov, HR_GOV_KV,
-                               (uint64_t)s->st.kv_blocks_used *
-                                   hr_kv_block_bytes(hr_engine_kv_pool(s->engine)));
+             * step's accounting: the gauge and the accounts follow now.
+             * Cached blocks nobody uses are the cache category, the rest KV. */
+            account_kv(s);
+            trim_cache_under_pressure(s);
         }
         s->st.tokens_generated += n_gen;
         s->st.prefill_chunks += n_chunks;
@@ -943,6 +1079,27 @@ enum hr_status hr_sched_init(const struct hr_sched_config *cfg, struct hr_sched 
     }
     s->next_id = 1;
     s->st.kv_blocks_total = hr_kv_n_blocks(hr_engine_kv_pool(s->engine));
+    if (cfg->prefix_cache) {
+        struct hr_kv_pool *pool = hr_engine_kv_pool(s->engine);
+        const uint64_t bb = hr_kv_block_bytes(pool);
+        uint64_t entries = cfg->cache_limit_bytes ? cfg->cache_limit_bytes / bb : hr_kv_n_blocks(pool);
+        if (entries > hr_kv_n_blocks(pool))
+            entries = hr_kv_n_blocks(pool);
+        /* The KV of a block depends on the weights, the architecture and
+         * the cache type; one process serves one model, so these suffice
+         * to keep two schedulers' caches apart in tests. */
+        const struct hr_hparams *mh = &cfg->model->hp;
+        char fp[160];
+        snprintf(fp, sizeof(fp), "%s/%u/%u/%u/%llu/%d", hr_arch_name(cfg->model->arch), mh->n_layer,
+                 mh->n_embd, mh->n_vocab, (unsigned long long)cfg->model->weight_bytes,
+                 (int)cfg->kv_type);
+        st = entries ? hr_pcache_init(pool, hr_hash_str(fp), (uint32_t)entries, &s->pc, err)
+                     : HR_OK;
+        if (st != HR_OK) {
+            hr_sched_free(s);
+            return st;
+        }
+    }
     atomic_init(&s->squeezed, false);
     s->sync_ready = true;
     pthread_mutex_init(&s->mu, NULL);
@@ -987,6 +1144,7 @@ void hr_sched_free(struct hr_sched *s)
         pthread_cond_destroy(&s->wake);
         pthread_cond_destroy(&s->idle);
     }
+    hr_pcache_free(s->pc); /* before the pool it refers to */
     hr_engine_free(s->engine);
     free(s->running);
     free(s->items);
@@ -1005,6 +1163,10 @@ void hr_sched_free(struct hr_sched *s)
  * the longest prompt that still leaves room for one generated token. */
 static bool fits_alone(const struct hr_sched *s, uint32_t n_prompt, struct hr_sched_refusal *why)
 {
+    /* A prompt's cached blocks are in memory whether it shares them or
+     * not, so the memory check counts its whole KV either way; what the
+     * cache saves is prefill (start_queued counts only the blocks a request
+     * does not share). */
     const struct hr_kv_pool *pool = hr_engine_kv_pool(s->engine);
     const uint32_t bt = hr_kv_block_tokens(pool);
     const uint64_t pool_tokens = (uint64_t)hr_kv_n_blocks(pool) * bt;
@@ -1129,6 +1291,15 @@ void hr_sched_stats(struct hr_sched *s, struct hr_sched_stats *out)
     *out = s->st;
     out->running = s->n_running;
     out->queued = s->n_queued;
+    if (s->pc) {
+        struct hr_pcache_stats ps;
+        hr_pcache_stats(s->pc, &ps);
+        out->cache_blocks = hr_pcache_n_entries(s->pc);
+        out->cache_evictable_blocks = hr_pcache_n_evictable(s->pc);
+        out->cache_lookup_tokens = ps.lookup_tokens;
+        out->cache_hit_tokens = ps.hit_tokens;
+        out->cache_evicted_blocks = ps.evicted_blocks;
+    }
     pthread_mutex_unlock(&s->mu);
 }
 

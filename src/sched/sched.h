@@ -94,6 +94,14 @@ struct hr_sched_config {
      * sized to the headroom, and pressure preempts instead of failing. */
     struct hr_gov *gov;
     uint32_t chunk_min;                 /* smallest prefill chunk; 0: 64 */
+    /* The prefix cache (engine/prefix-cache.h): finished and preempted
+     * requests leave their full KV blocks behind, and a request whose
+     * tokens start the same way shares them instead of recomputing. Cached
+     * blocks nobody uses are the first memory taken back: before a step
+     * needs blocks, in the reclaim chain before anyone is preempted, and
+     * under soft pressure. */
+    bool prefix_cache;
+    uint64_t cache_limit_bytes;         /* most KV the cache indexes; 0: the whole pool */
     uint32_t gov_sample_ms;             /* background sampling period; 0: 100 */
 };
 
@@ -141,6 +149,7 @@ struct hr_sched_event {
     const char *message;                    /* FINISHED (FAILED), REFUSED */
     const struct hr_sched_refusal *refusal; /* REFUSED */
     int32_t stop_index;                     /* FINISHED: the stop string that ended it, or -1 */
+    uint32_t n_cached;                      /* STARTED: prompt tokens served by the prefix cache */
 };
 
 typedef void (*hr_sched_event_fn)(const struct hr_sched_event *ev, void *user);
@@ -172,6 +181,10 @@ struct hr_sched_stats {
     uint64_t aborted_for_memory; /* no path increments it; exported to prove it */
     uint32_t running, queued;
     uint32_t kv_blocks_used, kv_blocks_total;
+    /* the prefix cache (zeros without one) */
+    uint32_t cache_blocks;           /* blocks it indexes */
+    uint32_t cache_evictable_blocks; /* of which no request uses */
+    uint64_t cache_lookup_tokens, cache_hit_tokens, cache_evicted_blocks;
 };
 
 struct hr_sched;

@@ -257,6 +257,11 @@ static void on_event(const struct hr_sched_event *ev, void *user)
     const size_t before = g->out.len;
     switch (ev->kind) {
     case HR_SCHED_STARTED:
+        g->n_cached = ev->n_cached;
+        hr_api_writer_set_cached(g->w, ev->n_cached);
+        atomic_fetch_add(&srv->metrics.cached_tokens, ev->n_cached);
+        if (g->stream && !hr_api_writer_started(g->w))
+            (void)hr_api_writer_start(g->w, &g->out); /* NOMEM: the first event starts it */
         if (now - g->t_arrival > 1.0)
             hr_log_info("server", "request %llu started after %.1f s in the queue",
                         (unsigned long long)g->rid, now - g->t_arrival);
@@ -314,9 +319,10 @@ static void on_event(const struct hr_sched_event *ev, void *user)
         if (tps > 0)
             hr_metrics_observe(&srv->metrics.tokens_per_s, tps);
         hr_log_info("server",
-                    "request %llu %s: prompt %u tokens, generated %u, first token %.2f s, "
-                    "%.1f tokens/s, %s",
+                    "request %llu %s: prompt %u tokens (%u cached), generated %u, first token "
+                    "%.2f s, %.1f tokens/s, %s",
                     (unsigned long long)g->rid, hr_metrics_route_name(g->route), g->n_prompt,
+                    g->n_cached,
                     ev->n_generated, g->t_first > 0 ? g->t_first - g->t_arrival : 0.0, tps,
                     finish_word(f));
         break;
@@ -441,8 +447,9 @@ static enum MHD_Result generate(struct hr_exchange *ex, enum hr_api_kind kind)
         .n_stop = g->req.n_stop,
         .seed = seed,
     };
-    if (hr_api_writer_init(&wc, &g->w, &err) != HR_OK ||
-        hr_api_writer_start(g->w, &g->out) != HR_OK) {
+    /* The writer starts (message_start, the role chunk) when the request
+     * leaves the queue, when the prefix cache has said what it served. */
+    if (hr_api_writer_init(&wc, &g->w, &err) != HR_OK) {
         ret = fail(ex, HR_API_ERR_INTERNAL, 0, "%s", err.msg[0] ? err.msg : "out of memory");
         goto out;
     }
@@ -736,8 +743,27 @@ static enum MHD_Result r_metrics(struct hr_exchange *ex)
             "# HELP headroom_requests_queued Requests waiting for a slot.\n"
             "# TYPE headroom_requests_queued gauge\nheadroom_requests_queued %u\n"
             "# HELP headroom_engine_steps_total Engine steps run.\n"
-            "# TYPE headroom_engine_steps_total counter\nheadroom_engine_steps_total %" PRIu64 "\n",
-            s.running, s.queued, s.steps);
+            "# TYPE headroom_engine_steps_total counter\nheadroom_engine_steps_total %" PRIu64 "\n"
+            "# HELP headroom_prefix_cache_lookup_tokens_total Prompt tokens looked up in the "
+            "prefix cache.\n"
+            "# TYPE headroom_prefix_cache_lookup_tokens_total counter\n"
+            "headroom_prefix_cache_lookup_tokens_total %" PRIu64 "\n"
+            "# HELP headroom_prefix_cache_hit_tokens_total Tokens served from the prefix cache "
+            "instead of computed.\n"
+            "# TYPE headroom_prefix_cache_hit_tokens_total counter\n"
+            "headroom_prefix_cache_hit_tokens_total %" PRIu64 "\n"
+            "# HELP headroom_prefix_cache_blocks KV blocks the prefix cache holds.\n"
+            "# TYPE headroom_prefix_cache_blocks gauge\nheadroom_prefix_cache_blocks %u\n"
+            "# HELP headroom_prefix_cache_evictable_blocks Cached blocks no request uses "
+            "(the first memory taken back).\n"
+            "# TYPE headroom_prefix_cache_evictable_blocks gauge\n"
+            "headroom_prefix_cache_evictable_blocks %u\n"
+            "# HELP headroom_prefix_cache_evicted_blocks_total Cached blocks given back to the "
+            "pool.\n"
+            "# TYPE headroom_prefix_cache_evicted_blocks_total counter\n"
+            "headroom_prefix_cache_evicted_blocks_total %" PRIu64 "\n",
+            s.running, s.queued, s.steps, s.cache_lookup_tokens, s.cache_hit_tokens,
+            s.cache_blocks, s.cache_evictable_blocks, s.cache_evicted_blocks);
     if (st == HR_OK && srv->gov) {
         char gov[16384];
         const size_t n = hr_mem_counters_format(hr_gov_counters(srv->gov), gov, sizeof(gov));
@@ -910,12 +936,16 @@ enum hr_status hr_server_load(struct hr_server *srv, struct hr_err *err)
         .max_queue = cfg->max_queue,
         .queue_timeout_s = cfg->queue_timeout_s,
         .gov = srv->gov,
+        .prefix_cache = !cfg->no_prefix_cache,
+        .cache_limit_bytes = cfg->cache_limit_bytes,
     };
     if ((st = hr_sched_init(&sc, &srv->sched, err)) != HR_OK)
         return st;
     hr_log_info("server",
-                "model %s: %s, context %u tokens, %u parallel, tool calls as %s, chat template %s",
+                "model %s: %s, context %u tokens, %u parallel, prefix cache %s, tool calls as %s, "
+                "chat template %s",
                 srv->model_id, hr_arch_name(srv->model->arch), srv->n_ctx, parallel,
+                cfg->no_prefix_cache ? "off" : "on",
                 hr_chat_format_name(srv->format),
                 hr_gguf_find(srv->model->gguf, "tokenizer.chat_template") ? "from the file"
                                                                           : "ChatML (none in the file)");

@@ -111,7 +111,7 @@ struct hr_gen {
     struct hr_api_writer *w;
     struct hr_chat_parser *parser;
     double t_first, t_last_write;
-    uint32_t n_prompt, n_generated;
+    uint32_t n_prompt, n_generated, n_cached;
 };
 
 void hr_gen_free(struct hr_gen *g);    /* routes.c: frees what the gen owns */

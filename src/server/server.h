@@ -31,6 +31,7 @@
 #ifndef HR_SERVER_SERVER_H
 #define HR_SERVER_SERVER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -55,6 +56,8 @@ struct hr_server_config {
     double shutdown_timeout_s; /* how long running requests may finish; <0: default 10 */
     double ping_interval_s;    /* a ping after this much stream silence; 0: 5 */
     const char *test_script;   /* test only: every output is this text, then end of turn */
+    bool no_prefix_cache;      /* every request prefills its whole prompt */
+    uint64_t cache_limit_bytes; /* most KV the prefix cache keeps; 0: whatever memory allows */
 };
 
 struct hr_server;

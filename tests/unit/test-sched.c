@@ -82,6 +82,7 @@ struct record {
     int finished, refused, started;
     bool started_late; /* a STARTED event after another event */
     int32_t stop_index;
+    uint32_t n_cached;
     enum hr_sched_finish finish;
     enum hr_sched_refusal_reason refusal;
     /* hooks */
@@ -106,6 +107,7 @@ static void on_event(const struct hr_sched_event *ev, void *user)
     switch (ev->kind) {
     case HR_SCHED_STARTED:
         r->started++;
+        r->n_cached = ev->n_cached;
         r->started_late |= r->n_progress || r->n_tokens || r->finished;
         break;
     case HR_SCHED_PROGRESS: r->n_progress++; break;
@@ -136,6 +138,8 @@ static void on_event(const struct hr_sched_event *ev, void *user)
     }
 }
 
+static bool g_prefix_cache; /* sched_new* build schedulers with the prefix cache */
+
 static struct hr_sched *sched_new_gov(struct fixture *fx, uint32_t parallel, uint32_t kv_blocks,
                                       uint32_t max_queue, double queue_timeout,
                                       struct hr_gov *gov, uint32_t batch)
@@ -156,7 +160,8 @@ static struct hr_sched *sched_new_gov(struct fixture *fx, uint32_t parallel, uin
                                   .queue_timeout_s = queue_timeout,
                                   .gov = gov,
                                   .chunk_min = 16,
-                                  .gov_sample_ms = 2};
+                                  .gov_sample_ms = 2,
+                                  .prefix_cache = g_prefix_cache};
     struct hr_sched *s = NULL;
     struct hr_err err = {{0}};
     if (hr_sched_init(&cfg, &s, &err) != HR_OK)
@@ -377,6 +382,128 @@ static void test_script(void **state)
     assert_memory_equal(scripted.tokens, script, sizeof(script));
     /* the script is not the model's own choice */
     assert_true(memcmp(free_run.tokens, script, sizeof(script)) != 0);
+    hr_sched_free(s);
+}
+
+/* The prefix cache: a request served from cached blocks produces exactly the
+ * tokens it produces on a cold scheduler - for prompts that share all of a
+ * cached prompt, part of it, up to a block boundary or one token past it,
+ * and with requests running together and a pool small enough to preempt. */
+#define N_CACHE 7
+static void test_prefix_cache_equals_cold(void **state)
+{
+    struct fixture *fx = *state;
+    const uint32_t V = fx->model->hp.n_vocab;
+    static int32_t base[160], prompts[N_CACHE][200];
+    static struct record cold[N_CACHE], warm[N_CACHE], together[N_CACHE], squeezed[N_CACHE];
+    static struct record first;
+    prompt_of(base, 160, 77, V);
+    /* shared prefix lengths: all, 2 blocks exactly, 2 blocks + 1, 1 block - 1, 3 blocks + a
+     * different tail, none, all + more */
+    static const uint32_t shared[N_CACHE] = {160, 64, 65, 31, 96, 0, 160};
+    static const uint32_t total[N_CACHE] = {160, 90, 100, 40, 130, 50, 199};
+    for (int i = 0; i < N_CACHE; i++) {
+        prompt_of(prompts[i], total[i], 200 + (uint32_t)i, V);
+        memcpy(prompts[i], base, shared[i] * sizeof(int32_t));
+    }
+    memset(cold, 0, sizeof(cold));
+    memset(warm, 0, sizeof(warm));
+    memset(together, 0, sizeof(together));
+    memset(squeezed, 0, sizeof(squeezed));
+    memset(&first, 0, sizeof(first));
+
+    g_prefix_cache = false;
+    struct hr_sched *s = sched_new(fx, 4, 64, 16, 0);
+    for (int i = 0; i < N_CACHE; i++) {
+        submit(s, prompts[i], total[i], 12, 300 + (uint64_t)i, &cold[i]);
+        hr_sched_wait_idle(s);
+    }
+    hr_sched_free(s);
+
+    g_prefix_cache = true;
+    s = sched_new(fx, 4, 64, 16, 0);
+    submit(s, base, 160, 12, 299, &first); /* fills the cache with base's 4 full blocks and more */
+    hr_sched_wait_idle(s);
+    assert_int_equal(first.n_cached, 0);
+    for (int i = 0; i < N_CACHE; i++) {
+        submit(s, prompts[i], total[i], 12, 300 + (uint64_t)i, &warm[i]);
+        hr_sched_wait_idle(s);
+    }
+    /* What each one found cached: whole blocks of the shared prefix, never the
+     * last prompt token (it must be computed for logits). */
+    static const uint32_t want_cached[N_CACHE] = {128, 64, 64, 0, 96, 0, 160};
+    for (int i = 0; i < N_CACHE; i++)
+        if (warm[i].n_cached != want_cached[i])
+            fail_msg("prompt %d: %u tokens cached, expected %u", i, warm[i].n_cached,
+                     want_cached[i]);
+    for (int i = 0; i < N_CACHE; i++)
+        submit(s, prompts[i], total[i], 12, 300 + (uint64_t)i, &together[i]);
+    hr_sched_wait_idle(s);
+    struct hr_sched_stats st;
+    hr_sched_stats(s, &st);
+    assert_true(st.cache_hit_tokens > 0);
+    assert_true(st.cache_lookup_tokens >= st.cache_hit_tokens);
+    assert_int_equal(st.kv_blocks_used, 0); /* cached blocks are not "used" */
+    assert_true(st.cache_blocks > 0);
+    assert_int_equal(st.cache_evictable_blocks, st.cache_blocks);
+    hr_sched_free(s);
+
+    /* 8 blocks: two of these requests fill it; cache eviction first, then
+     * preemption, and preempted requests resume through the cache. */
+    s = sched_new(fx, 4, 8, 16, 0);
+    g_n_preempted = 0;
+    for (int i = 0; i < N_CACHE; i++)
+        submit(s, prompts[i], total[i], 12, 300 + (uint64_t)i, &squeezed[i]);
+    hr_sched_wait_idle(s);
+    hr_sched_stats(s, &st);
+    assert_true(st.preempted > 0);
+    assert_true(st.cache_evicted_blocks > 0);
+    assert_int_equal(st.kv_blocks_used, 0);
+    hr_sched_free(s);
+    g_prefix_cache = false;
+
+    for (int i = 0; i < N_CACHE; i++) {
+        assert_int_equal(cold[i].n_tokens, 12);
+        for (const struct record *o = &warm[i]; o;
+             o = o == &warm[i] ? &together[i] : o == &together[i] ? &squeezed[i] : NULL) {
+            assert_int_equal(o->finished, 1);
+            assert_int_equal(o->n_tokens, cold[i].n_tokens);
+            if (memcmp(o->tokens, cold[i].tokens, cold[i].n_tokens * sizeof(int32_t)) != 0)
+                fail_msg("prompt %d (%u tokens, %u shared) differs from the cold run (%s)", i,
+                         total[i], shared[i],
+                         o == &warm[i] ? "alone" : o == &together[i] ? "together" : "preempted");
+        }
+    }
+}
+
+/* A pool that cannot hold the cache and a new long request: the cache gives
+ * its blocks back (counted), nobody is preempted or refused. */
+static void test_prefix_cache_yields_to_requests(void **state)
+{
+    struct fixture *fx = *state;
+    const uint32_t V = fx->model->hp.n_vocab;
+    static int32_t a[300], b[300];
+    static struct record ra, rb;
+    memset(&ra, 0, sizeof(ra));
+    memset(&rb, 0, sizeof(rb));
+    prompt_of(a, 300, 5, V);
+    prompt_of(b, 300, 6, V);
+    g_prefix_cache = true;
+    struct hr_sched *s = sched_new(fx, 2, 12, 4, 0); /* 12 blocks = 384 tokens */
+    submit(s, a, 300, 8, 1, &ra);
+    hr_sched_wait_idle(s);
+    struct hr_sched_stats st;
+    hr_sched_stats(s, &st);
+    assert_int_equal(st.cache_blocks, 9); /* 308 tokens: 9 full blocks */
+    submit(s, b, 300, 8, 2, &rb); /* needs 10 blocks: only 3 are free */
+    hr_sched_wait_idle(s);
+    hr_sched_stats(s, &st);
+    g_prefix_cache = false;
+    assert_int_equal(rb.finished, 1);
+    assert_int_equal(rb.n_tokens, 8);
+    assert_int_equal(st.preempted, 0);
+    assert_int_equal(st.refused_too_long + st.refused_overloaded, 0);
+    assert_true(st.cache_evicted_blocks >= 7);
     hr_sched_free(s);
 }
 
@@ -685,6 +812,8 @@ int main(void)
         cmocka_unit_test(test_cancel_frees_kv),
         cmocka_unit_test(test_stop_string),
         cmocka_unit_test(test_script),
+        cmocka_unit_test(test_prefix_cache_equals_cold),
+        cmocka_unit_test(test_prefix_cache_yields_to_requests),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_queue_timeout),
         cmocka_unit_test(test_outgrows_pool),
