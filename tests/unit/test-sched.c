@@ -710,6 +710,60 @@ static void test_governor_throttles_chunks(void **state)
     assert_memory_equal(governed.tokens, fixed.tokens, fixed.n_tokens * sizeof(int32_t));
 }
 
+/* A ceiling that holds one request's KV, not that and the cache another
+ * left behind: the cache is evicted (counted), the new request completes
+ * with the tokens of a cold run, nobody is refused or preempted. */
+static void test_governor_evicts_cache_first(void **state)
+{
+    struct fixture *fx = *state;
+    static int32_t a[300], b[300];
+    prompt_of(a, 300, 21, fx->model->hp.n_vocab);
+    prompt_of(b, 300, 22, fx->model->hp.n_vocab);
+    static struct record cold, ra, rb;
+    memset(&cold, 0, sizeof(cold));
+    memset(&ra, 0, sizeof(ra));
+    memset(&rb, 0, sizeof(rb));
+    struct hr_sched *s = sched_new_gov(fx, 2, 64, 4, 0, NULL, 256);
+    submit(s, b, 300, 16, 4, &cold);
+    hr_sched_wait_idle(s);
+    hr_sched_free(s);
+
+    /* weights + B's KV + a full 256-token chunk, with room to spare; A's
+     * cached KV (9 blocks) on top does not fit */
+    const uint64_t need = fx->model->weight_bytes + kv_of(fx, 320) + arena_of(fx, 256, 256);
+    struct hr_mem_script *script;
+    struct hr_gov *g = gov_new(&script, (uint64_t)((double)need / 0.80));
+    g_prefix_cache = true;
+    s = sched_new_gov(fx, 2, 64, 4, 0, g, 256);
+    g_prefix_cache = false;
+    submit(s, a, 300, 16, 3, &ra);
+    hr_sched_wait_idle(s);
+    struct hr_sched_stats st;
+    hr_sched_stats(s, &st);
+    const uint32_t cached_a = st.cache_blocks;
+    submit(s, b, 300, 16, 4, &rb);
+    hr_sched_wait_idle(s);
+    hr_sched_stats(s, &st);
+    hr_sched_free(s);
+    const struct hr_mem_counters *c = hr_gov_counters(g);
+    const uint64_t aborted = hr_mem_counter_get(&c->requests_aborted_for_memory_total);
+    const uint64_t peak = hr_mem_counter_get(&c->memory_peak_bytes);
+    struct hr_gov_view v;
+    hr_gov_get_view(g, &v);
+    hr_gov_free(g);
+    hr_mem_script_free(script);
+
+    assert_true(cached_a >= 9);
+    assert_true(st.cache_evicted_blocks > 0);
+    assert_int_equal(st.preempted, 0);
+    assert_int_equal(st.refused_too_long + st.refused_overloaded, 0);
+    assert_int_equal(aborted, 0);
+    assert_true(peak <= v.ceiling_bytes);
+    assert_int_equal(rb.finished, 1);
+    assert_int_equal(rb.n_tokens, cold.n_tokens);
+    assert_memory_equal(rb.tokens, cold.tokens, cold.n_tokens * sizeof(int32_t));
+}
+
 /* Admission against the ceiling: a prompt that cannot fit alone is refused
  * with M, and M itself is admitted while M + 1 is not. */
 static void test_governor_admission(void **state)
@@ -818,6 +872,7 @@ int main(void)
         cmocka_unit_test(test_queue_timeout),
         cmocka_unit_test(test_outgrows_pool),
         cmocka_unit_test(test_governor_throttles_chunks),
+        cmocka_unit_test(test_governor_evicts_cache_first),
         cmocka_unit_test(test_governor_admission),
         cmocka_unit_test(test_governor_external_squeeze),
     };
