@@ -75,4 +75,13 @@ if ((!engine_only)) && [[ ${HR_BENCH_LOAD:-1} != 0 ]]; then
     echo "bench serve_load skipped=\"no tests/e2e clients or no headroom serve\""
   fi
 fi
+# The prefix cache: an agent's 17K-token prefix replayed for 5 turns, time to
+# first token per turn with the cache and without (2 cold turns). About 13
+# minutes on 2 cores (each cold turn re-prefills the whole prefix);
+# HR_BENCH_AGENT=0 skips it.
+if ((!engine_only)) && [[ ${HR_BENCH_AGENT:-1} != 0 && -d tests/e2e/node_modules/@anthropic-ai ]]; then
+  file=models/bench-qwen2.5-0.5b-q8_0.gguf
+  [[ -f $file ]] || build/gen-model --shape qwen2.5-0.5b --type q8_0 --vocab "$VOCAB_QWEN" --out "$file"
+  node bench/agent-scenario.mjs --model "$file"
+fi
 echo "bench load_after=\"$(cut -d' ' -f1-3 /proc/loadavg)\""
