@@ -14,7 +14,7 @@
 //     ttft_p50_ms=... ttft_p99_ms=... tokens_per_s=... errors=...
 //   bench serve_load_errors kind=... count=...         (one per kind, when any)
 //   bench serve_load_memory rss_start_mib=... rss_end_mib=... rss_peak_mib=...
-//     kv_blocks_used_end=... kv_blocks_total=...
+//     kv_blocks_used_end=... kv_blocks_total=... prefix_cache_mib_end=...
 // Server flags can be added with HR_LOAD_SERVER_ARGS; HEADROOM_BIN picks the
 // binary (default build/headroom). Never part of `make test`.
 import fs from "node:fs";
@@ -152,6 +152,7 @@ const rssEnd = vmRSS(server.pid);
 const rssPeak = vmRSS(server.pid, "VmHWM");
 const kvUsed = metricValue(metrics, "headroom_kv_blocks_used");
 const kvTotal = metricValue(metrics, "headroom_kv_blocks_total");
+const cacheBytes = metricValue(metrics, "headroom_prefix_cache_bytes");
 const stopped = await server.stop();
 
 const pct = (xs, p) => {
@@ -168,5 +169,6 @@ console.log(`bench serve_load clients=${nClients} seconds=${f(elapsed)} model=${
   `errors=${nErrors} refusals_retried=${refusalsRetried} exit_code=${stopped.code}`);
 for (const [kind, count] of errors) console.log(`bench serve_load_errors kind=${kind} count=${count}`);
 console.log(`bench serve_load_memory rss_start_mib=${f(rssStart)} rss_end_mib=${f(rssEnd)} rss_peak_mib=${f(rssPeak)} ` +
-  `kv_blocks_used_end=${kvUsed ?? "nan"} kv_blocks_total=${kvTotal ?? "nan"}`);
+  `kv_blocks_used_end=${kvUsed ?? "nan"} kv_blocks_total=${kvTotal ?? "nan"} ` +
+  `prefix_cache_mib_end=${f((cacheBytes ?? NaN) / 1048576)}`);
 process.exit(0);

@@ -1291,6 +1291,7 @@ void hr_sched_stats(struct hr_sched *s, struct hr_sched_stats *out)
     *out = s->st;
     out->running = s->n_running;
     out->queued = s->n_queued;
+    out->kv_block_bytes = hr_kv_block_bytes(hr_engine_kv_pool(s->engine));
     if (s->pc) {
         struct hr_pcache_stats ps;
         hr_pcache_stats(s->pc, &ps);

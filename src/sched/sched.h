@@ -181,6 +181,7 @@ struct hr_sched_stats {
     uint64_t aborted_for_memory; /* no path increments it; exported to prove it */
     uint32_t running, queued;
     uint32_t kv_blocks_used, kv_blocks_total;
+    uint64_t kv_block_bytes;
     /* the prefix cache (zeros without one) */
     uint32_t cache_blocks;           /* blocks it indexes */
     uint32_t cache_evictable_blocks; /* of which no request uses */

@@ -754,6 +754,8 @@ static enum MHD_Result r_metrics(struct hr_exchange *ex)
             "headroom_prefix_cache_hit_tokens_total %" PRIu64 "\n"
             "# HELP headroom_prefix_cache_blocks KV blocks the prefix cache holds.\n"
             "# TYPE headroom_prefix_cache_blocks gauge\nheadroom_prefix_cache_blocks %u\n"
+            "# HELP headroom_prefix_cache_bytes KV memory the prefix cache holds.\n"
+            "# TYPE headroom_prefix_cache_bytes gauge\nheadroom_prefix_cache_bytes %" PRIu64 "\n"
             "# HELP headroom_prefix_cache_evictable_blocks Cached blocks no request uses "
             "(the first memory taken back).\n"
             "# TYPE headroom_prefix_cache_evictable_blocks gauge\n"
@@ -763,7 +765,8 @@ static enum MHD_Result r_metrics(struct hr_exchange *ex)
             "# TYPE headroom_prefix_cache_evicted_blocks_total counter\n"
             "headroom_prefix_cache_evicted_blocks_total %" PRIu64 "\n",
             s.running, s.queued, s.steps, s.cache_lookup_tokens, s.cache_hit_tokens,
-            s.cache_blocks, s.cache_evictable_blocks, s.cache_evicted_blocks);
+            s.cache_blocks, (uint64_t)s.cache_blocks * s.kv_block_bytes, s.cache_evictable_blocks,
+            s.cache_evicted_blocks);
     if (st == HR_OK && srv->gov) {
         char gov[16384];
         const size_t n = hr_mem_counters_format(hr_gov_counters(srv->gov), gov, sizeof(gov));
