@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# serve.sh - `headroom serve`'s command line as a user meets it: --help lists
+# every flag the issue names, usage errors exit 2 with one line naming the
+# flag, HEADROOM_<FLAG> variables are read (the command line winning), a port
+# in use is a clear error (exit 1), and SIGINT stops a server cleanly (exit 0).
+# The protocol itself is tested by tests/e2e/ with the official clients.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+hr=${HR_BUILD:-build}/headroom gen=${HR_BUILD:-build}/gen-model
+dir=$(mktemp -d /tmp/hr-cli-serve-XXXXXX)
+pids=()
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$dir"' EXIT
+passed=0 failed=0
+ok() { passed=$((passed + 1)); echo "ok   $1"; }
+bad() { failed=$((failed + 1)); echo "FAIL $1"; }
+expect() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
+
+help=$($hr serve --help; echo "|$?")
+for f in model host port api-key ctx threads parallel memory-limit max-queue queue-timeout alias \
+  max-body no-prefix-cache cache-limit; do
+  expect "--help lists --$f" "grep -q -- '--$f' <<<\"\$help\""
+done
+expect "--help exits 0" "[[ \"\$help\" == *'|0' ]]"
+expect "--help names the environment variables" "grep -q HEADROOM_MEMORY_LIMIT <<<\"\$help\""
+
+err=$($hr serve 2>&1; echo "|$?")
+expect "no --model: exit 2, says what is missing" "[[ \"\$err\" == *'--model FILE is required'*'|2' ]]"
+err=$($hr serve --model x --bogus 1 2>&1; echo "|$?")
+expect "unknown flag: exit 2, named" "[[ \"\$err\" == *\"unknown option '--bogus'\"*'|2' ]]"
+err=$($hr serve --model x --port 70000 2>&1; echo "|$?")
+expect "port above 65535: exit 2" "[[ \"\$err\" == *'--port 70000 is above 65535'*'|2' ]]"
+err=$(HEADROOM_PARALLEL=many $hr serve --model x 2>&1; echo "|$?")
+expect "HEADROOM_PARALLEL is read and checked" "[[ \"\$err\" == *\"--parallel: 'many' is not a valid count\"*'|2' ]]"
+err=$(HEADROOM_PARALLEL=many $hr serve --model x --parallel 2 --max-body 0 2>&1; echo "|$?")
+expect "the command line wins over the environment" "[[ \"\$err\" != *'many'* && \"\$err\" == *'--max-body'*'|2' ]]"
+err=$($hr serve --model x --no-prefix-cache=1 2>&1; echo "|$?")
+expect "a switch takes no value" "[[ \"\$err\" == *'--no-prefix-cache takes no value'*'|2' ]]"
+err=$($hr serve --model "$dir/missing.gguf" --port 0 2>&1; echo "|$?")
+expect "a missing model: exit 1, the path named" "[[ \"\$err\" == *'missing.gguf'*'|1' ]]"
+
+# A real server on a free port, started through the environment.
+$gen --shape tiny --out "$dir/m.gguf" >/dev/null 2>&1
+HEADROOM_MODEL="$dir/m.gguf" HEADROOM_PORT=0 HEADROOM_ALIAS=one,two $hr serve 2>"$dir/log" &
+pids+=($!)
+port=
+for _ in $(seq 1 100); do
+  port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$dir/log" | sed 's/.*://')
+  [[ -n $port ]] && break
+  sleep 0.1
+done
+expect "HEADROOM_MODEL / HEADROOM_PORT=0: listening, port logged" "[[ -n \"\$port\" ]]"
+models=$(curl -s "http://127.0.0.1:$port/v1/models")
+expect "HEADROOM_ALIAS=one,two: both names in /v1/models" "[[ \"\$models\" == *'\"one\"'* && \"\$models\" == *'\"two\"'* ]]"
+err=$($hr serve --model "$dir/m.gguf" --port "$port" 2>&1; echo "|$?")
+expect "a port in use: exit 1, the address named" "[[ \"\$err\" == *\"cannot listen on 127.0.0.1:$port\"*'|1' ]]"
+kill -INT "${pids[0]}"
+wait "${pids[0]}"
+rc=$?
+expect "SIGINT: exit 0" "[[ $rc -eq 0 ]]"
+expect "SIGINT: logged" "grep -q 'SIGINT: shutting down' \"\$dir/log\""
+
+echo "$passed passed, $failed failed"
+((failed == 0))
