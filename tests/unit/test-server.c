@@ -140,6 +140,7 @@ static int setup(void **state)
                                          .port = 0,
                                          .api_key = "sesame",
                                          .n_threads = 2,
+                                         .n_ctx = 8192, /* long enough for a stream to outlast a check */
                                          .parallel = 3,
                                          .aliases = aliases,
                                          .n_aliases = 1,
@@ -272,7 +273,7 @@ static void test_disconnect_frees_kv(void **state)
     (void)state;
     int fd = connect_server();
     send_request(fd, "POST", "/v1/messages", KEY,
-                 "{\"model\":\"m\",\"max_tokens\":400,\"stream\":true,\"messages\":"
+                 "{\"model\":\"m\",\"max_tokens\":8000,\"temperature\":0,\"stream\":true,\"messages\":"
                  "[{\"role\":\"user\",\"content\":\"tell me a long story\"}]}");
     char buf[4096];
     size_t got = 0;
@@ -308,7 +309,7 @@ static void test_sigterm_during_stream(void **state)
     (void)state;
     int fd = connect_server();
     send_request(fd, "POST", "/v1/messages", KEY,
-                 "{\"model\":\"m\",\"max_tokens\":450,\"stream\":true,\"messages\":"
+                 "{\"model\":\"m\",\"max_tokens\":8000,\"temperature\":0,\"stream\":true,\"messages\":"
                  "[{\"role\":\"user\",\"content\":\"again\"}]}");
     pthread_t t;
     pthread_create(&t, NULL, send_sigterm, NULL);
