@@ -9,6 +9,8 @@
 #   make format   clang-format every C file
 
 SHELL := /bin/bash
+# The build is noisy enough without make announcing every directory it enters.
+MAKEFLAGS += --no-print-directory
 JOBS ?= $(shell nproc)
 FUZZ_SECONDS ?= 60
 DEMO := models/demo.gguf
