@@ -127,6 +127,15 @@ static void stream_free(void *cls)
 
 /* ---- responses ---------------------------------------------------------------- */
 
+/* Counts a request when its response is queued, before any byte of it can
+ * reach the client: a client that reads /metrics right after a response
+ * then always sees that response counted. */
+static void answered(struct hr_exchange *ex, unsigned status)
+{
+    ex->status = status;
+    hr_metrics_count_request(&ex->srv->metrics, ex->route_id, status);
+}
+
 static void add_common_headers(struct hr_exchange *ex, struct MHD_Response *r)
 {
     char id[32];
@@ -151,7 +160,7 @@ enum MHD_Result hr_respond(struct hr_exchange *ex, unsigned status, const char *
     if (ex->allow && status == MHD_HTTP_METHOD_NOT_ALLOWED)
         MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, ex->allow);
     add_common_headers(ex, r);
-    ex->status = status;
+    answered(ex, status);
     const enum MHD_Result ret = MHD_queue_response(ex->conn, status, r);
     MHD_destroy_response(r);
     return ret;
@@ -200,7 +209,7 @@ enum MHD_Result hr_respond_stream(struct hr_exchange *ex, struct hr_gen *g)
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(r, "X-Accel-Buffering", "no");
     add_common_headers(ex, r);
-    ex->status = 200;
+    answered(ex, 200);
     const enum MHD_Result ret = MHD_queue_response(ex->conn, 200, r);
     MHD_destroy_response(r);
     return ret;
@@ -350,10 +359,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (!ex)
         return;
     *con_cls = NULL;
-    hr_metrics_count_request(&srv->metrics, ex->route_id,
-                             toe == MHD_REQUEST_TERMINATED_COMPLETED_OK || ex->status
-                                 ? ex->status
-                                 : 499);
+    if (!ex->status) /* never answered: the client left first */
+        hr_metrics_count_request(&srv->metrics, ex->route_id, 499);
     if (ex->gen)
         gen_detach(ex->gen, toe != MHD_REQUEST_TERMINATED_COMPLETED_OK &&
                                 toe != MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN);
