@@ -1304,6 +1304,18 @@ void hr_sched_stats(struct hr_sched *s, struct hr_sched_stats *out)
     pthread_mutex_unlock(&s->mu);
 }
 
+uint32_t hr_sched_cached_prefix(struct hr_sched *s, const int32_t *prompt, uint32_t n_prompt)
+{
+    if (!s->pc || n_prompt == 0)
+        return 0;
+    const uint32_t bt = hr_kv_block_tokens(hr_engine_kv_pool(s->engine));
+    pthread_mutex_lock(&s->mu);
+    uint32_t n = hr_pcache_peek(s->pc, prompt, n_prompt) * bt;
+    pthread_mutex_unlock(&s->mu);
+    const uint32_t most = (n_prompt - 1) / bt * bt;
+    return n < most ? n : most;
+}
+
 void hr_sched_wait_idle(struct hr_sched *s)
 {
     pthread_mutex_lock(&s->mu);

@@ -212,6 +212,12 @@ enum hr_status hr_sched_cancel(struct hr_sched *s, uint64_t id);
 
 void hr_sched_stats(struct hr_sched *s, struct hr_sched_stats *out);
 
+/* How many leading tokens of a prompt the prefix cache holds right now
+ * (whole blocks, never the last token): what a request would be served from
+ * the cache if it started now. For a response that must report usage before
+ * the request leaves the queue; the STARTED event has the real number. */
+uint32_t hr_sched_cached_prefix(struct hr_sched *s, const int32_t *prompt, uint32_t n_prompt);
+
 /* Blocks until no request is queued or running (tests, `headroom run`). */
 void hr_sched_wait_idle(struct hr_sched *s);
 

@@ -732,11 +732,6 @@ void hr_api_writer_set_cached(struct hr_api_writer *w, uint32_t n_cached)
     w->n_cached = n_cached;
 }
 
-bool hr_api_writer_started(const struct hr_api_writer *w)
-{
-    return w->started;
-}
-
 enum hr_status hr_api_writer_start(struct hr_api_writer *w, struct hr_api_buf *out)
 {
     HR_ASSERT(!w->finished);

@@ -211,10 +211,9 @@ void hr_api_writer_free(struct hr_api_writer *w);
  * n_output counts generated tokens. Only HR_ERR_NOMEM fails.
  */
 /* The prompt tokens the prefix cache served, known when the request leaves
- * the queue (config.n_cached until then). Usage written after this call
- * reports it: call it before start for Anthropic's message_start. */
+ * the queue (config.n_cached, an estimate, until then). Usage written after
+ * this call reports it. */
 void hr_api_writer_set_cached(struct hr_api_writer *w, uint32_t n_cached);
-bool hr_api_writer_started(const struct hr_api_writer *w);
 enum hr_status hr_api_writer_start(struct hr_api_writer *w, struct hr_api_buf *out);
 enum hr_status hr_api_writer_event(struct hr_api_writer *w, const struct hr_chat_event *ev,
                                    struct hr_api_buf *out);

@@ -260,8 +260,6 @@ static void on_event(const struct hr_sched_event *ev, void *user)
         g->n_cached = ev->n_cached;
         hr_api_writer_set_cached(g->w, ev->n_cached);
         atomic_fetch_add(&srv->metrics.cached_tokens, ev->n_cached);
-        if (g->stream && !hr_api_writer_started(g->w))
-            (void)hr_api_writer_start(g->w, &g->out); /* NOMEM: the first event starts it */
         if (now - g->t_arrival > 1.0)
             hr_log_info("server", "request %llu started after %.1f s in the queue",
                         (unsigned long long)g->rid, now - g->t_arrival);
@@ -433,6 +431,10 @@ static enum MHD_Result generate(struct hr_exchange *ex, enum hr_api_kind kind)
                          &srv->rng);
     pthread_mutex_unlock(&srv->gens_mu);
     memcpy(id, id_prefix(kind), strlen(id_prefix(kind)));
+    pthread_mutex_lock(&srv->sched_mu);
+    const uint32_t cached_now =
+        srv->sched ? hr_sched_cached_prefix(srv->sched, ids.ids, g->n_prompt) : 0;
+    pthread_mutex_unlock(&srv->sched_mu);
     const struct hr_api_writer_config wc = {
         .kind = kind,
         .stream = g->stream,
@@ -442,14 +444,16 @@ static enum MHD_Result generate(struct hr_exchange *ex, enum hr_api_kind kind)
         .id = id,
         .created = (int64_t)time(NULL),
         .n_prompt = g->n_prompt,
-        .n_cached = 0,
+        .n_cached = cached_now,
         .stop = (const char *const *)g->req.stop,
         .n_stop = g->req.n_stop,
         .seed = seed,
     };
-    /* The writer starts (message_start, the role chunk) when the request
-     * leaves the queue, when the prefix cache has said what it served. */
-    if (hr_api_writer_init(&wc, &g->w, &err) != HR_OK) {
+    /* The writer starts (message_start, the role chunk) now, as the request
+     * is admitted, with the cached tokens the cache holds now; the STARTED
+     * event corrects the number for the usage written at the end. */
+    if (hr_api_writer_init(&wc, &g->w, &err) != HR_OK ||
+        hr_api_writer_start(g->w, &g->out) != HR_OK) {
         ret = fail(ex, HR_API_ERR_INTERNAL, 0, "%s", err.msg[0] ? err.msg : "out of memory");
         goto out;
     }
