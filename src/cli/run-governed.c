@@ -85,22 +85,11 @@ static void on_event(const struct hr_sched_event *ev, void *user)
     }
 }
 
-static uint64_t ram_total(void)
-{
-    struct hr_mem_probe p;
-    struct hr_mem_sample s = {0};
-    if (hr_mem_probe_sys_init(NULL, &p, NULL) != HR_OK)
-        return 0;
-    hr_mem_probe_sample(&p, &s);
-    hr_mem_probe_free(&p);
-    return s.known & HR_MEM_HAVE_TOTAL ? s.mem_total_bytes : 0;
-}
-
 void hr_cli_report_limit(const char *memory_limit, uint64_t peak_rss_bytes)
 {
     uint64_t limit = 0;
     struct hr_err err = {{0}};
-    if (hr_mem_parse_size(memory_limit, ram_total(), &limit, &err) != HR_OK) {
+    if (hr_mem_parse_size(memory_limit, hr_mem_ram_total_bytes(), &limit, &err) != HR_OK) {
         fprintf(stderr, "headroom run: --memory-limit: %s\n", err.msg);
         return;
     }
@@ -116,7 +105,7 @@ int hr_cli_run_governed(const struct hr_cli_governed_run *g)
     struct hr_err err = {{0}};
     struct hr_gov_config gc;
     hr_gov_config_default(&gc);
-    if (hr_mem_parse_size(g->memory_limit, ram_total(), &gc.limit_bytes, &err) != HR_OK) {
+    if (hr_mem_parse_size(g->memory_limit, hr_mem_ram_total_bytes(), &gc.limit_bytes, &err) != HR_OK) {
         fprintf(stderr, "headroom run: --memory-limit: %s\n", err.msg);
         return 2;
     }

@@ -343,3 +343,14 @@ struct hr_mem_probe hr_mem_script_probe(struct hr_mem_script *script)
     struct hr_mem_probe p = {.ops = &g_script_ops, .ctx = script};
     return p;
 }
+
+uint64_t hr_mem_ram_total_bytes(void)
+{
+    struct hr_mem_probe p;
+    struct hr_mem_sample s = {0};
+    if (hr_mem_probe_sys_init(NULL, &p, NULL) != HR_OK)
+        return 0;
+    hr_mem_probe_sample(&p, &s);
+    hr_mem_probe_free(&p);
+    return s.known & HR_MEM_HAVE_TOTAL ? s.mem_total_bytes : 0;
+}

@@ -77,6 +77,10 @@ void hr_mem_probe_free(struct hr_mem_probe *probe);
 enum hr_status hr_mem_probe_sys_init(const char *root, struct hr_mem_probe *out,
                                      struct hr_err *err);
 
+/* This machine's MemTotal, for percentages in size strings (size.h); 0 when
+ * it cannot be read. One sample of the real probe. */
+uint64_t hr_mem_ram_total_bytes(void);
+
 /*
  * The parsers behind the sys probe, on file contents (NUL-terminated), so
  * tests need no files. Each returns 1 when it found its value(s), 0 when

@@ -535,19 +535,7 @@ static enum MHD_Result generate(struct hr_exchange *ex, enum hr_api_kind kind)
     ex->gen = g;
     if (g->stream)
         return hr_respond_stream(ex, g);
-    /* A document: wait (suspended) for the last event. */
-    pthread_mutex_lock(&g->mu);
-    if (g->done) {
-        pthread_mutex_unlock(&g->mu);
-        if (g->failed)
-            return hr_respond_error(ex, &g->error);
-        return hr_respond(ex, 200, "application/json", g->out.data ? g->out.data : "",
-                          g->out.len, 0);
-    }
-    g->suspended = true;
-    MHD_suspend_connection(ex->conn);
-    pthread_mutex_unlock(&g->mu);
-    return MHD_YES;
+    return hr_respond_document(ex);
 
 out:
     free(prompt_text);
@@ -848,17 +836,6 @@ enum MHD_Result hr_route_dispatch(struct hr_exchange *ex)
 
 /* ---- the model ---------------------------------------------------------------------- */
 
-static uint64_t ram_total(void)
-{
-    struct hr_mem_probe p;
-    struct hr_mem_sample s = {0};
-    if (hr_mem_probe_sys_init(NULL, &p, NULL) != HR_OK)
-        return 0;
-    hr_mem_probe_sample(&p, &s);
-    hr_mem_probe_free(&p);
-    return s.known & HR_MEM_HAVE_TOTAL ? s.mem_total_bytes : 0;
-}
-
 enum hr_status hr_server_load(struct hr_server *srv, struct hr_err *err)
 {
     const struct hr_server_config *cfg = &srv->cfg;
@@ -915,7 +892,7 @@ enum hr_status hr_server_load(struct hr_server *srv, struct hr_err *err)
     struct hr_gov_config gc;
     hr_gov_config_default(&gc);
     if (cfg->memory_limit &&
-        (st = hr_mem_parse_size(cfg->memory_limit, ram_total(), &gc.limit_bytes, err)) != HR_OK) {
+        (st = hr_mem_parse_size(cfg->memory_limit, hr_mem_ram_total_bytes(), &gc.limit_bytes, err)) != HR_OK) {
         hr_err_prefix(err, "--memory-limit");
         return st;
     }

@@ -124,6 +124,9 @@ enum MHD_Result hr_respond(struct hr_exchange *ex, unsigned status, const char *
                            const char *body, size_t len, unsigned retry_after_s);
 enum MHD_Result hr_respond_json(struct hr_exchange *ex, unsigned status, json_t *doc); /* steals doc */
 enum MHD_Result hr_respond_error(struct hr_exchange *ex, const struct hr_api_error *e);
+/* ex->gen's whole document once it is done; until then the connection
+ * waits suspended (the last event resumes it). */
+enum MHD_Result hr_respond_document(struct hr_exchange *ex);
 /* Queues g's streaming response; the response holds one reference of g. */
 enum MHD_Result hr_respond_stream(struct hr_exchange *ex, struct hr_gen *g);
 

@@ -215,9 +215,10 @@ enum MHD_Result hr_respond_stream(struct hr_exchange *ex, struct hr_gen *g)
     return ret;
 }
 
-/* The handler suspends a non-streaming generation's connection until its
- * document (or error) is ready; then it runs again and lands here. */
-static enum MHD_Result respond_finished(struct hr_exchange *ex)
+/* A non-streaming generation: its document (or error) if the last event
+ * came, else the connection is suspended until it does; the handler then
+ * runs again and lands here once more. */
+enum MHD_Result hr_respond_document(struct hr_exchange *ex)
 {
     struct hr_gen *g = ex->gen;
     pthread_mutex_lock(&g->mu);
@@ -330,7 +331,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (ex->gen)
-        return respond_finished(ex);
+        return hr_respond_document(ex);
 
     struct hr_api_error e = {0};
     if (ex->too_large) {
