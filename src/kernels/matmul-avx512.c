@@ -15,6 +15,11 @@
  * pulls 17-26 GB/s from DRAM, so decode is memory-bound except for Q8_0's
  * invariant kernel on one thread. Software prefetch helped only the
  * GEMM-order kernels (whose two passes leave the memory idle in between).
+ * The model packs Q8_0 matrices at load (hr_matmul_pack), so Q8_0 normally
+ * takes none of these paths: gemm_q8_0_packed runs the GEMM's tiles on the
+ * packed panels at every m, decode included (~100 GB/s per thread from L2,
+ * so decode is bound by DRAM alone). The row-major Q8_0 kernels remain for
+ * matrices that are not packed (HR_KERNELS_PACK=0, rows over 32768).
  *
  * GEMM (prefill): compute-bound. The weights are packed, 32 rows x a k-chunk
  * at a time, into a small panel (L1) where every 64-byte vector holds the
@@ -581,9 +586,15 @@ T512 static void pack_q8_0(struct panel_q8 *p, const uint8_t *w, size_t row_byte
     }
 }
 
-INLINE T512 void tile_q8_0(const struct panel_q8 *p, size_t kbn, size_t kb0,
-                           const struct hr_mm_layout *l, const void *act, size_t i0, const int I,
-                           float *y, size_t ldy, size_t r, size_t nr, bool first)
+/*
+ * One tile: I tokens x 32 rows over blocks [kb0, kb0 + kbn) of a panel whose
+ * quants are q[b][t][v] (16 rows x 4 unsigned bytes per vector) and whose
+ * scales are d[b][v][16], f32 (panels packed here) or f16 (d16: weights
+ * packed at load, hr_matmul_pack; widened here to the same f32 values).
+ */
+INLINE T512 void tile_q8_0(const __m512i (*q)[8][2], const void *d, const bool d16, size_t kbn,
+                           size_t kb0, const struct hr_mm_layout *l, const void *act, size_t i0,
+                           const int I, float *y, size_t ldy, size_t r, size_t nr, bool first)
 {
     const int8_t *qs[TILE_Q8_MAX];
     const float *da[TILE_Q8_MAX];
@@ -606,8 +617,8 @@ INLINE T512 void tile_q8_0(const struct panel_q8 *p, size_t kbn, size_t kb0,
             acc[i][0] = acc[i][1] = _mm512_set1_epi32(comp[i][b]);
         UNROLL
         for (int t = 0; t < 8; t++) {
-            const __m512i w0 = _mm512_load_si512(&p->w[b][t][0]);
-            const __m512i w1 = _mm512_load_si512(&p->w[b][t][1]);
+            const __m512i w0 = _mm512_load_si512(&q[b][t][0]);
+            const __m512i w1 = _mm512_load_si512(&q[b][t][1]);
             UNROLL
             for (int i = 0; i < I; i++) {
                 int32_t a4;
@@ -617,7 +628,15 @@ INLINE T512 void tile_q8_0(const struct panel_q8 *p, size_t kbn, size_t kb0,
                 acc[i][1] = _mm512_dpbusd_epi32(acc[i][1], w1, a);
             }
         }
-        const __m512 d0 = _mm512_load_ps(p->d[b][0]), d1 = _mm512_load_ps(p->d[b][1]);
+        __m512 d0, d1;
+        if (d16) {
+            const uint16_t *h = (const uint16_t *)d + 32 * b;
+            d0 = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)h));
+            d1 = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(h + 16)));
+        } else {
+            d0 = _mm512_load_ps((const float *)d + 32 * b);
+            d1 = _mm512_load_ps((const float *)d + 32 * b + 16);
+        }
         UNROLL
         for (int i = 0; i < I; i++) {
             const __m512 ad = _mm512_set1_ps(da[i][b]);
@@ -630,29 +649,62 @@ INLINE T512 void tile_q8_0(const struct panel_q8 *p, size_t kbn, size_t kb0,
         store_row(y + (i0 + i) * ldy + r, c[i][0], c[i][1], nr);
 }
 
+/* All m tokens of one panel chunk, 6 at a time. */
+INLINE T512 void tiles_q8_0(const __m512i (*q)[8][2], const void *d, const bool d16, size_t kbn,
+                            size_t kb0, const struct hr_mm_layout *l, const void *act, float *y,
+                            size_t ldy, size_t r, size_t nr)
+{
+    const size_t m = l->m;
+    const bool first = kb0 == 0;
+    size_t i0 = 0;
+    for (; i0 + 6 <= m; i0 += 6)
+        tile_q8_0(q, d, d16, kbn, kb0, l, act, i0, 6, y, ldy, r, nr, first);
+    switch (m - i0) {
+    case 5: tile_q8_0(q, d, d16, kbn, kb0, l, act, i0, 5, y, ldy, r, nr, first); break;
+    case 4: tile_q8_0(q, d, d16, kbn, kb0, l, act, i0, 4, y, ldy, r, nr, first); break;
+    case 3: tile_q8_0(q, d, d16, kbn, kb0, l, act, i0, 3, y, ldy, r, nr, first); break;
+    case 2: tile_q8_0(q, d, d16, kbn, kb0, l, act, i0, 2, y, ldy, r, nr, first); break;
+    case 1: tile_q8_0(q, d, d16, kbn, kb0, l, act, i0, 1, y, ldy, r, nr, first); break;
+    default: break;
+    }
+}
+
 T512 static void gemm_q8_0(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
                            const void *act, float *y, size_t ldy)
 {
     const bool q4 = l->wtype == HR_GGML_Q4_0;
-    const size_t nb = l->nb, row_bytes = nb * (q4 ? 18 : 34), m = l->m;
+    const size_t nb = l->nb, row_bytes = nb * (q4 ? 18 : 34);
     struct panel_q8 p __attribute__((aligned(64)));
     for (size_t r = r0; r < r1; r += NR) {
         const size_t nr = min_sz(NR, r1 - r);
         for (size_t kb0 = 0; kb0 < nb; kb0 += KB_Q8) {
             const size_t kbn = min_sz(KB_Q8, nb - kb0);
             pack_q8_0(&p, (const uint8_t *)w + r * row_bytes, row_bytes, nr, kb0, kbn, q4);
-            size_t i0 = 0;
-            for (; i0 + 6 <= m; i0 += 6)
-                tile_q8_0(&p, kbn, kb0, l, act, i0, 6, y, ldy, r, nr, kb0 == 0);
-            switch (m - i0) {
-            case 5: tile_q8_0(&p, kbn, kb0, l, act, i0, 5, y, ldy, r, nr, kb0 == 0); break;
-            case 4: tile_q8_0(&p, kbn, kb0, l, act, i0, 4, y, ldy, r, nr, kb0 == 0); break;
-            case 3: tile_q8_0(&p, kbn, kb0, l, act, i0, 3, y, ldy, r, nr, kb0 == 0); break;
-            case 2: tile_q8_0(&p, kbn, kb0, l, act, i0, 2, y, ldy, r, nr, kb0 == 0); break;
-            case 1: tile_q8_0(&p, kbn, kb0, l, act, i0, 1, y, ldy, r, nr, kb0 == 0); break;
-            default: break;
-            }
+            tiles_q8_0((const __m512i (*)[8][2])p.w, p.d, false, kbn, kb0, l, act, y, ldy, r, nr);
         }
+    }
+}
+
+/*
+ * Q8_0 weights packed at load (hr_matmul_pack, layout in matmul-impl.h):
+ * the panels above, made once, so every m, decode included, runs the GEMM's
+ * tiles straight from memory. A decode step then costs ~1.5 vector ops per
+ * weight row and block instead of ~6 (pack or fold and transpose), and
+ * reads one sequential stream per thread; the results are those of
+ * gemm_q8_0 bit for bit (same tiles, same order).
+ */
+T512 static void gemm_q8_0_packed(const struct hr_mm_layout *l, const void *w, size_t r0,
+                                  size_t r1, const void *act, float *y, size_t ldy)
+{
+    const size_t nb = l->nb;
+    for (size_t r = r0; r < r1; r += NR) {
+        const size_t nr = min_sz(NR, r1 - r);
+        const uint8_t *pw = (const uint8_t *)w + r / NR * hr_mm_q8p_panel_bytes(nb);
+        const __m512i (*q)[8][2] = (const __m512i (*)[8][2])pw;
+        const uint16_t *d = (const uint16_t *)(pw + hr_mm_q8p_scales_off(nb));
+        for (size_t kb0 = 0; kb0 < nb; kb0 += KB_Q8)
+            tiles_q8_0(q + kb0, d + 32 * kb0, true, min_sz(KB_Q8, nb - kb0), kb0, l, act, y, ldy,
+                       r, nr);
     }
 }
 
@@ -1102,14 +1154,13 @@ T512BF static void gemm_bf16(const struct hr_mm_layout *l, const void *w, size_t
  * comes from DRAM once per call; the activations, re-read per panel, come
  * from L2/L3.
  */
-/* Decode (one token): rows of at least FT_WIDE_ROW bytes go 8 at a time,
- * shorter ones 4 at a time (bench-matmul at m = 1, 2 threads: Llama-1B's
- * 4-16 KiB F16 rows 25-28 -> 34-37 GB/s with 8; Qwen's 1.8 KiB rows are
- * faster with 4). The tile shape never changes a result. */
-#ifndef FT_WIDE_ROW
-#define FT_WIDE_ROW 4096
-#endif
-#define FT_MAX_R 8
+/* Decode (one token) takes 4 rows at a time, like prefill. 8 rows read 8
+ * interleaved streams, which at 4 KiB rows (Llama-1B F16) also share one L1
+ * set: bench-matmul at m = 1, 2 threads, medians of 3 rounds next to ggml's
+ * one-row kernel on the Llama-1B F16 shapes: 0.77 of ggml's GB/s with 8
+ * rows, 0.92 with 4, 0.89 with 1 (latency-bound: one fma chain per output).
+ * The tile shape never changes a result. */
+#define FT_MAX_R 4
 #define FT_MAX_I 6
 #ifndef FT_PF_MAX_I
 #define FT_PF_MAX_I 2 /* prefetch at decode-like tiles only */
@@ -1248,12 +1299,7 @@ INLINE T512BF void ftile_bf16(const struct hr_mm_layout *l, const void *w, size_
                 const int I = (int)min_sz(FT_MAX_I, m - i0);                                       \
                 size_t r = p0;                                                                     \
                 switch (I) {                                                                       \
-                case 1:                                                                    \
-                    if (l->k * esz >= FT_WIDE_ROW)                                         \
-                        for (; r + 8 <= p1; r += 8) TILE(l, w, r, 8, act, i0, 1, y, ldy);  \
-                    else                                                                   \
-                        for (; r + 4 <= p1; r += 4) TILE(l, w, r, 4, act, i0, 1, y, ldy);  \
-                    break;                                                                 \
+                case 1: for (; r + 4 <= p1; r += 4) TILE(l, w, r, 4, act, i0, 1, y, ldy); break;   \
                 case 2: for (; r + 4 <= p1; r += 4) TILE(l, w, r, 4, act, i0, 2, y, ldy); break;   \
                 case 3: for (; r + 4 <= p1; r += 4) TILE(l, w, r, 4, act, i0, 3, y, ldy); break;   \
                 case 4: for (; r + 4 <= p1; r += 4) TILE(l, w, r, 4, act, i0, 4, y, ldy); break;   \
@@ -1322,6 +1368,7 @@ const struct hr_mm_isa hr_mm_isa_avx512 = {
     .row_align = NR,
     .prepare = prepare_avx512,
     .compute = compute_avx512,
+    .compute_packed = gemm_q8_0_packed,
 };
 
 #endif

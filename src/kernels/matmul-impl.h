@@ -107,6 +107,21 @@ static inline const uint16_t *hr_mm_u16(const struct hr_mm_layout *l, const void
 
 
 /*
+ * Packed Q8_0 weights (hr_matmul_pack), the AVX-512 GEMM's panel made once
+ * at load. Rows go in panels of 32 (rows past n_out: zero quants and scales);
+ * with nb = k / 32 blocks, panel p is
+ *   q  u8  [nb][8][2][16][4]  block b, group t, half v, lane i: the quants
+ *                             32b + 4t .. 32b + 4t + 3 of row 32p + 16v + i,
+ *                             plus 128 (unsigned, for vpdpbusd)
+ *   d  f16 [nb][2][16]        block b's scale of row 32p + 16v + i
+ * nb * 1088 bytes, the same as the 32 rows in GGUF; 1088 = 17 * 64, so in a
+ * 64-byte aligned buffer every vector of every panel is aligned.
+ */
+#define HR_MM_Q8P_ROWS 32
+static inline size_t hr_mm_q8p_panel_bytes(size_t nb) { return nb * 1088; }
+static inline size_t hr_mm_q8p_scales_off(size_t nb) { return nb * 1024; }
+
+/*
  * One ISA's kernels.
  *  prepare: converts activation rows [i0, i1) into the act scratch.
  *  compute: output rows [r0, r1) of all m tokens. The rows are this thread's
@@ -119,6 +134,10 @@ struct hr_mm_isa {
                     void *act);
     void (*compute)(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
                     const void *act, float *y, size_t ldy);
+    /* compute for packed Q8_0 weights (r0 a multiple of 32); NULL: this ISA
+     * does not read the packed layout, and weights are not packed for it. */
+    void (*compute_packed)(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
+                           const void *act, float *y, size_t ldy);
 };
 
 extern const struct hr_mm_isa hr_mm_isa_generic;

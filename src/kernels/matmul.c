@@ -278,6 +278,99 @@ void hr_matmul_compute(enum hr_ggml_type wtype, const void *w, size_t k, size_t 
         p->compute(&l, w, r0, r1, act, y, ldy);
 }
 
+/* ---- packed weights -------------------------------------------------------- */
+
+/* Longest row packed: the fallback below unpacks one row on the stack. */
+#define PACK_MAX_K 32768
+
+size_t hr_matmul_packed_bytes(enum hr_ggml_type type, size_t k, size_t n_out)
+{
+    if (type != HR_GGML_Q8_0 || k % 32 != 0 || k > PACK_MAX_K || !isa()->compute_packed)
+        return 0;
+    const char *env = getenv("HR_KERNELS_PACK"); /* 0: keep the file's layout (A/B runs) */
+    if (env && strcmp(env, "0") == 0)
+        return 0;
+    return (n_out + HR_MM_Q8P_ROWS - 1) / HR_MM_Q8P_ROWS * hr_mm_q8p_panel_bytes(k / 32);
+}
+
+void hr_matmul_pack(enum hr_ggml_type type, const void *w, size_t k, size_t n_out, void *dst)
+{
+    (void)type; /* Q8_0, the one type packed */
+    const size_t nb = k / 32, rb = nb * 34, pb = hr_mm_q8p_panel_bytes(nb);
+    const size_t panels = (n_out + HR_MM_Q8P_ROWS - 1) / HR_MM_Q8P_ROWS;
+    for (size_t p = 0; p < panels; p++) {
+        uint8_t *q = (uint8_t *)dst + p * pb;
+        uint16_t *d = (uint16_t *)(q + hr_mm_q8p_scales_off(nb));
+        for (size_t lane = 0; lane < HR_MM_Q8P_ROWS; lane++) {
+            const size_t row = p * HR_MM_Q8P_ROWS + lane, v = lane / 16, i = lane % 16;
+            const uint8_t *src = row < n_out ? (const uint8_t *)w + row * rb : NULL;
+            for (size_t b = 0; b < nb; b++) {
+                uint16_t h = 0;
+                uint32_t u[8] = {0};
+                if (src) {
+                    memcpy(&h, src + b * 34, 2);
+                    memcpy(u, src + b * 34 + 2, 32);
+                }
+                d[(b * 2 + v) * 16 + i] = h;
+                for (size_t t = 0; t < 8; t++) {
+                    const uint32_t x = u[t] ^ 0x80808080u; /* w + 128, bytewise */
+                    memcpy(q + ((b * 8 + t) * 2 + v) * 64 + i * 4, &x, 4);
+                }
+            }
+        }
+    }
+}
+
+/* Row `row` of a packed matrix back in GGUF's Q8_0 layout (34-byte blocks). */
+static void unpack_row(const void *packed, size_t k, size_t row, uint8_t *dst)
+{
+    const size_t nb = k / 32;
+    const uint8_t *q = (const uint8_t *)packed + row / HR_MM_Q8P_ROWS * hr_mm_q8p_panel_bytes(nb);
+    const uint16_t *d = (const uint16_t *)(q + hr_mm_q8p_scales_off(nb));
+    const size_t v = row % HR_MM_Q8P_ROWS / 16, i = row % 16;
+    for (size_t b = 0; b < nb; b++) {
+        memcpy(dst + b * 34, &d[(b * 2 + v) * 16 + i], 2);
+        for (size_t t = 0; t < 8; t++) {
+            uint32_t x;
+            memcpy(&x, q + ((b * 8 + t) * 2 + v) * 64 + i * 4, 4);
+            x ^= 0x80808080u;
+            memcpy(dst + b * 34 + 2 + 4 * t, &x, 4);
+        }
+    }
+}
+
+void hr_matmul_compute_packed(enum hr_ggml_type type, const void *w, size_t k, size_t n_out,
+                              const void *act, size_t m, float *y, size_t ldy, int ith, int nth)
+{
+    const struct hr_mm_isa *p = isa();
+    struct hr_mm_layout l;
+    hr_mm_layout_init(&l, type, m, k);
+    size_t r0, r1;
+    if (p->compute_packed) {
+        split(n_out, HR_MM_Q8P_ROWS, ith, nth, &r0, &r1);
+        if (r0 < r1 && m > 0)
+            p->compute_packed(&l, w, r0, r1, act, y, ldy);
+        return;
+    }
+    /* An ISA forced after the weights were packed (tests, HR_KERNELS_ISA):
+     * each row unpacked and computed as stored, so the results are that
+     * ISA's own. */
+    uint8_t row[PACK_MAX_K / 32 * 34];
+    split(n_out, 1, ith, nth, &r0, &r1);
+    for (size_t r = r0; r < r1 && m > 0; r++) {
+        unpack_row(w, k, r, row);
+        p->compute(&l, row, 0, 1, act, y + r, ldy);
+    }
+}
+
+void hr_matmul_packed_row(enum hr_ggml_type type, const void *packed, size_t k, size_t row,
+                          float *dst)
+{
+    uint8_t buf[PACK_MAX_K / 32 * 34];
+    unpack_row(packed, k, row, buf);
+    (void)hr_dequantize_row(type, buf, dst, k);
+}
+
 void hr_dequantize_row_any(enum hr_ggml_type type, const void *src, float *dst, size_t n)
 {
     (void)hr_dequantize_row(type, src, dst, n);

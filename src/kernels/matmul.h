@@ -93,6 +93,31 @@ void hr_matmul_prepare(enum hr_ggml_type wtype, const float *x, size_t m, size_t
 void hr_matmul_compute(enum hr_ggml_type wtype, const void *w, size_t k, size_t n_out,
                        const void *act, size_t m, float *y, size_t ldy, int ith, int nth);
 
+/*
+ * Packed weights. The AVX-512 Q8_0 kernels read a weight matrix fastest in
+ * a layout of their own (matmul-impl.h): 32 rows interleaved so that one
+ * vpdpbusd advances 16 of them, the panel the prefill GEMM otherwise builds
+ * at every call. The model packs each matrix it can once, at load, into
+ * memory of the same size, and frees the file's pages of it. Every m,
+ * decode included, then runs the GEMM's tiles on the packed copy: decode
+ * streams the weights with a quarter of the vector work, prefill skips its
+ * packing, and the results equal the row-major kernels' bit for bit.
+ *
+ *   hr_matmul_packed_bytes: bytes of the packed copy of an n_out x k matrix,
+ *       or 0 when this CPU's kernels read `type` as stored (or when
+ *       HR_KERNELS_PACK=0 is set in the environment, for A/B runs)
+ *   hr_matmul_pack: writes it to `dst` (64-byte aligned)
+ *   hr_matmul_compute_packed: hr_matmul_compute on the packed copy (same
+ *       contract; if another ISA was forced since, it unpacks row by row)
+ *   hr_matmul_packed_row: dequantizes one row of it (tied embeddings)
+ */
+size_t hr_matmul_packed_bytes(enum hr_ggml_type type, size_t k, size_t n_out);
+void hr_matmul_pack(enum hr_ggml_type type, const void *w, size_t k, size_t n_out, void *dst);
+void hr_matmul_compute_packed(enum hr_ggml_type type, const void *w, size_t k, size_t n_out,
+                              const void *act, size_t m, float *y, size_t ldy, int ith, int nth);
+void hr_matmul_packed_row(enum hr_ggml_type type, const void *packed, size_t k, size_t row,
+                          float *dst);
+
 /* Dequantizes one row of `n` elements of `type` to f32 (embedding lookups). */
 void hr_dequantize_row_any(enum hr_ggml_type type, const void *src, float *dst, size_t n);
 

@@ -13,8 +13,13 @@
  *   qwen2  - Q/K/V biases; RoPE NeoX style (x[i], x[i + n_rot/2])
  *   qwen3  - per-head RMSNorm of Q and K before RoPE; NeoX RoPE
  *
- * Lifetime: weights point into the mapping, valid until hr_model_close. The
- * model is immutable after open; any thread may read it.
+ * Packing: where this CPU's kernels read a matrix faster in a layout of
+ * their own (Q8_0 on AVX-512, see hr_matmul_pack in kernels/matmul.h), open
+ * copies it once into anonymous memory of the same size (the `weights`
+ * category either way) and releases the file's pages of it.
+ *
+ * Lifetime: weights point into the mapping or the packed copy, valid until
+ * hr_model_close. The model is immutable after open; any thread may read it.
  */
 #ifndef HR_MODEL_MODEL_H
 #define HR_MODEL_MODEL_H
@@ -35,6 +40,11 @@ struct hr_weight {
     uint64_t ne0;     /* elements per row (input dimension) */
     uint64_t ne1;     /* rows (output dimension); 1 for vectors */
     const char *name;
+    /* The matrix in the kernels' own layout (hr_matmul_pack), made at open;
+     * NULL when the kernels read `data` as stored. When set, compute with
+     * this (hr_matmul_compute_packed): the file's pages of `data` were
+     * released and would be read from disk again. */
+    const void *packed;
 };
 
 struct hr_layer {
@@ -58,7 +68,9 @@ struct hr_model {
     struct hr_weight output;      /* [n_embd] x n_vocab rows; = tok_embd when tied */
     struct hr_weight rope_freqs;  /* [n_rot/2] divisors (llama3 scaling), or absent */
     struct hr_layer *layers;      /* n_layer */
-    uint64_t weight_bytes;        /* bytes of all tensors (the `weights` memory category) */
+    uint64_t weight_bytes;        /* bytes of all tensors, packed ones as packed (the
+                                     `weights` memory category) */
+    uint64_t packed_bytes;        /* of which in packed copies */
     uint64_t file_bytes;
 };
 

@@ -566,8 +566,8 @@ static void test_batch_invariance(void **state)
     (void)state;
     static const size_t ms[] = {2, 3, 5, 8, 12, 16, 17, 40};
     const size_t n_out = 75, m_max = 40;
-    /* Float types twice: short rows, and rows of 4 KiB and more, which the
-     * AVX-512 decode tile takes 8 at a time with another prefetch pattern. */
+    /* Float types twice: short rows, and rows of over 4 KiB (F32: over 8 KiB,
+     * which the AVX-512 decode tile prefetches row by row). */
     for (size_t tk = 0; tk < N_TYPES + 3; tk++) {
         const size_t ti = tk < N_TYPES ? tk : tk - N_TYPES;
         const enum hr_ggml_type t = k_types[ti];
@@ -614,6 +614,73 @@ static void test_batch_invariance(void **state)
     }
 }
 
+/* ---- packed weights ------------------------------------------------------- */
+
+/*
+ * Q8_0 packed at load (hr_matmul_pack) gives exactly the row-major results,
+ * for every m (decode and GEMM tiles), thread split and ISA (one without a
+ * packed kernel unpacks row by row), with n_out not a multiple of the 32-row
+ * panel; and a packed row dequantizes to the stored row.
+ */
+static void test_packed_equals_row_major(void **state)
+{
+    (void)state;
+    static const size_t ms[] = {1, 2, 5, 6, 7, 13};
+    static const size_t ks[] = {32, 544, 2048};
+    const enum hr_ggml_type t = HR_GGML_Q8_0;
+    const size_t n_out = 75, m_max = 13;
+    hr_kernels_force_isa("best");
+    const bool packs = hr_matmul_packed_bytes(t, 512, n_out) > 0;
+    assert_int_equal(hr_matmul_packed_bytes(HR_GGML_Q4_0, 512, n_out), 0);
+    assert_int_equal(hr_matmul_packed_bytes(HR_GGML_F16, 512, n_out), 0);
+    if (!packs) /* no AVX-512 here: nothing is packed, nothing to test */
+        skip();
+    for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++) {
+        const size_t k = ks[ki], rb = hr_row_bytes(t, k);
+        const size_t pbytes = hr_matmul_packed_bytes(t, k, n_out);
+        assert_int_equal(pbytes, (n_out + 31) / 32 * 32 * rb); /* the same bytes as 96 GGUF rows */
+        float *wf = malloc(n_out * k * sizeof(float)), *x = malloc(m_max * k * sizeof(float));
+        uint8_t *w = malloc(n_out * rb), *pk = xalloc(pbytes);
+        float *y0 = malloc(m_max * n_out * sizeof(float)), *y1 = malloc(m_max * n_out * sizeof(float));
+        float *r0 = malloc(k * sizeof(float)), *r1 = malloc(k * sizeof(float));
+        fill_normal(wf, n_out * k, 0.1, 1500 + ki);
+        fill_normal(x, m_max * k, 1.0, 1600 + ki);
+        for (size_t r = 0; r < n_out; r++)
+            assert_int_equal(hr_quantize_row(t, wf + r * k, w + r * rb, k), 0);
+        hr_matmul_pack(t, w, k, n_out, pk);
+        for (size_t r = 0; r < n_out; r++) {
+            assert_int_equal(hr_dequantize_row(t, w + r * rb, r0, k), 0);
+            hr_matmul_packed_row(t, pk, k, r, r1);
+            assert_memory_equal(r0, r1, k * sizeof(float));
+        }
+        for (size_t is = 0; is < N_ISAS; is++) {
+            if (!hr_kernels_force_isa(k_isas[is]))
+                continue;
+            for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++) {
+                const size_t m = ms[mi];
+                for (int nth = 1; nth <= 3; nth += 2) {
+                    run_matmul(t, w, k, n_out, x, m, y0, n_out, nth);
+                    void *act = xalloc(hr_matmul_act_bytes(t, m, k));
+                    for (int ith = 0; ith < nth; ith++)
+                        hr_matmul_prepare(t, x, m, k, act, ith, nth);
+                    for (size_t e = 0; e < m * n_out; e++)
+                        y1[e] = NAN;
+                    for (int ith = 0; ith < nth; ith++)
+                        hr_matmul_compute_packed(t, pk, k, n_out, act, m, y1, n_out, ith, nth);
+                    free(act);
+                    for (size_t e = 0; e < m * n_out; e++)
+                        if (memcmp(&y0[e], &y1[e], sizeof(float)) != 0)
+                            fail_msg("Q8_0 packed (%s) k=%zu m=%zu threads=%d: token %zu output "
+                                     "%zu: %.9g, row-major %.9g",
+                                     k_isas[is], k, m, nth, e / n_out, e % n_out, y1[e], y0[e]);
+                }
+            }
+        }
+        hr_kernels_force_isa("best");
+        free(wf), free(x), free(w), free(pk), free(y0), free(y1), free(r0), free(r1);
+    }
+}
+
 /* ---- API ---------------------------------------------------------------- */
 
 static void test_api(void **state)
@@ -655,6 +722,7 @@ int main(void)
         cmocka_unit_test(test_within_activation_quantization_error),
         cmocka_unit_test(test_thread_split_is_bitwise_identical),
         cmocka_unit_test(test_batch_invariance),
+        cmocka_unit_test(test_packed_equals_row_major),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
