@@ -89,6 +89,7 @@ static double rnd_normal(void)
 struct job {
     enum hr_ggml_type type;
     const uint8_t *const *w; /* weight copies */
+    const uint8_t *const *pw; /* their packed copies (hr_matmul_pack), or NULL */
     size_t n_copies, k, n_out, m;
     const float *x;
     void *act;
@@ -121,10 +122,15 @@ static void barrier(void)
 static void run_share(int ith)
 {
     struct job *j = g_pool.job;
-    const uint8_t *w = j->w[j->call % j->n_copies];
+    const size_t c = j->call % j->n_copies;
     hr_matmul_prepare(j->type, j->x, j->m, j->k, j->act, ith, g_pool.nth);
     barrier();
-    hr_matmul_compute(j->type, w, j->k, j->n_out, j->act, j->m, j->y, j->n_out, ith, g_pool.nth);
+    if (j->pw)
+        hr_matmul_compute_packed(j->type, j->pw[c], j->k, j->n_out, j->act, j->m, j->y, j->n_out,
+                                 ith, g_pool.nth);
+    else
+        hr_matmul_compute(j->type, j->w[c], j->k, j->n_out, j->act, j->m, j->y, j->n_out, ith,
+                          g_pool.nth);
 }
 
 static void *worker(void *arg)
@@ -358,6 +364,13 @@ static void bench_one(enum hr_ggml_type t, const struct shape *s, size_t m, int 
         w[c] = aligned_alloc(64, (wbytes + 63) / 64 * 64);
         memcpy(w[c], w[0], wbytes);
     }
+    /* the engine's layout: packed where the model would pack */
+    const size_t pbytes = hr_matmul_packed_bytes(t, k, n_out);
+    uint8_t **pw = pbytes ? calloc(n_copies, sizeof(uint8_t *)) : NULL;
+    for (size_t c = 0; pw && c < n_copies; c++) {
+        pw[c] = aligned_alloc(64, (pbytes + 63) / 64 * 64);
+        hr_matmul_pack(t, w[c], k, n_out, pw[c]);
+    }
     float *x = malloc(k * m * sizeof(float));
     for (size_t i = 0; i < k * m; i++)
         x[i] = (float)rnd_normal();
@@ -365,7 +378,8 @@ static void bench_one(enum hr_ggml_type t, const struct shape *s, size_t m, int 
     void *act = aligned_alloc(64, (act_bytes + 63) / 64 * 64);
     float *y = malloc(n_out * m * sizeof(float));
 
-    struct job j = {.type = t, .w = (const uint8_t *const *)w, .n_copies = n_copies, .k = k,
+    struct job j = {.type = t, .w = (const uint8_t *const *)w, .pw = (const uint8_t *const *)pw,
+                    .n_copies = n_copies, .k = k,
                     .n_out = n_out, .m = m, .x = x, .act = act, .y = y};
     g_pool.job = &j;
     double all0, self0, all1, self1, wall0 = hr_now_seconds();
@@ -388,8 +402,9 @@ static void bench_one(enum hr_ggml_type t, const struct shape *s, size_t m, int 
     const double ms = times[runs / 2];
     const double flop = 2.0 * (double)m * (double)k * (double)n_out;
     printf("bench matmul type=%s shape=%s k=%zu n_out=%zu m=%zu threads=%d isa=%s runs=%d "
-           "ms=%.4f gflops=%.1f gbps=%.1f foreign_cpus=%.2f",
-           hr_ggml_type_name(t), s->name, k, n_out, m, nth, hr_kernels_isa(), runs, ms * 1e3,
+           "packed=%d ms=%.4f gflops=%.1f gbps=%.1f foreign_cpus=%.2f",
+           hr_ggml_type_name(t), s->name, k, n_out, m, nth, hr_kernels_isa(), runs, pw != NULL,
+           ms * 1e3,
            flop / ms * 1e-9, (double)wbytes / ms * 1e-9, foreign < 0 ? 0 : foreign);
     if (with_ggml) {
         int gruns = 0;
@@ -400,9 +415,13 @@ static void bench_one(enum hr_ggml_type t, const struct shape *s, size_t m, int 
     }
     printf("\n");
     fflush(stdout);
-    for (size_t c = 0; c < n_copies; c++)
+    for (size_t c = 0; c < n_copies; c++) {
         free(w[c]);
+        if (pw)
+            free(pw[c]);
+    }
     free(w);
+    free(pw);
     free(row);
     free(x);
     free(act);
