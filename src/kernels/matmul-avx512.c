@@ -1207,7 +1207,9 @@ INLINE T512 void ftile(const struct hr_mm_layout *l, const void *w, size_t r, co
     /* The R rows are one contiguous span; at few tokens the loop is
      * memory-bound and R short interleaved streams defeat the hardware
      * prefetcher, so the next tile's span is prefetched at the rate this one
-     * is consumed (R * 16 * esz bytes per step). */
+     * is consumed (R * 16 * esz bytes per step), into L2 (bench-matmul, m =
+     * 1, 2 threads, F16 shapes next to ggml: 0.87 of ggml's GB/s into L1,
+     * 0.96 into L2, 0.67 without). */
     const uint8_t *next = (const uint8_t *)w + (r + (size_t)R) * k * esz;
     const size_t pf_step = (size_t)R * 16 * esz;
     const bool long_rows = k * esz >= FT_PF_LONG;
@@ -1218,11 +1220,11 @@ INLINE T512 void ftile(const struct hr_mm_layout *l, const void *w, size_t r, co
                 if ((j * esz) % 64 == 0) {
                     UNROLL
                     for (int u = 0; u < R; u++)
-                        _mm_prefetch((const char *)wr[u] + j * esz + FT_PF_DIST, _MM_HINT_T0);
+                        _mm_prefetch((const char *)wr[u] + j * esz + FT_PF_DIST, _MM_HINT_T1);
                 }
             } else {
                 for (size_t o = 0; o < pf_step; o += 64)
-                    _mm_prefetch((const char *)next + j / 16 * pf_step + o, _MM_HINT_T0);
+                    _mm_prefetch((const char *)next + j / 16 * pf_step + o, _MM_HINT_T1);
             }
         }
         __m512 wv[FT_MAX_R];
