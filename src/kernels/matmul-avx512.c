@@ -1184,18 +1184,30 @@ T512BF static void gemm_bf16(const struct hr_mm_layout *l, const void *w, size_t
 #define FT_PF_LONG 8193 /* rows longer than this prefetch per row, shorter ones the next tile */
 #endif
 
+/* 16 values k = j .. j + 15 of a row of packed F16 (row start `wr`). */
+INLINE T512 __m512 load_f16p(const uint8_t *wr, size_t j)
+{
+    return _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(wr + j / 16 * HR_MM_F16P_CHUNK)));
+}
+
+/* `packed`: F16 weights packed at load (matmul-impl.h), rows interleaved 4
+ * at a time in 16-value chunks, k padded with zeros: the same values in the
+ * same order as the row-major masked loads, so the same bits. */
 INLINE T512 void ftile(const struct hr_mm_layout *l, const void *w, size_t r, const int R,
-                       const void *act, size_t i0, const int I, float *y, size_t ldy)
+                       const void *act, size_t i0, const int I, float *y, size_t ldy,
+                       const bool packed)
 {
     const size_t k = l->k;
     const enum hr_ggml_type wt = l->wtype;
     const size_t esz = wt == HR_GGML_F32 ? 4 : 2;
+    const size_t kp = packed ? (k + 15) / 16 * 16 : k; /* values per (padded) row */
     const uint8_t *wr[FT_MAX_R];
     const void *a[FT_MAX_I];
     __m512 acc[FT_MAX_R][FT_MAX_I];
     UNROLL
     for (int u = 0; u < R; u++)
-        wr[u] = (const uint8_t *)w + (r + (size_t)u) * k * esz;
+        wr[u] = packed ? (const uint8_t *)w + hr_mm_f16p_row_off(r + (size_t)u, kp)
+                       : (const uint8_t *)w + (r + (size_t)u) * k * esz;
     UNROLL
     for (int i = 0; i < I; i++) {
         a[i] = wt == HR_GGML_F32 ? (const void *)hr_mm_f32(l, act, i0 + i)
@@ -1210,9 +1222,9 @@ INLINE T512 void ftile(const struct hr_mm_layout *l, const void *w, size_t r, co
      * is consumed (R * 16 * esz bytes per step), into L2 (bench-matmul, m =
      * 1, 2 threads, F16 shapes next to ggml: 0.87 of ggml's GB/s into L1,
      * 0.96 into L2, 0.67 without). */
-    const uint8_t *next = (const uint8_t *)w + (r + (size_t)R) * k * esz;
+    const uint8_t *next = wr[0] + (size_t)R * kp * esz; /* packed: the next group */
     const size_t pf_step = (size_t)R * 16 * esz;
-    const bool long_rows = k * esz >= FT_PF_LONG;
+    const bool long_rows = !packed && k * esz >= FT_PF_LONG;
     size_t j = 0;
     for (; j + 16 <= k; j += 16) {
         if (I <= FT_PF_MAX_I) {
@@ -1230,7 +1242,7 @@ INLINE T512 void ftile(const struct hr_mm_layout *l, const void *w, size_t r, co
         __m512 wv[FT_MAX_R];
         UNROLL
         for (int u = 0; u < R; u++)
-            wv[u] = load_w16(wt, wr[u], j, 0xffff);
+            wv[u] = packed ? load_f16p(wr[u], j) : load_w16(wt, wr[u], j, 0xffff);
         UNROLL
         for (int i = 0; i < I; i++) {
             const __m512 av = load_a16(wt, a[i], j);
@@ -1239,12 +1251,12 @@ INLINE T512 void ftile(const struct hr_mm_layout *l, const void *w, size_t r, co
                 acc[u][i] = _mm512_fmadd_ps(wv[u], av, acc[u][i]);
         }
     }
-    if (j < k) { /* activation padding is zero, weights masked */
+    if (j < k) { /* activation padding is zero, weights masked (packed: zero) */
         const __mmask16 mk = (__mmask16)((1u << (k - j)) - 1);
         __m512 wv[FT_MAX_R];
         UNROLL
         for (int u = 0; u < R; u++)
-            wv[u] = load_w16(wt, wr[u], j, mk);
+            wv[u] = packed ? load_f16p(wr[u], j) : load_w16(wt, wr[u], j, mk);
         UNROLL
         for (int i = 0; i < I; i++) {
             const __m512 av = load_a16(wt, a[i], j);
@@ -1328,10 +1340,30 @@ INLINE T512BF void ftile_bf16(const struct hr_mm_layout *l, const void *w, size_
         }                                                                                          \
     } while (0)
 
+INLINE T512 void ftile_rm(const struct hr_mm_layout *l, const void *w, size_t r, const int R,
+                          const void *act, size_t i0, const int I, float *y, size_t ldy)
+{
+    ftile(l, w, r, R, act, i0, I, y, ldy, false);
+}
+
+INLINE T512 void ftile_pk(const struct hr_mm_layout *l, const void *w, size_t r, const int R,
+                          const void *act, size_t i0, const int I, float *y, size_t ldy)
+{
+    ftile(l, w, r, R, act, i0, I, y, ldy, true);
+}
+
 T512 static void float_mm(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
                           const void *act, float *y, size_t ldy)
 {
-    FT_SWEEP(ftile);
+    FT_SWEEP(ftile_rm);
+}
+
+/* F16 packed at load: the same tiles on one sequential stream per thread
+ * (r0 is a multiple of 32, so every 4-row tile is one packed group). */
+T512 static void float_mm_packed(const struct hr_mm_layout *l, const void *w, size_t r0,
+                                 size_t r1, const void *act, float *y, size_t ldy)
+{
+    FT_SWEEP(ftile_pk);
 }
 
 T512BF static void float_mm_bf16(const struct hr_mm_layout *l, const void *w, size_t r0,
@@ -1377,12 +1409,21 @@ T512 static void compute_avx512(const struct hr_mm_layout *l, const void *w, siz
     }
 }
 
+T512 static void compute_packed_avx512(const struct hr_mm_layout *l, const void *w, size_t r0,
+                                       size_t r1, const void *act, float *y, size_t ldy)
+{
+    if (l->wtype == HR_GGML_F16)
+        float_mm_packed(l, w, r0, r1, act, y, ldy);
+    else
+        gemm_q8_0_packed(l, w, r0, r1, act, y, ldy);
+}
+
 const struct hr_mm_isa hr_mm_isa_avx512 = {
     .name = "avx512vnni",
     .row_align = NR,
     .prepare = prepare_avx512,
     .compute = compute_avx512,
-    .compute_packed = gemm_q8_0_packed,
+    .compute_packed = compute_packed_avx512,
 };
 
 #endif

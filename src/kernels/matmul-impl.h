@@ -122,6 +122,22 @@ static inline size_t hr_mm_q8p_panel_bytes(size_t nb) { return nb * 1088; }
 static inline size_t hr_mm_q8p_scales_off(size_t nb) { return nb * 1024; }
 
 /*
+ * Packed F16 weights: rows in groups of 4 (rows past n_out zero), each row
+ * padded with zeros to kp = k rounded up to 16; group g, chunk c holds
+ * values 16c .. 16c + 15 of rows 4g .. 4g + 3, 32 bytes each:
+ *   u16 [n_out / 4][kp / 16][4][16]
+ * so the decode tile's 4 rows are one sequential stream. kp * 8 bytes per
+ * group; every 32-byte row chunk is aligned in a 64-byte aligned buffer.
+ */
+#define HR_MM_F16P_ROWS 4
+#define HR_MM_F16P_CHUNK 128 /* bytes of one chunk: 4 rows x 16 values */
+/* Byte offset of row r's first chunk (kp: the padded row length). */
+static inline size_t hr_mm_f16p_row_off(size_t r, size_t kp)
+{
+    return r / HR_MM_F16P_ROWS * kp * 2 * HR_MM_F16P_ROWS + r % HR_MM_F16P_ROWS * 32;
+}
+
+/*
  * One ISA's kernels.
  *  prepare: converts activation rows [i0, i1) into the act scratch.
  *  compute: output rows [r0, r1) of all m tokens. The rows are this thread's
@@ -134,8 +150,8 @@ struct hr_mm_isa {
                     void *act);
     void (*compute)(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
                     const void *act, float *y, size_t ldy);
-    /* compute for packed Q8_0 weights (r0 a multiple of 32); NULL: this ISA
-     * does not read the packed layout, and weights are not packed for it. */
+    /* compute for packed Q8_0 or F16 weights (r0 a multiple of 32); NULL:
+     * this ISA does not read the packed layouts, and nothing is packed for it. */
     void (*compute_packed)(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
                            const void *act, float *y, size_t ldy);
 };

@@ -280,22 +280,27 @@ void hr_matmul_compute(enum hr_ggml_type wtype, const void *w, size_t k, size_t 
 
 /* ---- packed weights -------------------------------------------------------- */
 
-/* Longest row packed: the fallback below unpacks one row on the stack. */
-#define PACK_MAX_K 32768
+/* Longest row packed, in bytes: the fallback below unpacks one row on the
+ * stack (Q8_0 k = 32768, F16 k = 17408). */
+#define PACK_ROW_MAX (32768 / 32 * 34)
+
+static size_t round_up16(size_t k) { return (k + 15) / 16 * 16; }
 
 size_t hr_matmul_packed_bytes(enum hr_ggml_type type, size_t k, size_t n_out)
 {
-    if (type != HR_GGML_Q8_0 || k % 32 != 0 || k > PACK_MAX_K || !isa()->compute_packed)
+    if ((type != HR_GGML_Q8_0 && type != HR_GGML_F16) || hr_row_bytes(type, k) > PACK_ROW_MAX ||
+        (type == HR_GGML_Q8_0 && k % 32 != 0) || !isa()->compute_packed)
         return 0;
     const char *env = getenv("HR_KERNELS_PACK"); /* 0: keep the file's layout (A/B runs) */
     if (env && strcmp(env, "0") == 0)
         return 0;
+    if (type == HR_GGML_F16)
+        return (n_out + HR_MM_F16P_ROWS - 1) / HR_MM_F16P_ROWS * HR_MM_F16P_ROWS * round_up16(k) * 2;
     return (n_out + HR_MM_Q8P_ROWS - 1) / HR_MM_Q8P_ROWS * hr_mm_q8p_panel_bytes(k / 32);
 }
 
-void hr_matmul_pack(enum hr_ggml_type type, const void *w, size_t k, size_t n_out, void *dst)
+static void pack_q8_0(const void *w, size_t k, size_t n_out, void *dst)
 {
-    (void)type; /* Q8_0, the one type packed */
     const size_t nb = k / 32, rb = nb * 34, pb = hr_mm_q8p_panel_bytes(nb);
     const size_t panels = (n_out + HR_MM_Q8P_ROWS - 1) / HR_MM_Q8P_ROWS;
     for (size_t p = 0; p < panels; p++) {
@@ -321,9 +326,39 @@ void hr_matmul_pack(enum hr_ggml_type type, const void *w, size_t k, size_t n_ou
     }
 }
 
-/* Row `row` of a packed matrix back in GGUF's Q8_0 layout (34-byte blocks). */
-static void unpack_row(const void *packed, size_t k, size_t row, uint8_t *dst)
+static void pack_f16(const void *w, size_t k, size_t n_out, void *dst)
 {
+    const size_t kp = round_up16(k), groups = (n_out + HR_MM_F16P_ROWS - 1) / HR_MM_F16P_ROWS;
+    for (size_t r = 0; r < groups * HR_MM_F16P_ROWS; r++) {
+        uint8_t *row = (uint8_t *)dst + hr_mm_f16p_row_off(r, kp);
+        const uint8_t *src = r < n_out ? (const uint8_t *)w + r * k * 2 : NULL;
+        for (size_t c = 0; c < kp / 16; c++) {
+            const size_t n = k - 16 * c < 16 ? k - 16 * c : 16;
+            memset(row + c * HR_MM_F16P_CHUNK, 0, 32);
+            if (src)
+                memcpy(row + c * HR_MM_F16P_CHUNK, src + 32 * c, n * 2);
+        }
+    }
+}
+
+void hr_matmul_pack(enum hr_ggml_type type, const void *w, size_t k, size_t n_out, void *dst)
+{
+    if (type == HR_GGML_F16)
+        pack_f16(w, k, n_out, dst);
+    else
+        pack_q8_0(w, k, n_out, dst);
+}
+
+/* Row `row` of a packed matrix back in GGUF's layout. */
+static void unpack_row(enum hr_ggml_type type, const void *packed, size_t k, size_t row,
+                       uint8_t *dst)
+{
+    if (type == HR_GGML_F16) {
+        const uint8_t *src = (const uint8_t *)packed + hr_mm_f16p_row_off(row, round_up16(k));
+        for (size_t c = 0; c * 16 < k; c++)
+            memcpy(dst + 32 * c, src + c * HR_MM_F16P_CHUNK, (k - 16 * c < 16 ? k - 16 * c : 16) * 2);
+        return;
+    }
     const size_t nb = k / 32;
     const uint8_t *q = (const uint8_t *)packed + row / HR_MM_Q8P_ROWS * hr_mm_q8p_panel_bytes(nb);
     const uint16_t *d = (const uint16_t *)(q + hr_mm_q8p_scales_off(nb));
@@ -355,10 +390,10 @@ void hr_matmul_compute_packed(enum hr_ggml_type type, const void *w, size_t k, s
     /* An ISA forced after the weights were packed (tests, HR_KERNELS_ISA):
      * each row unpacked and computed as stored, so the results are that
      * ISA's own. */
-    uint8_t row[PACK_MAX_K / 32 * 34];
+    uint8_t row[PACK_ROW_MAX];
     split(n_out, 1, ith, nth, &r0, &r1);
     for (size_t r = r0; r < r1 && m > 0; r++) {
-        unpack_row(w, k, r, row);
+        unpack_row(type, w, k, r, row);
         p->compute(&l, row, 0, 1, act, y + r, ldy);
     }
 }
@@ -366,8 +401,8 @@ void hr_matmul_compute_packed(enum hr_ggml_type type, const void *w, size_t k, s
 void hr_matmul_packed_row(enum hr_ggml_type type, const void *packed, size_t k, size_t row,
                           float *dst)
 {
-    uint8_t buf[PACK_MAX_K / 32 * 34];
-    unpack_row(packed, k, row, buf);
+    uint8_t buf[PACK_ROW_MAX];
+    unpack_row(type, packed, k, row, buf);
     (void)hr_dequantize_row(type, buf, dst, k);
 }
 

@@ -94,14 +94,16 @@ void hr_matmul_compute(enum hr_ggml_type wtype, const void *w, size_t k, size_t 
                        const void *act, size_t m, float *y, size_t ldy, int ith, int nth);
 
 /*
- * Packed weights. The AVX-512 Q8_0 kernels read a weight matrix fastest in
- * a layout of their own (matmul-impl.h): 32 rows interleaved so that one
- * vpdpbusd advances 16 of them, the panel the prefill GEMM otherwise builds
- * at every call. The model packs each matrix it can once, at load, into
- * memory of the same size, and frees the file's pages of it. Every m,
- * decode included, then runs the GEMM's tiles on the packed copy: decode
- * streams the weights with a quarter of the vector work, prefill skips its
- * packing, and the results equal the row-major kernels' bit for bit.
+ * Packed weights. The AVX-512 kernels read Q8_0 and F16 matrices fastest in
+ * layouts of their own (matmul-impl.h). Q8_0: 32 rows interleaved so that
+ * one vpdpbusd advances 16 of them, the panel the prefill GEMM otherwise
+ * builds at every call; decode then streams the weights with a quarter of
+ * the vector work, and prefill skips its packing. F16: 4 rows interleaved in
+ * 16-value chunks, so the 4-row tile reads one sequential stream instead of
+ * 4. The model packs each matrix it can once, at load, into memory of the
+ * same size, and frees the file's pages of it. The packed kernels run the
+ * row-major kernels' arithmetic in the same order: the results are equal
+ * bit for bit (test-kernels).
  *
  *   hr_matmul_packed_bytes: bytes of the packed copy of an n_out x k matrix,
  *       or 0 when this CPU's kernels read `type` as stored (or when

@@ -14,7 +14,7 @@
  *   qwen3  - per-head RMSNorm of Q and K before RoPE; NeoX RoPE
  *
  * Packing: where this CPU's kernels read a matrix faster in a layout of
- * their own (Q8_0 on AVX-512, see hr_matmul_pack in kernels/matmul.h), open
+ * their own (Q8_0 and F16 on AVX-512, see hr_matmul_pack in kernels/matmul.h), open
  * copies it once into anonymous memory of the same size (the `weights`
  * category either way) and releases the file's pages of it.
  *

@@ -19,6 +19,7 @@
 #include "base/log.h"
 #include "base/sys.h"
 #include "engine/kv-cache.h"
+#include "kernels/matmul.h"
 #include "mem/counters.h"
 #include "mem/probe.h"
 #include "mem/size.h"
@@ -840,12 +841,16 @@ enum hr_status hr_server_load(struct hr_server *srv, struct hr_err *err)
 {
     const struct hr_server_config *cfg = &srv->cfg;
     enum hr_status st;
+    const double t0 = hr_now_seconds();
     if ((st = hr_model_open(cfg->model_path, &srv->model, err)) != HR_OK ||
         (st = hr_tokenizer_init_from_gguf(srv->model->gguf, &srv->tok, err)) != HR_OK ||
         (st = hr_chat_template_init_from_gguf(srv->model->gguf, NULL, &srv->tmpl, err)) != HR_OK) {
         hr_err_prefix(err, "%s", cfg->model_path);
         return st;
     }
+    hr_log_info("server", "weights %.1f MiB, of which %.1f MiB packed for the %s kernels; loaded in %.2f s",
+                (double)srv->model->weight_bytes / (1 << 20),
+                (double)srv->model->packed_bytes / (1 << 20), hr_kernels_isa(), hr_now_seconds() - t0);
     struct hr_gguf_str src;
     char *tsrc = NULL;
     if (hr_gguf_get_str(srv->model->gguf, "tokenizer.chat_template", &src, NULL) == HR_OK)

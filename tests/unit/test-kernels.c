@@ -617,28 +617,36 @@ static void test_batch_invariance(void **state)
 /* ---- packed weights ------------------------------------------------------- */
 
 /*
- * Q8_0 packed at load (hr_matmul_pack) gives exactly the row-major results,
- * for every m (decode and GEMM tiles), thread split and ISA (one without a
- * packed kernel unpacks row by row), with n_out not a multiple of the 32-row
- * panel; and a packed row dequantizes to the stored row.
+ * Q8_0 and F16 packed at load (hr_matmul_pack) give exactly the row-major
+ * results, for every m (decode and GEMM tiles), thread split and ISA (one
+ * without a packed kernel unpacks row by row), with n_out not a multiple of
+ * the panel or group and F16 rows not a multiple of 16; and a packed row
+ * dequantizes to the stored row.
  */
 static void test_packed_equals_row_major(void **state)
 {
     (void)state;
     static const size_t ms[] = {1, 2, 5, 6, 7, 13};
-    static const size_t ks[] = {32, 544, 2048};
-    const enum hr_ggml_type t = HR_GGML_Q8_0;
+    static const struct {
+        enum hr_ggml_type t;
+        size_t k;
+    } cases[] = {{HR_GGML_Q8_0, 32},  {HR_GGML_Q8_0, 544}, {HR_GGML_Q8_0, 2048},
+                 {HR_GGML_F16, 200},  {HR_GGML_F16, 896},  {HR_GGML_F16, 2176}};
     const size_t n_out = 75, m_max = 13;
     hr_kernels_force_isa("best");
-    const bool packs = hr_matmul_packed_bytes(t, 512, n_out) > 0;
+    const bool packs = hr_matmul_packed_bytes(HR_GGML_Q8_0, 512, n_out) > 0;
     assert_int_equal(hr_matmul_packed_bytes(HR_GGML_Q4_0, 512, n_out), 0);
-    assert_int_equal(hr_matmul_packed_bytes(HR_GGML_F16, 512, n_out), 0);
+    assert_int_equal(hr_matmul_packed_bytes(HR_GGML_F32, 512, n_out), 0);
     if (!packs) /* no AVX-512 here: nothing is packed, nothing to test */
         skip();
-    for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++) {
-        const size_t k = ks[ki], rb = hr_row_bytes(t, k);
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        const enum hr_ggml_type t = cases[ci].t;
+        const size_t ki = ci, k = cases[ci].k, rb = hr_row_bytes(t, k);
         const size_t pbytes = hr_matmul_packed_bytes(t, k, n_out);
-        assert_int_equal(pbytes, (n_out + 31) / 32 * 32 * rb); /* the same bytes as 96 GGUF rows */
+        if (t == HR_GGML_Q8_0) /* the same bytes as 96 GGUF rows */
+            assert_int_equal(pbytes, (n_out + 31) / 32 * 32 * rb);
+        else /* 76 rows of k rounded up to 16 */
+            assert_int_equal(pbytes, (n_out + 3) / 4 * 4 * ((k + 15) / 16 * 16) * 2);
         float *wf = malloc(n_out * k * sizeof(float)), *x = malloc(m_max * k * sizeof(float));
         uint8_t *w = malloc(n_out * rb), *pk = xalloc(pbytes);
         float *y0 = malloc(m_max * n_out * sizeof(float)), *y1 = malloc(m_max * n_out * sizeof(float));
@@ -670,9 +678,10 @@ static void test_packed_equals_row_major(void **state)
                     free(act);
                     for (size_t e = 0; e < m * n_out; e++)
                         if (memcmp(&y0[e], &y1[e], sizeof(float)) != 0)
-                            fail_msg("Q8_0 packed (%s) k=%zu m=%zu threads=%d: token %zu output "
+                            fail_msg("%s packed (%s) k=%zu m=%zu threads=%d: token %zu output "
                                      "%zu: %.9g, row-major %.9g",
-                                     k_isas[is], k, m, nth, e / n_out, e % n_out, y1[e], y0[e]);
+                                     hr_ggml_type_name(t), k_isas[is], k, m, nth, e / n_out,
+                                     e % n_out, y1[e], y0[e]);
                 }
             }
         }
