@@ -266,16 +266,27 @@ void hr_matmul_prepare(enum hr_ggml_type wtype, const float *x, size_t m, size_t
         isa()->prepare(&l, x, i0, i1, act);
 }
 
+typedef void compute_fn(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
+                        const void *act, float *y, size_t ldy);
+
+/* Thread ith's share of the n_out rows (a multiple of `align`) through `fn`. */
+static void compute_share(compute_fn *fn, size_t align, enum hr_ggml_type wtype, const void *w,
+                          size_t k, size_t n_out, const void *act, size_t m, float *y, size_t ldy,
+                          int ith, int nth)
+{
+    struct hr_mm_layout l;
+    hr_mm_layout_init(&l, wtype, m, k);
+    size_t r0, r1;
+    split(n_out, align, ith, nth, &r0, &r1);
+    if (r0 < r1 && m > 0)
+        fn(&l, w, r0, r1, act, y, ldy);
+}
+
 void hr_matmul_compute(enum hr_ggml_type wtype, const void *w, size_t k, size_t n_out,
                        const void *act, size_t m, float *y, size_t ldy, int ith, int nth)
 {
     const struct hr_mm_isa *p = isa();
-    struct hr_mm_layout l;
-    hr_mm_layout_init(&l, wtype, m, k);
-    size_t r0, r1;
-    split(n_out, p->row_align, ith, nth, &r0, &r1);
-    if (r0 < r1 && m > 0)
-        p->compute(&l, w, r0, r1, act, y, ldy);
+    compute_share(p->compute, p->row_align, wtype, w, k, n_out, act, m, y, ldy, ith, nth);
 }
 
 /* ---- packed weights -------------------------------------------------------- */
@@ -283,8 +294,6 @@ void hr_matmul_compute(enum hr_ggml_type wtype, const void *w, size_t k, size_t 
 /* Longest row packed, in bytes: the fallback below unpacks one row on the
  * stack (Q8_0 k = 32768, F16 k = 17408). */
 #define PACK_ROW_MAX (32768 / 32 * 34)
-
-static size_t round_up16(size_t k) { return (k + 15) / 16 * 16; }
 
 size_t hr_matmul_packed_bytes(enum hr_ggml_type type, size_t k, size_t n_out)
 {
@@ -295,15 +304,14 @@ size_t hr_matmul_packed_bytes(enum hr_ggml_type type, size_t k, size_t n_out)
     if (env && strcmp(env, "0") == 0)
         return 0;
     if (type == HR_GGML_F16)
-        return (n_out + HR_MM_F16P_ROWS - 1) / HR_MM_F16P_ROWS * HR_MM_F16P_ROWS * round_up16(k) * 2;
-    return (n_out + HR_MM_Q8P_ROWS - 1) / HR_MM_Q8P_ROWS * hr_mm_q8p_panel_bytes(k / 32);
+        return round_up(n_out, HR_MM_F16P_ROWS) * round_up(k, 16) * 2;
+    return round_up(n_out, HR_MM_Q8P_ROWS) / HR_MM_Q8P_ROWS * hr_mm_q8p_panel_bytes(k / 32);
 }
 
 static void pack_q8_0(const void *w, size_t k, size_t n_out, void *dst)
 {
     const size_t nb = k / 32, rb = nb * 34, pb = hr_mm_q8p_panel_bytes(nb);
-    const size_t panels = (n_out + HR_MM_Q8P_ROWS - 1) / HR_MM_Q8P_ROWS;
-    for (size_t p = 0; p < panels; p++) {
+    for (size_t p = 0; p < round_up(n_out, HR_MM_Q8P_ROWS) / HR_MM_Q8P_ROWS; p++) {
         uint8_t *q = (uint8_t *)dst + p * pb;
         uint16_t *d = (uint16_t *)(q + hr_mm_q8p_scales_off(nb));
         for (size_t lane = 0; lane < HR_MM_Q8P_ROWS; lane++) {
@@ -328,8 +336,8 @@ static void pack_q8_0(const void *w, size_t k, size_t n_out, void *dst)
 
 static void pack_f16(const void *w, size_t k, size_t n_out, void *dst)
 {
-    const size_t kp = round_up16(k), groups = (n_out + HR_MM_F16P_ROWS - 1) / HR_MM_F16P_ROWS;
-    for (size_t r = 0; r < groups * HR_MM_F16P_ROWS; r++) {
+    const size_t kp = round_up(k, 16);
+    for (size_t r = 0; r < round_up(n_out, HR_MM_F16P_ROWS); r++) {
         uint8_t *row = (uint8_t *)dst + hr_mm_f16p_row_off(r, kp);
         const uint8_t *src = r < n_out ? (const uint8_t *)w + r * k * 2 : NULL;
         for (size_t c = 0; c < kp / 16; c++) {
@@ -354,7 +362,7 @@ static void unpack_row(enum hr_ggml_type type, const void *packed, size_t k, siz
                        uint8_t *dst)
 {
     if (type == HR_GGML_F16) {
-        const uint8_t *src = (const uint8_t *)packed + hr_mm_f16p_row_off(row, round_up16(k));
+        const uint8_t *src = (const uint8_t *)packed + hr_mm_f16p_row_off(row, round_up(k, 16));
         for (size_t c = 0; c * 16 < k; c++)
             memcpy(dst + 32 * c, src + c * HR_MM_F16P_CHUNK, (k - 16 * c < 16 ? k - 16 * c : 16) * 2);
         return;
@@ -378,19 +386,18 @@ void hr_matmul_compute_packed(enum hr_ggml_type type, const void *w, size_t k, s
                               const void *act, size_t m, float *y, size_t ldy, int ith, int nth)
 {
     const struct hr_mm_isa *p = isa();
-    struct hr_mm_layout l;
-    hr_mm_layout_init(&l, type, m, k);
-    size_t r0, r1;
     if (p->compute_packed) {
-        split(n_out, HR_MM_Q8P_ROWS, ith, nth, &r0, &r1);
-        if (r0 < r1 && m > 0)
-            p->compute_packed(&l, w, r0, r1, act, y, ldy);
+        compute_share(p->compute_packed, HR_MM_Q8P_ROWS, type, w, k, n_out, act, m, y, ldy, ith,
+                      nth);
         return;
     }
     /* An ISA forced after the weights were packed (tests, HR_KERNELS_ISA):
      * each row unpacked and computed as stored, so the results are that
      * ISA's own. */
+    struct hr_mm_layout l;
+    hr_mm_layout_init(&l, type, m, k);
     uint8_t row[PACK_ROW_MAX];
+    size_t r0, r1;
     split(n_out, 1, ith, nth, &r0, &r1);
     for (size_t r = r0; r < r1 && m > 0; r++) {
         unpack_row(type, w, k, r, row);

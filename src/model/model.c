@@ -138,26 +138,29 @@ static void pack_weights(struct hr_model_priv *priv)
     if (!j.w || !j.dst)
         goto out;
     j.n = matrices(m, j.w);
-    size_t total = 0;
-    for (size_t i = 0; i < j.n; i++)
-        total += (hr_matmul_packed_bytes(j.w[i]->type, j.w[i]->ne0, j.w[i]->ne1) + 63) / 64 * 64;
-    if (!total)
+    /* each packed copy at a 64-byte aligned offset: off[i], of bytes[i] */
+    size_t *bytes = calloc(2 * j.n, sizeof(size_t)), *off = bytes + j.n, total = 0;
+    if (!bytes)
         goto out;
-    void *map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    for (size_t i = 0; i < j.n; i++) {
+        bytes[i] = hr_matmul_packed_bytes(j.w[i]->type, j.w[i]->ne0, j.w[i]->ne1);
+        off[i] = total;
+        total += (bytes[i] + 63) / 64 * 64;
+    }
+    void *map = total ? mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+                      : MAP_FAILED;
+    for (size_t i = 0; i < j.n && map != MAP_FAILED; i++) {
+        struct hr_weight *w = j.w[i];
+        if (!bytes[i])
+            continue;
+        j.dst[i] = (uint8_t *)map + off[i];
+        w->packed = j.dst[i];
+        m->weight_bytes += bytes[i] - hr_row_bytes(w->type, w->ne0) * w->ne1;
+        m->packed_bytes += bytes[i];
+    }
+    free(bytes);
     if (map == MAP_FAILED)
         goto out;
-    size_t off = 0;
-    for (size_t i = 0; i < j.n; i++) {
-        struct hr_weight *w = j.w[i];
-        const size_t bytes = hr_matmul_packed_bytes(w->type, w->ne0, w->ne1);
-        if (!bytes)
-            continue;
-        j.dst[i] = (uint8_t *)map + off;
-        w->packed = j.dst[i];
-        m->weight_bytes += bytes - hr_row_bytes(w->type, w->ne0) * w->ne1;
-        m->packed_bytes += bytes;
-        off += (bytes + 63) / 64 * 64;
-    }
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     pthread_t th[7];
     size_t started = 0;

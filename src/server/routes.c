@@ -848,9 +848,11 @@ enum hr_status hr_server_load(struct hr_server *srv, struct hr_err *err)
         hr_err_prefix(err, "%s", cfg->model_path);
         return st;
     }
-    hr_log_info("server", "weights %.1f MiB, of which %.1f MiB packed for the %s kernels; loaded in %.2f s",
+    hr_log_info("server",
+                "weights %.1f MiB, of which %.1f MiB packed for the %s kernels; loaded in %.2f s",
                 (double)srv->model->weight_bytes / (1 << 20),
-                (double)srv->model->packed_bytes / (1 << 20), hr_kernels_isa(), hr_now_seconds() - t0);
+                (double)srv->model->packed_bytes / (1 << 20), hr_kernels_isa(),
+                hr_now_seconds() - t0);
     struct hr_gguf_str src;
     char *tsrc = NULL;
     if (hr_gguf_get_str(srv->model->gguf, "tokenizer.chat_template", &src, NULL) == HR_OK)

@@ -641,7 +641,7 @@ static void test_packed_equals_row_major(void **state)
         skip();
     for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
         const enum hr_ggml_type t = cases[ci].t;
-        const size_t ki = ci, k = cases[ci].k, rb = hr_row_bytes(t, k);
+        const size_t k = cases[ci].k, rb = hr_row_bytes(t, k);
         const size_t pbytes = hr_matmul_packed_bytes(t, k, n_out);
         if (t == HR_GGML_Q8_0) /* the same bytes as 96 GGUF rows */
             assert_int_equal(pbytes, (n_out + 31) / 32 * 32 * rb);
@@ -651,8 +651,8 @@ static void test_packed_equals_row_major(void **state)
         uint8_t *w = malloc(n_out * rb), *pk = xalloc(pbytes);
         float *y0 = malloc(m_max * n_out * sizeof(float)), *y1 = malloc(m_max * n_out * sizeof(float));
         float *r0 = malloc(k * sizeof(float)), *r1 = malloc(k * sizeof(float));
-        fill_normal(wf, n_out * k, 0.1, 1500 + ki);
-        fill_normal(x, m_max * k, 1.0, 1600 + ki);
+        fill_normal(wf, n_out * k, 0.1, 1500 + ci);
+        fill_normal(x, m_max * k, 1.0, 1600 + ci);
         for (size_t r = 0; r < n_out; r++)
             assert_int_equal(hr_quantize_row(t, wf + r * k, w + r * rb, k), 0);
         hr_matmul_pack(t, w, k, n_out, pk);
