@@ -119,24 +119,16 @@ static void lru_unlink(struct hr_pcache *pc, uint32_t i)
 static void lru_link_before(struct hr_pcache *pc, uint32_t i, uint32_t before)
 {
     struct entry *e = &pc->entries[i];
-    if (before == NIL) {
-        e->prev = pc->lru_tail;
-        e->next = NIL;
-        if (pc->lru_tail != NIL)
-            pc->entries[pc->lru_tail].next = i;
-        else
-            pc->lru_head = i;
+    e->prev = before == NIL ? pc->lru_tail : pc->entries[before].prev;
+    e->next = before;
+    if (e->prev != NIL)
+        pc->entries[e->prev].next = i;
+    else
+        pc->lru_head = i;
+    if (before != NIL)
+        pc->entries[before].prev = i;
+    else
         pc->lru_tail = i;
-    } else {
-        struct entry *b = &pc->entries[before];
-        e->prev = b->prev;
-        e->next = before;
-        if (b->prev != NIL)
-            pc->entries[b->prev].next = i;
-        else
-            pc->lru_head = i;
-        b->prev = i;
-    }
     pc->n_evictable++;
 }
 

@@ -668,6 +668,18 @@ static uint64_t kv_of(struct fixture *fx, uint32_t n_tokens)
     return (uint64_t)((n_tokens + 31) / 32) * hr_kv_block_bytes_for(&kc);
 }
 
+/* The reference run: one request alone on a fresh scheduler with no
+ * governor and 256-token chunks, recorded into *rec. */
+static void run_alone(struct fixture *fx, const int32_t *prompt, uint32_t n, uint32_t max_tokens,
+                      uint64_t seed, struct record *rec)
+{
+    memset(rec, 0, sizeof(*rec));
+    struct hr_sched *s = sched_new_gov(fx, 2, 64, 4, 0, NULL, 256);
+    submit(s, prompt, n, max_tokens, seed, rec);
+    hr_sched_wait_idle(s);
+    hr_sched_free(s);
+}
+
 /* A ceiling that holds the weights, the whole KV and a 48-token chunk, not a
  * 256-token one: the prompt runs in throttled chunks and the output is the
  * same as with fixed chunks. */
@@ -677,17 +689,13 @@ static void test_governor_throttles_chunks(void **state)
     static int32_t prompt[300];
     prompt_of(prompt, 300, 11, fx->model->hp.n_vocab);
     static struct record fixed, governed;
-    memset(&fixed, 0, sizeof(fixed));
     memset(&governed, 0, sizeof(governed));
-    struct hr_sched *s = sched_new_gov(fx, 2, 64, 4, 0, NULL, 256);
-    submit(s, prompt, 300, 16, 4, &fixed);
-    hr_sched_wait_idle(s);
-    hr_sched_free(s);
+    run_alone(fx, prompt, 300, 16, 4, &fixed);
 
     const uint64_t need = fx->model->weight_bytes + kv_of(fx, 320) + arena_of(fx, 48, 256);
     struct hr_mem_script *script;
     struct hr_gov *g = gov_new(&script, (uint64_t)((double)need / 0.95));
-    s = sched_new_gov(fx, 2, 64, 4, 0, g, 256);
+    struct hr_sched *s = sched_new_gov(fx, 2, 64, 4, 0, g, 256);
     submit(s, prompt, 300, 16, 4, &governed);
     hr_sched_wait_idle(s);
     hr_sched_free(s);
@@ -720,13 +728,9 @@ static void test_governor_evicts_cache_first(void **state)
     prompt_of(a, 300, 21, fx->model->hp.n_vocab);
     prompt_of(b, 300, 22, fx->model->hp.n_vocab);
     static struct record cold, ra, rb;
-    memset(&cold, 0, sizeof(cold));
     memset(&ra, 0, sizeof(ra));
     memset(&rb, 0, sizeof(rb));
-    struct hr_sched *s = sched_new_gov(fx, 2, 64, 4, 0, NULL, 256);
-    submit(s, b, 300, 16, 4, &cold);
-    hr_sched_wait_idle(s);
-    hr_sched_free(s);
+    run_alone(fx, b, 300, 16, 4, &cold);
 
     /* weights + B's KV + a full 256-token chunk, with room to spare; A's
      * cached KV (9 blocks) on top does not fit */
@@ -734,7 +738,7 @@ static void test_governor_evicts_cache_first(void **state)
     struct hr_mem_script *script;
     struct hr_gov *g = gov_new(&script, (uint64_t)((double)need / 0.80));
     g_prefix_cache = true;
-    s = sched_new_gov(fx, 2, 64, 4, 0, g, 256);
+    struct hr_sched *s = sched_new_gov(fx, 2, 64, 4, 0, g, 256);
     g_prefix_cache = false;
     submit(s, a, 300, 16, 3, &ra);
     hr_sched_wait_idle(s);
