@@ -8,14 +8,21 @@
  * tgN: decode N tokens one at a time after a 16-token prompt (greedy). A
  * decode step reads every weight once (the embedding only as the output
  * matrix when tied) plus the KV cache so far: the line adds those bytes per
- * token and the bandwidth they amount to, for comparison with bench-membw.
+ * token and the bandwidth they amount to. Between two decode steps the same
+ * threads read the weight matrices once more, plainly (membw-read.h), in
+ * the order a step reads them; only the steps count towards tokens/s. This
+ * host's bandwidth swings by up to 2x within minutes, so a separate
+ * bench-membw run cannot say what fraction of the bandwidth a decode
+ * reached; read and decode taking turns token by token can: read_gbps and
+ * of_read (the decode's GB/s over the read's, per run, median).
  * Each test runs R times (default 3) after one warm-up; prints the median and
  * the spread, and the process's peak RSS, one machine-readable line each:
  *   bench engine model=F test=pp512 threads=2 runs=3 tokens_per_s=MEDIAN min=.. max=..
- *     peak_rss_bytes=.. foreign_cpus=.. [bytes_per_token=.. gbps=..]
+ *     peak_rss_bytes=.. foreign_cpus=.. [bytes_per_token=.. gbps=.. read_gbps=.. of_read=..]
  * foreign_cpus: CPU time other processes used meanwhile, in cores.
  */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +30,8 @@
 
 #include "base/sys.h"
 #include "engine/engine.h"
+#include "kernels/matmul.h"
+#include "membw-read.h"
 #include "kernels/matmul.h"
 
 static int cmp_d(const void *a, const void *b)
@@ -40,8 +49,92 @@ static int32_t argmax(const float *l, uint32_t n)
     return (int32_t)b;
 }
 
-/* One timed run; returns tokens/s. */
-static double run_once(struct hr_engine *e, int is_pp, uint32_t n, uint32_t batch, uint32_t n_vocab)
+/* The matrices a decode step streams, in its order, where they live now:
+ * the packed copy, or the file's pages. Vectors (norms, biases) are left
+ * out: a few KiB. */
+struct span {
+    const uint64_t *p;
+    size_t n; /* 8-byte words */
+};
+
+struct reader {
+    struct span *spans;
+    size_t n_spans;
+    int threads;
+    uint64_t bytes; /* of one read of every span */
+    double secs;    /* spent reading, this run */
+    uint64_t read;  /* bytes read, this run */
+    uint64_t sum;   /* keeps the loads live */
+};
+
+static void add_span(struct reader *rd, const struct hr_weight *w)
+{
+    if (!w->data)
+        return;
+    const size_t packed = w->packed ? hr_matmul_packed_bytes(w->type, w->ne0, w->ne1) : 0;
+    const size_t bytes = packed ? packed : hr_row_bytes(w->type, w->ne0) * w->ne1;
+    rd->spans[rd->n_spans++] = (struct span){w->packed ? w->packed : w->data, bytes / 8};
+    rd->bytes += bytes / 8 * 8;
+}
+
+static void reader_init(struct reader *rd, const struct hr_model *m, int threads)
+{
+    *rd = (struct reader){.spans = malloc(sizeof(struct span) * (7 * m->hp.n_layer + 1)),
+                          .threads = threads};
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+        const struct hr_layer *y = &m->layers[l];
+        const struct hr_weight *ws[] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->w_gate, &y->w_up, &y->w_down};
+        for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
+            add_span(rd, ws[i]);
+    }
+    add_span(rd, &m->output);
+}
+
+struct read_part {
+    const struct reader *rd;
+    int ith;
+    uint64_t sum;
+};
+
+/* Thread ith's share of every span, as the engine splits a matrix's rows. */
+static void *read_share(void *arg)
+{
+    struct read_part *pt = arg;
+    const struct reader *rd = pt->rd;
+    for (size_t i = 0; i < rd->n_spans; i++) {
+        const size_t n = rd->spans[i].n, a = n * (size_t)pt->ith / (size_t)rd->threads,
+                     b = n * (size_t)(pt->ith + 1) / (size_t)rd->threads;
+        pt->sum += membw_sum(rd->spans[i].p + a, b - a);
+    }
+    return NULL;
+}
+
+static void read_weights(struct reader *rd)
+{
+    struct read_part parts[64];
+    pthread_t th[64];
+    const int nt = rd->threads < 64 ? rd->threads : 64;
+    const double t0 = hr_now_seconds();
+    for (int t = 0; t < nt; t++) {
+        parts[t] = (struct read_part){.rd = rd, .ith = t};
+        if (t && pthread_create(&th[t], NULL, read_share, &parts[t]) != 0) {
+            fprintf(stderr, "bench-engine: cannot start a thread\n");
+            exit(1);
+        }
+    }
+    read_share(&parts[0]);
+    for (int t = 0; t < nt; t++) {
+        if (t)
+            pthread_join(th[t], NULL);
+        rd->sum += parts[t].sum;
+    }
+    rd->secs += hr_now_seconds() - t0;
+    rd->read += rd->bytes;
+}
+
+/* One timed run; returns tokens/s. Decode runs take turns with `rd`. */
+static double run_once(struct hr_engine *e, int is_pp, uint32_t n, uint32_t batch, uint32_t n_vocab,
+                       struct reader *rd)
 {
     struct hr_kv_seq seq;
     struct hr_err err;
@@ -75,16 +168,18 @@ static double run_once(struct hr_engine *e, int is_pp, uint32_t n, uint32_t batc
             exit(1);
         }
         int32_t next = argmax(hr_engine_logits(e, 0, 0), n_vocab);
-        t0 = hr_now_seconds();
+        rd->secs = 0, rd->read = 0;
         for (uint32_t i = 0; i < n; i++) {
+            const double a = hr_now_seconds();
             it = (struct hr_step_seq){.kv = &seq, .tokens = &next, .n_tokens = 1, .n_logits = 1};
             if (hr_engine_step(e, &st, &err) != HR_OK) {
                 fprintf(stderr, "bench-engine: %s\n", err.msg);
                 exit(1);
             }
             next = argmax(hr_engine_logits(e, 0, 0), n_vocab);
+            t1 += hr_now_seconds() - a;
+            read_weights(rd);
         }
-        t1 = hr_now_seconds();
     }
     hr_kv_seq_free(&seq, hr_engine_kv_pool(e));
     free(toks);
@@ -145,7 +240,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench-engine: %s\n", err.msg);
         return 1;
     }
-    double *t = malloc(sizeof(double) * (size_t)runs);
+    struct reader rd;
+    reader_init(&rd, m, threads);
+    double *t = malloc(sizeof(double) * (size_t)runs), *rg = malloc(sizeof(double) * (size_t)runs),
+           *of = malloc(sizeof(double) * (size_t)runs);
     char list[256];
     snprintf(list, sizeof(list), "%s", pp_list);
     struct { int is_pp; uint32_t n; } tests[16];
@@ -160,28 +258,36 @@ int main(int argc, char **argv)
         hr_cpu_times(&all0, &self0);
         const double w0 = hr_now_seconds();
         run_once(e, tests[k].is_pp, tests[k].is_pp ? (tests[k].n < 64 ? tests[k].n : 64) : 8,
-                 batch, m->hp.n_vocab); /* warm-up: pages in the weights */
-        for (int r = 0; r < runs; r++)
-            t[r] = run_once(e, tests[k].is_pp, tests[k].n, batch, m->hp.n_vocab);
+                 batch, m->hp.n_vocab, &rd); /* warm-up: pages in the weights */
+        /* KV read at the mean position of a decode run: 16 prompt + n / 2. */
+        const double bpt = (double)decode_weight_bytes(m) +
+                           (double)hr_kv_block_bytes_for(&kc) / HR_KV_DEFAULT_BLOCK_TOKENS *
+                               (16.0 + tests[k].n / 2.0);
+        for (int r = 0; r < runs; r++) {
+            t[r] = run_once(e, tests[k].is_pp, tests[k].n, batch, m->hp.n_vocab, &rd);
+            rg[r] = rd.secs > 0 ? (double)rd.read / rd.secs / 1e9 : 0;
+            of[r] = rg[r] > 0 ? bpt * t[r] / 1e9 / rg[r] : 0;
+        }
         qsort(t, (size_t)runs, sizeof(double), cmp_d);
+        qsort(rg, (size_t)runs, sizeof(double), cmp_d);
+        qsort(of, (size_t)runs, sizeof(double), cmp_d);
         hr_cpu_times(&all1, &self1);
         const double foreign = ((all1 - all0) - (self1 - self0)) / (hr_now_seconds() - w0);
         printf("bench engine model=%s test=%s%u threads=%d isa=%s runs=%d tokens_per_s=%.2f "
                "min=%.2f max=%.2f peak_rss_bytes=%" PRIu64 " foreign_cpus=%.2f",
                path, tests[k].is_pp ? "pp" : "tg", tests[k].n, threads, hr_kernels_isa(), runs,
                t[runs / 2], t[0], t[runs - 1], hr_peak_rss_bytes(), foreign < 0 ? 0 : foreign);
-        if (!tests[k].is_pp) {
-            /* KV read at the mean position of the run: 16 prompt + n / 2. */
-            const double kv = (double)hr_kv_block_bytes_for(&kc) / HR_KV_DEFAULT_BLOCK_TOKENS *
-                              (16.0 + tests[k].n / 2.0);
-            const double bpt = (double)decode_weight_bytes(m) + kv;
-            printf(" bytes_per_token=%.0f gbps=%.1f", bpt, bpt * t[runs / 2] / 1e9);
-        }
+        if (!tests[k].is_pp)
+            printf(" bytes_per_token=%.0f gbps=%.1f read_gbps=%.1f of_read=%.2f", bpt,
+                   bpt * t[runs / 2] / 1e9, rg[runs / 2], of[runs / 2]);
         printf("\n");
         fflush(stdout);
     }
     free(t);
+    free(rg);
+    free(of);
+    free(rd.spans);
     hr_engine_free(e);
     hr_model_close(m);
-    return 0;
+    return rd.sum == 42 ? 3 : 0; /* keeps the reads live */
 }

@@ -5,12 +5,10 @@
  *   bench-membw [--mib N] [--runs R]
  *
  * Reads a buffer of N MiB (default 1024, far larger than any cache) with 1
- * and with 2 threads, each thread summing its contiguous half with 32-byte
- * loads into four accumulators (enough loads in flight that the core is not
- * the limit). Prints the median of R runs (default 7) per thread count:
+ * and with 2 threads, each thread summing its contiguous half (membw-read.h).
+ * Prints the median of R runs (default 7) per thread count:
  *   bench membw threads=T mib=N runs=R gbps=MEDIAN min=.. max=.. foreign_cpus=..
  */
-#include <immintrin.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -18,6 +16,7 @@
 #include <string.h>
 
 #include "base/sys.h"
+#include "membw-read.h"
 
 struct part {
     const uint64_t *p;
@@ -25,42 +24,10 @@ struct part {
     uint64_t sum;
 };
 
-/* 32-byte loads, four accumulators: scalar 8-byte loads left two threads
- * at ~32 GB/s where the engine's own F16 decode reads 41. */
-__attribute__((target("avx2"))) static uint64_t sum_avx2(const uint64_t *p, size_t n)
-{
-    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        a0 = _mm256_add_epi64(a0, _mm256_loadu_si256((const __m256i *)(p + i)));
-        a1 = _mm256_add_epi64(a1, _mm256_loadu_si256((const __m256i *)(p + i + 4)));
-        a2 = _mm256_add_epi64(a2, _mm256_loadu_si256((const __m256i *)(p + i + 8)));
-        a3 = _mm256_add_epi64(a3, _mm256_loadu_si256((const __m256i *)(p + i + 12)));
-    }
-    uint64_t t[4];
-    _mm256_storeu_si256((__m256i *)t,
-                        _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3)));
-    uint64_t s = t[0] + t[1] + t[2] + t[3];
-    for (; i < n; i++)
-        s += p[i];
-    return s;
-}
-
 static void *read_part(void *arg)
 {
     struct part *pt = arg;
-    if (__builtin_cpu_supports("avx2")) {
-        pt->sum = sum_avx2(pt->p, pt->n);
-        return NULL;
-    }
-    uint64_t s[8] = {0};
-    size_t i = 0;
-    for (; i + 8 <= pt->n; i += 8)
-        for (int j = 0; j < 8; j++)
-            s[j] += pt->p[i + (size_t)j];
-    for (; i < pt->n; i++)
-        s[0] += pt->p[i];
-    pt->sum = s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
+    pt->sum = membw_sum(pt->p, pt->n);
     return NULL;
 }
 

@@ -9,8 +9,9 @@ model and test, our tokens/s next to llama.cpp's:
     token, so its decode is not compared);
   - "native": llama-bench built natively from the same llama.cpp source,
     measured in the same run, alternating with ours (bench/llama-native.sh);
-and the fraction of the measured 2-thread read bandwidth (bench-membw) our
-decode reaches. Every number is the median of the medians the benchmark
+and the fraction of the read bandwidth our decode reaches: of_read, the
+read of the same weights taking turns with the decode token by token
+(bench-engine), or else the separate 2-thread bench-membw read. Every number is the median of the medians the benchmark
 lines report when a test ran more than once.
 """
 import re
@@ -28,7 +29,7 @@ DESIGN = {
 def fields(line):
     return dict(re.findall(r'(\w+)=("[^"]*"|\S+)', line))
 
-ours, theirs, native, gbps, foreign, membw = {}, {}, {}, {}, {}, {}
+ours, theirs, native, gbps, foreign, membw, of_read, read = {}, {}, {}, {}, {}, {}, {}, {}
 for line in sys.stdin:
     f = fields(line)
     if line.startswith("bench membw"):
@@ -46,6 +47,9 @@ for line in sys.stdin:
         foreign.setdefault(key, []).append(float(f.get("foreign_cpus", "0")))
         if "gbps" in f:
             gbps.setdefault(key, []).append(float(f["gbps"]))
+        if "of_read" in f:
+            of_read.setdefault(key, []).append(float(f["of_read"]))
+            read.setdefault(key, []).append(float(f["read_gbps"]))
     elif line.startswith("bench llama-native"):
         native.setdefault(key, []).append(tps)
     else:
@@ -69,7 +73,11 @@ for model in models:
             ref = DESIGN.get(model, {}).get(test)
             note = "llama.cpp from DESIGN.md table" if ref else "no llama.cpp decode reference"
             g = med(gbps.get((model, test), []))
-            if g is not None and bw2:
+            fr = med(of_read.get((model, test), []))
+            if g is not None and fr is not None:
+                note += "; %.1f GB/s = %.0f%% of the %.1f GB/s read taking turns with it" % (
+                    g, 100 * fr, med(read[(model, test)]))
+            elif g is not None and bw2:
                 note += "; %.1f GB/s = %.0f%% of %.1f GB/s read bandwidth" % (g, 100 * g / bw2, bw2)
         fl = max(foreign.get((model, test), [0]))
         if fl > 0.1:

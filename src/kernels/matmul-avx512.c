@@ -442,12 +442,15 @@ T512BF static void gemv_bf16_avx512(const struct hr_mm_layout *l, const void *w,
 /* Tokens per register tile (the arrays below are sized for the largest; a
  * call with fewer uses a prefix and the compiler drops the rest). */
 #define TILE_Q8_MAX 6
-/* Decode from packed Q8_0 panels prefetches this many bytes ahead into L2:
- * one stream per thread otherwise leaves DRAM idle between the hardware
- * prefetcher's requests. bench-matmul, m = 1, 2 threads, the 8 Qwen/Llama
- * shapes, medians of 3 rounds next to ggml: 1.00-1.02 of ggml's GB/s
- * without, 1.16-1.18 with 2, 4 or 8 KiB into L2, 0.96-1.02 into L1. */
-#define Q8P_PF 4096
+/* Decode from packed Q8_0 panels prefetches this many bytes ahead into L2.
+ * Measured inside bench-engine's decode (whole models, DRAM-bound), with
+ * two variants alternating call by call so that this host's swinging
+ * bandwidth hits both alike: 2 KiB beat 4 KiB in 6 of 6 runs (median +3.6%)
+ * and beat 1 KiB and no prefetch in 8 of 8 (+0-4%); 8 and 16 KiB lost 6-8%,
+ * and prefetching into L1 lost 24%. (bench-matmul had favoured 4 KiB, but
+ * its single matrices partly fit in L3.) Prefetching the scales and the
+ * next panel's start as well changed nothing (within 1%). */
+#define Q8P_PF 2048
 #define TILE_K_MAX 4
 #define TILE_F_MAX 12
 
