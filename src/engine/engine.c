@@ -32,11 +32,6 @@
 #include "engine/threadpool.h"
 #include "kernels/matmul.h"
 
-/* Steps of at most this many tokens (decode) deal matmul rows out
- * dynamically (see matmul); each layer has this many matmuls. */
-#define DEAL_MAX_TOKENS 2
-#define DEALS_PER_LAYER 7
-
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
@@ -64,11 +59,6 @@ struct hr_engine {
     int32_t *logit_rows;   /* token index of each logit row; max_step_logits entries */
     float theta_scale;     /* powf(rope_base, -2 / n_rot) */
     float freq_scale;      /* 1 / linear factor */
-    /* Decode steps deal each matmul's rows out from a counter of its own
-     * (hr_matmul_compute_dealt); DEALS_PER_LAYER per layer plus the output,
-     * zeroed before each such step. */
-    atomic_uint *deals;
-    uint32_t n_deals;
     /* The step being run (valid inside hr_engine_step only). */
     struct hr_plan plan;
     uint32_t n_seqs, n_tokens, n_logits;
@@ -178,9 +168,7 @@ enum hr_status hr_engine_init(const struct hr_model *m, const struct hr_engine_c
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     e->seqs = calloc(cfg.max_step_tokens, sizeof(*e->seqs));
     e->logit_rows = calloc(cfg.max_step_logits, sizeof(*e->logit_rows));
-    e->n_deals = DEALS_PER_LAYER * m->hp.n_layer + 1;
-    e->deals = calloc(e->n_deals, sizeof(*e->deals));
-    if (e->arena == MAP_FAILED || !e->seqs || !e->logit_rows || !e->deals) {
+    if (e->arena == MAP_FAILED || !e->seqs || !e->logit_rows) {
         if (e->arena == MAP_FAILED)
             e->arena = NULL;
         hr_engine_free(e);
@@ -200,7 +188,6 @@ void hr_engine_free(struct hr_engine *e)
         munmap(e->arena, e->arena_cap);
     free(e->seqs);
     free(e->logit_rows);
-    free(e->deals);
     free(e);
 }
 
@@ -319,21 +306,15 @@ struct fwd {
     uint8_t *attn_scr;
 };
 
-/* Y = X W^T over m rows: both phases, with the barrier between them. With
- * `deal` (decode steps: bound by memory), the rows are claimed in chunks
- * from a counter of this matmul's own, so the thread that gets more
- * bandwidth does more of them. */
+/* Y = X W^T over m rows: both phases, with the barrier between them. */
 static void matmul(struct hr_engine *e, const struct hr_weight *w, const float *x, uint32_t m,
-                   void *act, float *y, int ith, int nth, bool prepared, atomic_uint *deal)
+                   void *act, float *y, int ith, int nth, bool prepared)
 {
     if (!prepared) {
         hr_matmul_prepare(w->type, x, m, w->ne0, act, ith, nth);
         hr_pool_barrier(e->pool);
     }
-    if (deal)
-        hr_matmul_compute_dealt(w->type, w->packed ? w->packed : w->data, w->packed != NULL, w->ne0,
-                                w->ne1, act, m, y, w->ne1, deal);
-    else if (w->packed)
+    if (w->packed)
         hr_matmul_compute_packed(w->type, w->packed, w->ne0, w->ne1, act, m, y, w->ne1, ith, nth);
     else
         hr_matmul_compute(w->type, w->data, w->ne0, w->ne1, act, m, y, w->ne1, ith, nth);
@@ -367,9 +348,6 @@ static void forward_worker(void *ctx, int ith, int nth)
     const uint32_t group = hp->n_head / hp->n_head_kv;
     uint32_t r0, r1;
     rows_of(T, ith, nth, &r0, &r1);
-    /* The next matmul's counter when this step deals rows (see matmul). */
-    atomic_uint *deal = T <= DEAL_MAX_TOKENS ? e->deals : NULL;
-#define NEXT_DEAL (deal ? deal++ : NULL)
 
     /* Embeddings and the RoPE table. */
     for (uint32_t t = r0; t < r1; t++) {
@@ -392,15 +370,15 @@ static void forward_worker(void *ctx, int ith, int nth)
                          hp->rms_eps);
         hr_pool_barrier(e->pool);
 
-        matmul(e, &L->wq, f->xn, T, f->act, f->q, ith, nth, false, NEXT_DEAL);
+        matmul(e, &L->wq, f->xn, T, f->act, f->q, ith, nth, false);
         bool prepared = same_act(&L->wq, &L->wk);
         if (!prepared)
             hr_pool_barrier(e->pool);
-        matmul(e, &L->wk, f->xn, T, f->act, f->k, ith, nth, prepared, NEXT_DEAL);
+        matmul(e, &L->wk, f->xn, T, f->act, f->k, ith, nth, prepared);
         prepared = same_act(&L->wk, &L->wv);
         if (!prepared)
             hr_pool_barrier(e->pool);
-        matmul(e, &L->wv, f->xn, T, f->act, f->v, ith, nth, prepared, NEXT_DEAL);
+        matmul(e, &L->wv, f->xn, T, f->act, f->v, ith, nth, prepared);
         hr_pool_barrier(e->pool);
 
         /* Biases, Q/K norms, RoPE, and the new K/V rows into the cache. */
@@ -450,7 +428,7 @@ static void forward_worker(void *ctx, int ith, int nth)
         }
         hr_pool_barrier(e->pool);
 
-        matmul(e, &L->wo, f->attn, T, f->act, f->xn, ith, nth, false, NEXT_DEAL);
+        matmul(e, &L->wo, f->attn, T, f->act, f->xn, ith, nth, false);
         hr_pool_barrier(e->pool);
         for (uint32_t t = r0; t < r1; t++) {
             float *x = f->x + (size_t)t * E, *xn = f->xn + (size_t)t * E;
@@ -460,11 +438,11 @@ static void forward_worker(void *ctx, int ith, int nth)
         }
         hr_pool_barrier(e->pool);
 
-        matmul(e, &L->w_gate, f->xn, T, f->act, f->gate, ith, nth, false, NEXT_DEAL);
+        matmul(e, &L->w_gate, f->xn, T, f->act, f->gate, ith, nth, false);
         prepared = same_act(&L->w_gate, &L->w_up);
         if (!prepared)
             hr_pool_barrier(e->pool);
-        matmul(e, &L->w_up, f->xn, T, f->act, f->up, ith, nth, prepared, NEXT_DEAL);
+        matmul(e, &L->w_up, f->xn, T, f->act, f->up, ith, nth, prepared);
         hr_pool_barrier(e->pool);
         /* Element-wise: split over all T x F values, not by token, so a
          * decode step's one token does not leave the other threads idle. */
@@ -474,7 +452,7 @@ static void forward_worker(void *ctx, int ith, int nth)
             f->gate[i] = silu(f->gate[i]) * f->up[i];
         hr_pool_barrier(e->pool);
 
-        matmul(e, &L->w_down, f->gate, T, f->act, f->xn, ith, nth, false, NEXT_DEAL);
+        matmul(e, &L->w_down, f->gate, T, f->act, f->xn, ith, nth, false);
         hr_pool_barrier(e->pool);
         rows_of(T * E, ith, nth, &i0, &i1);
         for (uint32_t i = i0; i < i1; i++)
@@ -492,9 +470,7 @@ static void forward_worker(void *ctx, int ith, int nth)
         rms_norm_row(f->x + (size_t)e->logit_rows[j] * E, m->output_norm.data,
                      f->out_x + (size_t)j * E, E, hp->rms_eps);
     hr_pool_barrier(e->pool);
-    matmul(e, &m->output, f->out_x, Lr, f->act, f->logits, ith, nth, false, NEXT_DEAL);
-    HR_ASSERT(!deal || deal == e->deals + e->n_deals);
-#undef NEXT_DEAL
+    matmul(e, &m->output, f->out_x, Lr, f->act, f->logits, ith, nth, false);
 }
 
 enum hr_status hr_engine_step(struct hr_engine *e, struct hr_step *step, struct hr_err *err)
@@ -580,9 +556,6 @@ enum hr_status hr_engine_step(struct hr_engine *e, struct hr_step *step, struct 
                 e->logit_rows[row++] = (int32_t)t;
         }
     }
-    if (T <= DEAL_MAX_TOKENS)
-        for (uint32_t i = 0; i < e->n_deals; i++)
-            atomic_init(&e->deals[i], 0);
     hr_pool_run(e->pool, forward_worker, &f);
     for (uint32_t i = 0; i < step->n_seqs; i++)
         step->seqs[i].kv->n_tokens += step->seqs[i].n_tokens;

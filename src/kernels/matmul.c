@@ -269,43 +269,24 @@ void hr_matmul_prepare(enum hr_ggml_type wtype, const float *x, size_t m, size_t
 typedef void compute_fn(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
                         const void *act, float *y, size_t ldy);
 
-/* Rows dealt from a shared counter come in chunks of about this many weight
- * bytes: few enough claims that they cost nothing, small enough that the
- * last chunk leaves little to wait for. */
-#define DEAL_BYTES 32768
-
-/* The n_out rows through `fn`: thread ith's fixed share (lo a multiple of
- * `align`), or, when `next` is given, chunks claimed from it until none is
- * left. */
+/* Thread ith's share of the n_out rows (a multiple of `align`) through `fn`. */
 static void compute_share(compute_fn *fn, size_t align, enum hr_ggml_type wtype, const void *w,
                           size_t k, size_t n_out, const void *act, size_t m, float *y, size_t ldy,
-                          int ith, int nth, atomic_uint *next)
+                          int ith, int nth)
 {
     struct hr_mm_layout l;
     hr_mm_layout_init(&l, wtype, m, k);
-    if (m == 0)
-        return;
-    if (!next) {
-        size_t r0, r1;
-        split(n_out, align, ith, nth, &r0, &r1);
-        if (r0 < r1)
-            fn(&l, w, r0, r1, act, y, ldy);
-        return;
-    }
-    const size_t rows = DEAL_BYTES / hr_row_bytes(wtype, k), chunk = round_up(rows ? rows : 1, align);
-    for (;;) {
-        const size_t r0 = (size_t)atomic_fetch_add_explicit(next, 1, memory_order_relaxed) * chunk;
-        if (r0 >= n_out)
-            return;
-        fn(&l, w, r0, r0 + chunk < n_out ? r0 + chunk : n_out, act, y, ldy);
-    }
+    size_t r0, r1;
+    split(n_out, align, ith, nth, &r0, &r1);
+    if (r0 < r1 && m > 0)
+        fn(&l, w, r0, r1, act, y, ldy);
 }
 
 void hr_matmul_compute(enum hr_ggml_type wtype, const void *w, size_t k, size_t n_out,
                        const void *act, size_t m, float *y, size_t ldy, int ith, int nth)
 {
     const struct hr_mm_isa *p = isa();
-    compute_share(p->compute, p->row_align, wtype, w, k, n_out, act, m, y, ldy, ith, nth, NULL);
+    compute_share(p->compute, p->row_align, wtype, w, k, n_out, act, m, y, ldy, ith, nth);
 }
 
 /* ---- packed weights -------------------------------------------------------- */
@@ -401,41 +382,27 @@ static void unpack_row(enum hr_ggml_type type, const void *packed, size_t k, siz
     }
 }
 
-/* An ISA forced after the weights were packed (tests, HR_KERNELS_ISA): each
- * row unpacked and computed as stored, so the results are that ISA's own. */
-static void unpacked_rows(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
-                          const void *act, float *y, size_t ldy)
-{
-    uint8_t row[PACK_ROW_MAX];
-    for (size_t r = r0; r < r1; r++) {
-        unpack_row(l->wtype, w, l->k, r, row);
-        isa()->compute(l, row, 0, 1, act, y + r, ldy);
-    }
-}
-
 void hr_matmul_compute_packed(enum hr_ggml_type type, const void *w, size_t k, size_t n_out,
                               const void *act, size_t m, float *y, size_t ldy, int ith, int nth)
 {
     const struct hr_mm_isa *p = isa();
-    if (p->compute_packed)
+    if (p->compute_packed) {
         compute_share(p->compute_packed, HR_MM_Q8P_ROWS, type, w, k, n_out, act, m, y, ldy, ith,
-                      nth, NULL);
-    else
-        compute_share(unpacked_rows, 1, type, w, k, n_out, act, m, y, ldy, ith, nth, NULL);
-}
-
-void hr_matmul_compute_dealt(enum hr_ggml_type type, const void *w, bool packed, size_t k,
-                             size_t n_out, const void *act, size_t m, float *y, size_t ldy,
-                             atomic_uint *next)
-{
-    const struct hr_mm_isa *p = isa();
-    if (!packed)
-        compute_share(p->compute, p->row_align, type, w, k, n_out, act, m, y, ldy, 0, 1, next);
-    else if (p->compute_packed)
-        compute_share(p->compute_packed, HR_MM_Q8P_ROWS, type, w, k, n_out, act, m, y, ldy, 0, 1,
-                      next);
-    else
-        compute_share(unpacked_rows, 1, type, w, k, n_out, act, m, y, ldy, 0, 1, next);
+                      nth);
+        return;
+    }
+    /* An ISA forced after the weights were packed (tests, HR_KERNELS_ISA):
+     * each row unpacked and computed as stored, so the results are that
+     * ISA's own. */
+    struct hr_mm_layout l;
+    hr_mm_layout_init(&l, type, m, k);
+    uint8_t row[PACK_ROW_MAX];
+    size_t r0, r1;
+    split(n_out, 1, ith, nth, &r0, &r1);
+    for (size_t r = r0; r < r1 && m > 0; r++) {
+        unpack_row(type, w, k, r, row);
+        p->compute(&l, row, 0, 1, act, y + r, ldy);
+    }
 }
 
 void hr_matmul_packed_row(enum hr_ggml_type type, const void *packed, size_t k, size_t row,

@@ -63,7 +63,6 @@
 #ifndef HR_KERNELS_MATMUL_H
 #define HR_KERNELS_MATMUL_H
 
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -120,19 +119,6 @@ void hr_matmul_compute_packed(enum hr_ggml_type type, const void *w, size_t k, s
                               const void *act, size_t m, float *y, size_t ldy, int ith, int nth);
 void hr_matmul_packed_row(enum hr_ggml_type type, const void *packed, size_t k, size_t row,
                           float *dst);
-
-/*
- * Phase 2 with dealt rows: every thread of the call runs this with the same
- * `next` (zeroed before any of them starts) and claims chunks of rows from it
- * until none is left, instead of taking a fixed share. Decode is bound by
- * memory, and the two threads' shares of the bandwidth are not equal: with
- * fixed shares the faster one waits at the next barrier. Which thread
- * computes a row changes; the row's arithmetic does not, so the results are
- * those of hr_matmul_compute / hr_matmul_compute_packed (`packed`) bit for bit.
- */
-void hr_matmul_compute_dealt(enum hr_ggml_type type, const void *w, bool packed, size_t k,
-                             size_t n_out, const void *act, size_t m, float *y, size_t ldy,
-                             atomic_uint *next);
 
 /* Dequantizes one row of `n` elements of `type` to f32 (embedding lookups). */
 void hr_dequantize_row_any(enum hr_ggml_type type, const void *src, float *dst, size_t n);
