@@ -18,7 +18,8 @@
  * Each test runs R times (default 3) after one warm-up; prints the median and
  * the spread, and the process's peak RSS, one machine-readable line each:
  *   bench engine model=F test=pp512 threads=2 runs=3 tokens_per_s=MEDIAN min=.. max=..
- *     peak_rss_bytes=.. foreign_cpus=.. [bytes_per_token=.. gbps=.. read_gbps=.. of_read=..]
+ *     peak_rss_bytes=.. foreign_cpus=.. [flops_per_token=.. gflops=.. (pp)]
+ *     [bytes_per_token=.. gbps=.. read_gbps=.. of_read=.. (tg)]
  * foreign_cpus: CPU time other processes used meanwhile, in cores.
  */
 #include <inttypes.h>
@@ -201,6 +202,21 @@ static uint64_t decode_weight_bytes(const struct hr_model *m)
     return b;
 }
 
+/* Arithmetic of one prefill token of an n-token prompt: a multiply-add per
+ * weight of every layer matrix, plus attention's QK and PV over n / 2 keys
+ * on average (the output matrix runs for the last token only). */
+static double prefill_flops_per_token(const struct hr_model *m, uint32_t n)
+{
+    double w = 0;
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+        const struct hr_layer *y = &m->layers[l];
+        const struct hr_weight *ws[] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->w_gate, &y->w_up, &y->w_down};
+        for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
+            w += (double)ws[i]->ne0 * (double)ws[i]->ne1;
+    }
+    return 2 * w + 4.0 * m->hp.n_layer * m->hp.n_head * m->hp.head_dim_k * (n / 2.0);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -277,6 +293,10 @@ int main(int argc, char **argv)
                "min=%.2f max=%.2f peak_rss_bytes=%" PRIu64 " foreign_cpus=%.2f",
                path, tests[k].is_pp ? "pp" : "tg", tests[k].n, threads, hr_kernels_isa(), runs,
                t[runs / 2], t[0], t[runs - 1], hr_peak_rss_bytes(), foreign < 0 ? 0 : foreign);
+        if (tests[k].is_pp) {
+            const double fl = prefill_flops_per_token(m, tests[k].n);
+            printf(" flops_per_token=%.0f gflops=%.1f", fl, fl * t[runs / 2] / 1e9);
+        }
         if (!tests[k].is_pp)
             printf(" bytes_per_token=%.0f gbps=%.1f read_gbps=%.1f of_read=%.2f", bpt,
                    bpt * t[runs / 2] / 1e9, rg[runs / 2], of[runs / 2]);

@@ -32,6 +32,8 @@ if ((!engine_only)); then
 fi
 # Read bandwidth with 1 and 2 threads: the ceiling of decode.
 build/bench/bench-membw | tee -a "$log"
+# Peak f32 FMA rate with 1 and 2 threads: the ceiling of F16 prefill.
+build/bench/bench-flops | tee -a "$log"
 
 # The engine: pp512, pp2048 and tg128 with 2 threads on generated models with
 # the real shapes of Qwen2.5-0.5B and Llama-3.2-1B, next to llama.cpp on the

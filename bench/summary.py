@@ -9,7 +9,8 @@ model and test, our tokens/s next to llama.cpp's:
     token, so its decode is not compared);
   - "native": llama-bench built natively from the same llama.cpp source,
     measured in the same run, alternating with ours (bench/llama-native.sh);
-and the fraction of the read bandwidth our decode reaches: of_read, the
+the share of the FMA peak (bench-flops) each prefill row uses and DESIGN's
+would need, and the fraction of the read bandwidth our decode reaches: of_read, the
 read of the same weights taking turns with the decode token by token
 (bench-engine), or else the separate 2-thread bench-membw read. Every number is the median of the medians the benchmark
 lines report when a test ran more than once.
@@ -30,8 +31,12 @@ def fields(line):
     return dict(re.findall(r'(\w+)=("[^"]*"|\S+)', line))
 
 ours, theirs, native, gbps, foreign, membw, of_read, read = {}, {}, {}, {}, {}, {}, {}, {}
+flops, fpt = {}, {}
 for line in sys.stdin:
     f = fields(line)
+    if line.startswith("bench flops") and "gflops" in f:
+        flops.setdefault(int(f["threads"]), []).append(float(f["gflops"]))
+        continue
     if line.startswith("bench membw"):
         membw.setdefault(int(f["threads"]), []).append(float(f["gbps"]))
         continue
@@ -47,6 +52,8 @@ for line in sys.stdin:
         foreign.setdefault(key, []).append(float(f.get("foreign_cpus", "0")))
         if "gbps" in f:
             gbps.setdefault(key, []).append(float(f["gbps"]))
+        if "flops_per_token" in f:
+            fpt[key] = float(f["flops_per_token"])
         if "of_read" in f:
             of_read.setdefault(key, []).append(float(f["of_read"]))
             read.setdefault(key, []).append(float(f["read_gbps"]))
@@ -69,6 +76,13 @@ for model in models:
         if test.startswith("pp"):
             ref = med(theirs.get((model, test), []))
             note = "llama.cpp measured side by side"
+            peak, fl = med(flops.get(2, [])), fpt.get((model, test))
+            if peak and fl and re.search(r"-f(16|32)$", model):  # f32 FMAs; quants use int8 dot products
+                note += "; %.0f GFLOP/s = %.0f%% of the %.0f GFLOP/s FMA peak" % (
+                    o * fl / 1e9, 100 * o * fl / 1e9 / peak, peak)
+                d = DESIGN.get(model, {}).get(test)
+                if d:
+                    note += "; DESIGN's %d tokens/s needs %.0f%%" % (d, 100 * d * fl / 1e9 / peak)
         else:
             ref = DESIGN.get(model, {}).get(test)
             note = "llama.cpp from DESIGN.md table" if ref else "no llama.cpp decode reference"
