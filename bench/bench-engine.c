@@ -34,12 +34,7 @@
 #include "kernels/matmul.h"
 #include "membw-read.h"
 #include "kernels/matmul.h"
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
+#include "bench.h"
 
 static int32_t argmax(const float *l, uint32_t n)
 {
@@ -284,9 +279,9 @@ int main(int argc, char **argv)
             rg[r] = rd.secs > 0 ? (double)rd.read / rd.secs / 1e9 : 0;
             of[r] = rg[r] > 0 ? bpt * t[r] / 1e9 / rg[r] : 0;
         }
-        qsort(t, (size_t)runs, sizeof(double), cmp_d);
-        qsort(rg, (size_t)runs, sizeof(double), cmp_d);
-        qsort(of, (size_t)runs, sizeof(double), cmp_d);
+        bench_sort(t, (size_t)runs);
+        bench_sort(rg, (size_t)runs);
+        bench_sort(of, (size_t)runs);
         hr_cpu_times(&all1, &self1);
         const double foreign = ((all1 - all0) - (self1 - self0)) / (hr_now_seconds() - w0);
         printf("bench engine model=%s test=%s%u threads=%d isa=%s runs=%d tokens_per_s=%.2f "

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "base/sys.h"
+#include "bench.h"
 
 #define CHAINS 12
 #define ITERS 100000000L
@@ -67,12 +68,6 @@ static void *run(void *arg)
     return NULL;
 }
 
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 int main(int argc, char **argv)
 {
     int runs = 5;
@@ -114,7 +109,7 @@ int main(int argc, char **argv)
         const double wall = hr_now_seconds() - w0;
         hr_cpu_times(&all1, &self1);
         const double foreign = ((all1 - all0) - (self1 - self0)) / wall;
-        qsort(g, (size_t)runs, sizeof(double), cmp_d);
+        bench_sort(g, (size_t)runs);
         printf("bench flops threads=%d width=%d runs=%d gflops=%.1f min=%.1f max=%.1f "
                "foreign_cpus=%.2f\n",
                threads, width, runs, g[runs / 2], g[0], g[runs - 1], foreign < 0 ? 0 : foreign);

@@ -13,12 +13,7 @@
 
 #include "base/sys.h"
 #include "gguf/gguf.h"
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
+#include "bench.h"
 
 int main(int argc, char **argv)
 {
@@ -41,7 +36,7 @@ int main(int argc, char **argv)
             bytes = hr_gguf_file_size(g);
             hr_gguf_close(g);
         }
-        qsort(t, (size_t)runs, sizeof(double), cmp_double);
+        bench_sort(t, (size_t)runs);
         printf("bench gguf_open file=%s bytes=%llu runs=%d median_ms=%.3f min_ms=%.3f\n", argv[i],
                (unsigned long long)bytes, runs, t[runs / 2], t[0]);
     }

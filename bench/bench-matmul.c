@@ -45,6 +45,7 @@
 #include "base/sys.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
+#include "bench.h"
 
 #include <strings.h>
 
@@ -61,12 +62,6 @@ static void ggml_bins(char *out, size_t n)
     }
     const char *file = __FILE__, *tail = strstr(file, "bench/bench-matmul.c");
     snprintf(out, n, "%.*s" GGML_BINS_REL, tail ? (int)(tail - file) : 0, file);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 /* splitmix64 normals, enough for benchmark data */
@@ -308,7 +303,7 @@ static double ggml_time(enum hr_ggml_type t, const uint8_t *const *w, size_t n_c
     free(work);
     free(graphs);
     G.free(ctx);
-    qsort(times, (size_t)runs, sizeof(double), cmp_double);
+    bench_sort(times, (size_t)runs);
     *runs_out = runs;
     return times[runs / 2];
 }
@@ -398,7 +393,7 @@ static void bench_one(enum hr_ggml_type t, const struct shape *s, size_t m, int 
     pool_stop();
     hr_cpu_times(&all1, &self1);
     const double foreign = ((all1 - all0) - (self1 - self0)) / (hr_now_seconds() - wall0);
-    qsort(times, (size_t)runs, sizeof(double), cmp_double);
+    bench_sort(times, (size_t)runs);
     const double ms = times[runs / 2];
     const double flop = 2.0 * (double)m * (double)k * (double)n_out;
     printf("bench matmul type=%s shape=%s k=%zu n_out=%zu m=%zu threads=%d isa=%s runs=%d "

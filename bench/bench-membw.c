@@ -17,6 +17,7 @@
 
 #include "base/sys.h"
 #include "membw-read.h"
+#include "bench.h"
 
 struct part {
     const uint64_t *p;
@@ -29,12 +30,6 @@ static void *read_part(void *arg)
     struct part *pt = arg;
     pt->sum = membw_sum(pt->p, pt->n);
     return NULL;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 int main(int argc, char **argv)
@@ -86,7 +81,7 @@ int main(int argc, char **argv)
         const double wall = hr_now_seconds() - w0;
         hr_cpu_times(&all1, &self1);
         const double foreign = ((all1 - all0) - (self1 - self0)) / wall;
-        qsort(gb, (size_t)runs, sizeof(double), cmp_d);
+        bench_sort(gb, (size_t)runs);
         printf("bench membw threads=%d mib=%zu runs=%d gbps=%.1f min=%.1f max=%.1f "
                "foreign_cpus=%.2f\n",
                threads, mib, runs, gb[runs / 2], gb[0], gb[runs - 1], foreign < 0 ? 0 : foreign);

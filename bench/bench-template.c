@@ -30,12 +30,7 @@
 #include "base/sys.h"
 #include "chat/chat-render.h"
 #include "gguf/gguf.h"
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
+#include "bench.h"
 
 static bool ends_with(const char *s, const char *suffix)
 {
@@ -217,7 +212,7 @@ int main(int argc, char **argv)
                 ms[r] = (b - a) * 1e3;
         }
         json_decref(ctx);
-        qsort(ms, (size_t)runs, sizeof(double), cmp_double);
+        bench_sort(ms, (size_t)runs);
         printf("bench %s impl=headroom template=%s request_bytes=%zu prompt_bytes=%zu tools=%zu "
                "messages=%zu runs=%d median_ms=%.3f min_ms=%.3f max_ms=%.3f\n",
                pass == 0 ? "chat_render" : "template_render", src_path, req_bytes, prompt_bytes,

@@ -25,12 +25,7 @@
 #include "base/sys.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
+#include "bench.h"
 
 int main(int argc, char **argv)
 {
@@ -90,8 +85,8 @@ int main(int argc, char **argv)
         enc[r] = (double)len / 1e6 / (b - a);
         dec[r] = (double)out_len / 1e6 / (c - b);
     }
-    qsort(enc, (size_t)runs, sizeof(double), cmp_double);
-    qsort(dec, (size_t)runs, sizeof(double), cmp_double);
+    bench_sort(enc, (size_t)runs);
+    bench_sort(dec, (size_t)runs);
     printf("bench tokenize impl=headroom vocab=%s bytes=%zu tokens=%zu runs=%d mb_per_s=%.2f "
            "min=%.2f max=%.2f\n",
            model, len, t.n, runs, enc[runs / 2], enc[0], enc[runs - 1]);
