@@ -75,15 +75,13 @@ static void add_span(struct reader *rd, const struct hr_weight *w)
 
 static void reader_init(struct reader *rd, const struct hr_model *m, int threads)
 {
-    *rd = (struct reader){.spans = malloc(sizeof(struct span) * (7 * m->hp.n_layer + 1)),
-                          .threads = threads};
-    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
-        const struct hr_layer *y = &m->layers[l];
-        const struct hr_weight *ws[] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->w_gate, &y->w_up, &y->w_down};
-        for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
-            add_span(rd, ws[i]);
-    }
-    add_span(rd, &m->output);
+    const size_t cap = (size_t)HR_MODEL_LAYER_MATRICES * m->hp.n_layer + 1;
+    const struct hr_weight **ws = malloc(sizeof(*ws) * cap);
+    *rd = (struct reader){.spans = malloc(sizeof(struct span) * cap), .threads = threads};
+    const size_t n = hr_model_matrices(m, ws);
+    for (size_t i = 0; i < n; i++)
+        add_span(rd, ws[i]);
+    free(ws);
 }
 
 struct read_part {
@@ -202,13 +200,12 @@ static uint64_t decode_weight_bytes(const struct hr_model *m)
  * on average (the output matrix runs for the last token only). */
 static double prefill_flops_per_token(const struct hr_model *m, uint32_t n)
 {
+    const struct hr_weight **ws = malloc(sizeof(*ws) * (HR_MODEL_LAYER_MATRICES * m->hp.n_layer + 1));
+    const size_t n_mat = hr_model_matrices(m, ws);
     double w = 0;
-    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
-        const struct hr_layer *y = &m->layers[l];
-        const struct hr_weight *ws[] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->w_gate, &y->w_up, &y->w_down};
-        for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
-            w += (double)ws[i]->ne0 * (double)ws[i]->ne1;
-    }
+    for (size_t i = 0; i + 1 < n_mat; i++) /* the output matrix is last */
+        w += (double)ws[i]->ne0 * (double)ws[i]->ne1;
+    free(ws);
     return 2 * w + 4.0 * m->hp.n_layer * m->hp.n_head * m->hp.head_dim_k * (n / 2.0);
 }
 

@@ -84,19 +84,25 @@ struct hr_model_priv {
     size_t packed_len;
 };
 
-/* The matrices the engine multiplies by, each once (a tied output is the
- * embedding table); returns how many. */
 static size_t matrices(struct hr_model *m, struct hr_weight **out)
 {
     size_t n = 0;
-    out[n++] = &m->output;
     for (uint32_t l = 0; l < m->hp.n_layer; l++) {
         struct hr_layer *L = &m->layers[l];
-        struct hr_weight *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t i = 0; i < sizeof(w) / sizeof(w[0]); i++)
+        struct hr_weight *w[HR_MODEL_LAYER_MATRICES] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
+                                                        &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < HR_MODEL_LAYER_MATRICES; i++)
             out[n++] = w[i];
     }
+    out[n++] = &m->output;
     return n;
+}
+
+size_t hr_model_matrices(const struct hr_model *m, const struct hr_weight **out)
+{
+    /* the same walk for readers; `matrices` itself serves pack_weights, which
+     * writes each weight's packed pointer during open */
+    return matrices((struct hr_model *)m, (struct hr_weight **)out);
 }
 
 /* The packing work, shared by the threads of pack_weights. */
@@ -133,7 +139,7 @@ static void *pack_worker(void *arg)
 static void pack_weights(struct hr_model_priv *priv)
 {
     struct hr_model *m = &priv->pub;
-    const size_t cap = (size_t)m->hp.n_layer * 7 + 1;
+    const size_t cap = (size_t)m->hp.n_layer * HR_MODEL_LAYER_MATRICES + 1;
     struct pack_job j = {.w = malloc(cap * sizeof(*j.w)), .dst = calloc(cap, sizeof(*j.dst))};
     if (!j.w || !j.dst)
         goto out;

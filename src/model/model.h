@@ -77,6 +77,13 @@ struct hr_model {
 enum hr_status hr_model_open(const char *path, struct hr_model **out, struct hr_err *err);
 void hr_model_close(struct hr_model *m);
 
+/* The matrices a forward pass multiplies by, each once and in the order it
+ * reads them: every layer's wq, wk, wv, wo, w_gate, w_up, w_down, then the
+ * output (the embedding table when tied). `out` has room for
+ * HR_MODEL_LAYER_MATRICES * n_layer + 1; returns how many. */
+#define HR_MODEL_LAYER_MATRICES 7
+size_t hr_model_matrices(const struct hr_model *m, const struct hr_weight **out);
+
 const char *hr_arch_name(enum hr_arch a);
 
 #endif
