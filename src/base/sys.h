@@ -7,6 +7,7 @@
 #ifndef HR_BASE_SYS_H
 #define HR_BASE_SYS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* Seconds from CLOCK_MONOTONIC: for intervals, not dates. */
@@ -18,6 +19,13 @@ double hr_now_seconds(void);
  * which benchmarks print so that a disturbed number can be recognised.
  * Both are 0 when /proc cannot be read. */
 void hr_cpu_times(double *all_s, double *self_s);
+
+/* Writes one byte of every page of [p, p + n_bytes) (zeros where it finds
+ * zeros, so the contents do not change), making fresh anonymous memory
+ * resident now rather than at first use: memory an account counts as
+ * resident must be. Through a volatile pointer, because a compiler may
+ * drop a memset that follows calloc. */
+void hr_mem_touch(void *p, size_t n_bytes);
 
 /* The process's peak RSS (VmHWM in /proc/self/status) in bytes; 0 if unknown. */
 uint64_t hr_peak_rss_bytes(void);

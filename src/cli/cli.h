@@ -36,6 +36,7 @@ struct hr_cli_governed_run {
     bool ignore_eos, json;
     const char *memory_limit;
     double soft_frac, hard_frac; /* watermarks; 0: the governor's defaults */
+    bool admit_beyond_memory;    /* tests: skip admission by memory, exit 3 when stuck */
 };
 int hr_cli_run_governed(const struct hr_cli_governed_run *g);
 

@@ -40,6 +40,7 @@ struct run_opts {
     const char *memory_limit;
     float memory_soft, memory_hard;
     bool no_governor;
+    bool admit_beyond_memory;
     enum hr_ggml_type kv_type;
     uint32_t ctx;
     uint32_t batch;
@@ -84,6 +85,9 @@ static void usage(FILE *f)
             "                        (default 0.95)\n"
             "  --no-governor         with --memory-limit: run with fixed --batch chunks and no\n"
             "                        admission anyway, and report the peak against the limit\n"
+            "  --admit-beyond-memory TESTS ONLY, with --memory-limit: skip admission's memory\n"
+            "                        check; a prompt that cannot complete under the ceiling\n"
+            "                        exits 3 once its prefill has waited 1 s for memory\n"
             "  --json                print one JSON object instead of streaming text\n"
             "  --logprobs K          top-K log-probabilities per generated token (JSON)\n"
             "  --score               teacher-force the prompt and report top-K\n"
@@ -265,7 +269,8 @@ static int run(const struct run_opts *o)
             .n_predict = n_predict, .ctx = ctx, .batch = batch, .threads = o->threads,
             .kv_type = o->kv_type, .sampling = o->sp, .ignore_eos = o->ignore_eos,
             .json = o->json, .memory_limit = o->memory_limit,
-            .soft_frac = o->memory_soft, .hard_frac = o->memory_hard};
+            .soft_frac = o->memory_soft, .hard_frac = o->memory_hard,
+            .admit_beyond_memory = o->admit_beyond_memory};
         int grc = hr_cli_run_governed(&g);
         hr_detok_free(detok);
         hr_tokenizer_free(tok);
@@ -501,6 +506,9 @@ int hr_cmd_run(int argc, char **argv)
             continue;
         } else if (strcmp(a, "--no-governor") == 0) {
             o.no_governor = true;
+            continue;
+        } else if (strcmp(a, "--admit-beyond-memory") == 0) {
+            o.admit_beyond_memory = true;
             continue;
         }
         if (!v) {

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/sys.h"
 #include "cli/cli.h"
@@ -100,6 +101,34 @@ void hr_cli_report_limit(const char *memory_limit, uint64_t peak_rss_bytes)
             peak_rss_bytes > limit ? "ABOVE the limit" : "below the limit");
 }
 
+/* With --admit-beyond-memory: polls until the request ends, or until its
+ * prefill has waited a whole second for memory that only the request's own
+ * end could free (it runs alone under a static ceiling): that prompt cannot
+ * complete here, which is what a test bisecting the real maximum needs to
+ * know. Returns true (and says so on stderr) when stuck. */
+static bool wait_stuck(struct hr_sched *s)
+{
+    double since = 0;
+    for (;;) {
+        struct hr_sched_stats st;
+        hr_sched_stats(s, &st);
+        if (st.running == 0 && st.queued == 0)
+            return false;
+        const double now = hr_now_seconds();
+        if (!st.waiting_for_memory)
+            since = 0;
+        else if (since == 0)
+            since = now;
+        else if (now - since >= 1.0) {
+            fprintf(stderr, "headroom run: the prompt cannot complete under this ceiling: its "
+                            "prefill waited 1 s for memory (%" PRIu64 " tokens prefilled)\n",
+                    st.tokens_prefilled);
+            return true;
+        }
+        nanosleep(&(struct timespec){.tv_nsec = 20 * 1000000L}, NULL);
+    }
+}
+
 int hr_cli_run_governed(const struct hr_cli_governed_run *g)
 {
     struct hr_err err = {{0}};
@@ -141,6 +170,7 @@ int hr_cli_run_governed(const struct hr_cli_governed_run *g)
         .parallel = 1,
         .max_queue = 1,
         .gov = gov,
+        .admit_beyond_memory = g->admit_beyond_memory,
     };
     struct hr_sched *s = NULL;
     if (hr_sched_init(&sc, &s, &err) != HR_OK) {
@@ -176,6 +206,10 @@ int hr_cli_run_governed(const struct hr_cli_governed_run *g)
                     hr_cli_fmt_bytes((double)why.limit_bytes, b, sizeof(b)));
         else
             fprintf(stderr, "headroom run: %s\n", err.msg);
+        goto done;
+    }
+    if (g->admit_beyond_memory && wait_stuck(s)) {
+        rc = 3;
         goto done;
     }
     hr_sched_wait_idle(s);

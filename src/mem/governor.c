@@ -11,6 +11,7 @@
 #include "mem/governor.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -427,8 +428,8 @@ uint32_t hr_gov_size_chunk(struct hr_gov *g, const struct hr_gov_chunk_req *req,
     /* The final remainder runs whole; any other chunk is a multiple of 16 and
      * at least chunk_min (a tail shorter than chunk_min is a final remainder). */
     if (n != req->tokens_left) {
-        n &= ~15u;
-        if (n < req->chunk_min || n == 0) n = 0;
+        if (n >= 16) n &= ~15u;
+        if (n < req->chunk_min) n = 0;
     }
     if (n == 0) return 0;
 
@@ -456,11 +457,12 @@ uint32_t hr_gov_size_chunk(struct hr_gov *g, const struct hr_gov_chunk_req *req,
 
 uint64_t hr_gov_need_alone(const struct hr_gov_admit_req *req, uint32_t n_prompt)
 {
-    uint32_t first = n_prompt < req->chunk_min ? n_prompt : req->chunk_min;
+    uint32_t last = n_prompt < req->chunk_min ? n_prompt : req->chunk_min;
     uint32_t kv_tokens = n_prompt == UINT32_MAX ? n_prompt : n_prompt + 1;
     uint64_t need = req->weights_bytes;
     need = sat_add(need, req->kv_bytes ? req->kv_bytes(req->ctx, kv_tokens) : 0);
-    need = sat_add(need, req->plan_bytes ? req->plan_bytes(req->ctx, first) : 0);
+    need = sat_add(need, req->plan_bytes ? req->plan_bytes(req->ctx, last) : 0);
+    need = sat_add(need, req->request_bytes);
     need = sat_add(need, req->residual_floor_bytes == HR_GOV_RESIDUAL_FLOOR_AUTO
                              ? 0
                              : req->residual_floor_bytes);
@@ -474,8 +476,10 @@ void hr_gov_admit_compute(const struct hr_gov_admit_req *req, uint64_t limit_byt
     out->n_prompt = req->n_prompt;
     out->limit_bytes = limit_bytes;
     out->estimated_bytes = hr_gov_need_alone(req, req->n_prompt);
+    out->need_one_bytes = hr_gov_need_alone(req, 1);
+    out->min_ceiling_bytes = out->need_one_bytes;
     /* M: the longest prompt L with L + 1 <= n_ctx and need_alone(L) <= limit.
-     * need_alone is monotone in L (KV and the first chunk's plan only grow). */
+     * need_alone is monotone in L (KV and the last chunk's plan only grow). */
     uint32_t max_ctx = req->n_ctx > 0 ? req->n_ctx - 1 : 0;
     uint32_t m = 0;
     if (max_ctx >= 1 && hr_gov_need_alone(req, 1) <= limit_bytes) {
@@ -508,6 +512,11 @@ void hr_gov_admit(struct hr_gov *g, const struct hr_gov_admit_req *req,
     struct hr_gov_admit_req r = *req;
     if (r.residual_floor_bytes == HR_GOV_RESIDUAL_FLOOR_AUTO) r.residual_floor_bytes = residual;
     hr_gov_admit_compute(&r, limit, out);
+    /* the limit is the hard watermark of the ceiling: the ceiling that makes it hold */
+    /* rounded up to a whole MiB, so that the figure printed is one to pass */
+    const double c = ceil((double)out->need_one_bytes / g->cfg.hard_frac / (double)MIB);
+    out->min_ceiling_bytes = c * (double)MIB >= 18446744073709549568.0 ? UINT64_MAX
+                                                                     : (uint64_t)c * MIB;
 }
 
 /* ---- the sampling thread ---- */

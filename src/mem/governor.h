@@ -6,11 +6,13 @@
  * a request can ever fit, and registers the reclaim chain it runs.
  *
  * Accounting (4.1). The scheduler sets the bytes of each category it knows
- * exactly: weights (mapped file), kv (blocks in use x block bytes), step (the
- * committed arena), cache (unreferenced prefix-cache blocks). The probe
+ * exactly: weights (resident once: packed copies plus the file pages of the
+ * rest), kv (blocks in use x block bytes), step (the committed arena), cache
+ * (unreferenced prefix-cache blocks), requests (each live request's own
+ * buffers, allocated and touched at submit). The probe
  * measures the process: RSS, or the cgroup's memory.current when a cgroup
  * limit binds. Then
- *     accounted = weights + kv + step + cache
+ *     accounted = weights + kv + step + cache + requests
  *     residual  = measured - accounted          (0 when measured is lower)
  *     current   = max(accounted, measured)
  *
@@ -50,14 +52,20 @@
  * Chunk sizing (4.6) picks the largest n <= min(r, chunk_max) with
  *     current + placed + plan(n) + residual.predict(n) <= hard
  * by binary search (plan must be monotone in n), rounded down to a multiple
- * of 16 unless n is the whole remainder r. A request's final remainder may be
- * shorter than chunk_min; any other chunk below chunk_min is 0 ("does not
- * fit"). A chunk smaller than asked logs one line (4.9):
+ * of 16 (when at least 16) unless n is the whole remainder r. A request's
+ * final remainder may be shorter than chunk_min; any other chunk below
+ * chunk_min is 0 ("does not fit"). A chunk smaller than asked logs one line (4.9):
  *     prefill chunk 2048 -> 640 tokens (request 12, kv_len 107712, headroom 1.20 GiB, planned 1.18
  * GiB) where headroom = hard - current - placed and planned = plan(n) + predict(n).
  *
- * Admission (4.7): need_alone(N) = weights + KV(N + 1) + plan(first chunk)
- * + residual floor. It is compared with the hard watermark of the static
+ * Admission (4.7): need_alone(N) = weights + KV(N + 1) + plan(last chunk)
+ * + the request's own buffers + residual floor, every term a resident
+ * figure: weights and KV as accounted (the measured residual excludes what
+ * is accounted, so nothing is counted twice), and the last chunk the
+ * smallest step the request can end its prefill with, min(N, chunk_min)
+ * tokens: the binding moment is the end of the prefill, with the whole
+ * prompt's KV in memory. (The scheduler passes chunk_min 1: a request
+ * alone runs chunks below chunk_min rather than wait.) It is compared with the hard watermark of the static
  * ceiling, not the ceiling itself: hard is the target chunk sizing uses, so
  * a request admitted alone can always be prefilled alone (a request that fit
  * under the ceiling but not under hard would wait forever), and the static
@@ -93,7 +101,8 @@ enum hr_gov_category {
     HR_GOV_KV = 1,
     HR_GOV_STEP = 2,
     HR_GOV_CACHE = 3,
-    HR_GOV_N_CATEGORIES = 4,
+    HR_GOV_REQUESTS = 4, /* live requests' own buffers: tokens, sampler scratch, block table */
+    HR_GOV_N_CATEGORIES = 5,
 };
 
 #define HR_GOV_RESERVE_AUTO      UINT64_MAX /* reserve_bytes: the default described above */
@@ -210,8 +219,9 @@ uint32_t hr_gov_size_chunk(struct hr_gov *g, const struct hr_gov_chunk_req *req,
 struct hr_gov_admit_req {
     uint32_t n_prompt;  /* N, after the prefix-cache lookup's tokenization */
     uint32_t n_ctx;     /* the model's context length */
-    uint32_t chunk_min; /* the first chunk is min(N, chunk_min) tokens */
+    uint32_t chunk_min; /* the last chunk is min(N, chunk_min) tokens */
     uint64_t weights_bytes;
+    uint64_t request_bytes; /* the request's own buffers (HR_GOV_REQUESTS once it exists) */
     uint64_t residual_floor_bytes; /* or HR_GOV_RESIDUAL_FLOOR_AUTO */
     /* KV bytes of L tokens (the caller subtracts prefix-cache blocks it will share). */
     uint64_t (*kv_bytes)(void *ctx, uint32_t n_tokens);
@@ -232,6 +242,10 @@ struct hr_gov_admit_result {
     uint32_t max_prompt;      /* M: the longest prompt that fits both limits (0: none) */
     uint64_t estimated_bytes; /* need_alone(N) */
     uint64_t limit_bytes;     /* what it was compared with */
+    /* need_alone(1), and the smallest ceiling whose limit holds it (for the
+     * error when M is 0: nothing at all can run). */
+    uint64_t need_one_bytes;
+    uint64_t min_ceiling_bytes;
 };
 
 /* need_alone(n) for a request (saturating). */

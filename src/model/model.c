@@ -127,8 +127,17 @@ static void *pack_worker(void *arg)
         const uintptr_t lo = ((uintptr_t)w->data + page - 1) / page * page,
                         hi = ((uintptr_t)w->data + hr_row_bytes(w->type, w->ne0) * w->ne1) /
                              page * page;
-        if (lo < hi)
+        if (lo < hi) {
+            /* PAGEOUT drops the pages from the page cache too (they are
+             * clean and ours alone), so a cgroup, which charges page cache
+             * to us, stops counting them; DONTNEED then unmaps whatever
+             * PAGEOUT left (an older kernel without it, pages another
+             * process maps). Either way RSS holds the packed copy only. */
+#ifdef MADV_PAGEOUT
+            (void)madvise((void *)lo, hi - lo, MADV_PAGEOUT);
+#endif
             (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+        }
     }
     return NULL;
 }
@@ -184,6 +193,53 @@ static void pack_weights(struct hr_model_priv *priv)
 out:
     free(j.w);
     free(j.dst);
+}
+
+/* True when tensor data `d` is a matrix that was packed: its file pages
+ * were released and the kernels read the packed copy instead. */
+static bool is_packed(const struct hr_model *m, const void *d)
+{
+    if (d == m->output.data && m->output.packed)
+        return true;
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+        const struct hr_layer *L = &m->layers[l];
+        const struct hr_weight *w[HR_MODEL_LAYER_MATRICES] = {&L->wq,     &L->wk,   &L->wv,    &L->wo,
+                                                              &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < HR_MODEL_LAYER_MATRICES; i++)
+            if (w[i]->data == d)
+                return w[i]->packed != NULL;
+    }
+    return false;
+}
+
+/*
+ * Touches every page of every tensor that stays in the file's layout, so
+ * that what is resident for the weights is exactly `weight_bytes` from the
+ * start, on every path (serve, run, governed or not, bench): the governor
+ * accounts the weights as resident, and a mapping paged in lazily would
+ * make measured RSS lag that figure (hiding heap growth in the residual),
+ * then catch up at a moment nobody planned. The embedding table is touched
+ * whole, not row by row as prompts reach it, for the same reason: its
+ * resident size is then a number, not a function of the tokens seen.
+ * Packed matrices are skipped: their file pages were released after the
+ * copy, and touching them again would make those weights resident twice.
+ * The cost is one read of the unpacked tensors at open (the packing read
+ * the others already).
+ */
+static void prefault_unpacked(const struct hr_model *m)
+{
+    const long page = sysconf(_SC_PAGESIZE);
+    volatile uint8_t sink = 0;
+    for (uint64_t i = 0; i < hr_gguf_n_tensors(m->gguf); i++) {
+        const struct hr_gguf_tensor *t = hr_gguf_tensor_at(m->gguf, i);
+        const volatile uint8_t *d = t->data;
+        if (!d || !t->n_bytes || is_packed(m, t->data))
+            continue;
+        for (uint64_t o = 0; o < t->n_bytes; o += (uint64_t)page)
+            sink ^= d[o];
+        sink ^= d[t->n_bytes - 1];
+    }
+    (void)sink;
 }
 
 enum hr_status hr_model_open(const char *path, struct hr_model **out, struct hr_err *err)
@@ -278,6 +334,7 @@ enum hr_status hr_model_open(const char *path, struct hr_model **out, struct hr_
         m->weight_bytes += hr_gguf_tensor_at(m->gguf, i)->n_bytes;
     m->file_bytes = hr_gguf_file_size(m->gguf);
     pack_weights(priv);
+    prefault_unpacked(m);
     *out = m;
     return HR_OK;
 fail:

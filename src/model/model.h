@@ -16,7 +16,10 @@
  * Packing: where this CPU's kernels read a matrix faster in a layout of
  * their own (Q8_0 and F16 on AVX-512, see hr_matmul_pack in kernels/matmul.h), open
  * copies it once into anonymous memory of the same size (the `weights`
- * category either way) and releases the file's pages of it.
+ * category either way) and releases the file's pages of it. Every tensor
+ * left in the file's layout is then touched once, so that from the end of
+ * hr_model_open what is resident for the weights is `weight_bytes`, each
+ * weight once, on every path that opens a model.
  *
  * Lifetime: weights point into the mapping or the packed copy, valid until
  * hr_model_close. The model is immutable after open; any thread may read it.

@@ -2,6 +2,7 @@
 #include "sample/sampler.h"
 
 #include "base/rand.h"
+#include "base/sys.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -59,9 +60,22 @@ enum hr_status hr_sampler_init(const struct hr_sampler_params *p, uint32_t n_voc
         hr_sampler_free(s);
         return hr_err_set(err, HR_ERR_NOMEM, "out of memory for the sampler");
     }
+    /* Resident from the start (see the header): fresh pages stay unmapped
+     * until written. */
+    hr_mem_touch(s->cands, n_vocab * sizeof(*s->cands));
+    hr_mem_touch(s->probs, n_vocab * sizeof(*s->probs));
+    hr_mem_touch(s->counts, n_vocab * sizeof(*s->counts));
     hr_rng_seed(&s->rng, p->seed);
     *out = s;
     return HR_OK;
+}
+
+uint64_t hr_sampler_bytes(const struct hr_sampler_params *p, uint32_t n_vocab)
+{
+    const uint64_t hist = p->penalty_last_n >= 0 ? (uint64_t)p->penalty_last_n + 1 : 1;
+    return sizeof(struct hr_sampler) +
+           (uint64_t)n_vocab * (sizeof(struct cand) + sizeof(float) + sizeof(uint32_t)) +
+           hist * sizeof(int32_t);
 }
 
 void hr_sampler_free(struct hr_sampler *s)

@@ -12,8 +12,11 @@
  * plain float in a fixed order).
  *
  * Memory: hr_sampler_init allocates its candidate scratch (n_vocab entries)
- * and penalty history once; sampling allocates nothing. A sampler belongs to
- * one request and one thread at a time.
+ * and penalty history once, and touches all of it, so that what is resident
+ * is hr_sampler_bytes from the start (the scheduler accounts it as request
+ * memory; a scratch paged in lazily would make RSS drift from that figure
+ * depending on the sampling settings); sampling allocates nothing. A
+ * sampler belongs to one request and one thread at a time.
  */
 #ifndef HR_SAMPLE_SAMPLER_H
 #define HR_SAMPLE_SAMPLER_H
@@ -42,6 +45,8 @@ struct hr_sampler;
 enum hr_status hr_sampler_init(const struct hr_sampler_params *p, uint32_t n_vocab,
                                struct hr_sampler **out, struct hr_err *err);
 void hr_sampler_free(struct hr_sampler *s);
+/* The bytes hr_sampler_init allocates for these settings and vocabulary. */
+uint64_t hr_sampler_bytes(const struct hr_sampler_params *p, uint32_t n_vocab);
 
 /* Picks a token from `logits` (n_vocab floats, not modified). */
 int32_t hr_sampler_sample(struct hr_sampler *s, const float *logits);

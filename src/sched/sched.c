@@ -17,6 +17,7 @@
  */
 #include "sched/sched.h"
 
+#include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -32,6 +33,7 @@
 #include "engine/prefix-cache.h"
 #include "gguf/gguf.h"
 #include "mem/counters.h"
+#include "mem/size.h"
 
 enum state { ST_QUEUED, ST_RUNNING };
 
@@ -55,6 +57,7 @@ struct request {
     uint32_t n_cached;      /* prompt tokens the prefix cache served at its first start */
     int32_t *script;        /* test-only forced output (hr_sched_params.script) */
     uint32_t n_script;
+    uint64_t bytes;         /* its own buffers: the requests memory category */
     atomic_bool cancel;
     double queued_at;
     uint64_t started; /* start order, for "youngest" */
@@ -80,6 +83,9 @@ struct hr_sched {
     atomic_bool squeezed;      /* the governor's sampler saw reclaim needed */
     uint64_t arena_committed;  /* the arena's largest high-water mark: resident pages */
     uint32_t n_step_prefill;   /* prefill tokens of the step being built */
+    double wait_since;         /* when the running requests began to wait for memory; 0: not */
+    bool alone_below_min;      /* this step may give a lone request a chunk under chunk_min */
+    _Atomic uint64_t request_bytes; /* of every live request: the requests category */
     /* engine-thread scratch, sized at init so the loop never allocates */
     struct hr_step_seq *items;       /* parallel */
     struct request **item_req;       /* parallel */
@@ -227,6 +233,11 @@ static void request_free(struct hr_sched *s, struct request *r)
     }
     if (r->kv.blocks)
         hr_kv_seq_free(&r->kv, hr_engine_kv_pool(s->engine));
+    if (r->bytes) {
+        const uint64_t left = atomic_fetch_sub(&s->request_bytes, r->bytes) - r->bytes;
+        if (s->cfg.gov)
+            hr_gov_set_account(s->cfg.gov, HR_GOV_REQUESTS, left);
+    }
     hr_sampler_free(r->smp);
     hr_detok_free(r->detok);
     for (uint32_t i = 0; i < r->n_stops; i++)
@@ -242,6 +253,20 @@ static void request_free(struct hr_sched *s, struct request *r)
 static uint32_t kv_blocks_for(const struct hr_sched *s, uint32_t n_tokens)
 {
     return hr_kv_blocks_needed(0, n_tokens, hr_kv_block_tokens(hr_engine_kv_pool(s->engine)));
+}
+
+/* What request_new allocates for a request of n_prompt + max_tokens tokens
+ * (the tokens, the block table, the sampler's scratch, the held text): the
+ * requests category, and the request's own term in admission. The few
+ * small pieces (stop strings, detokenizer state) are left to the residual. */
+static uint64_t request_bytes(const struct hr_sched *s, const struct hr_sampler_params *sp,
+                              uint32_t n_prompt, uint32_t max_tokens)
+{
+    const uint64_t cap = (uint64_t)n_prompt + max_tokens;
+    return sizeof(struct request) + cap * sizeof(int32_t) +
+           (cap / hr_kv_block_tokens(hr_engine_kv_pool(s->engine)) + 1) * sizeof(int32_t) +
+           hr_sampler_bytes(sp, hr_engine_model(s->engine)->hp.n_vocab) +
+           (s->cfg.tok ? 4096 : 0);
 }
 
 /* Builds everything a request will need, so that the engine thread never
@@ -308,6 +333,10 @@ static enum hr_status request_new(struct hr_sched *s, const struct hr_sched_para
         if (!(r->held = malloc(r->cap_held)))
             goto fail;
     }
+    r->bytes = request_bytes(s, &p->sampling, p->n_prompt, p->max_tokens);
+    const uint64_t live = atomic_fetch_add(&s->request_bytes, r->bytes) + r->bytes;
+    if (s->cfg.gov)
+        hr_gov_set_account(s->cfg.gov, HR_GOV_REQUESTS, live);
     *out = r;
     return HR_OK;
 fail:
@@ -574,7 +603,9 @@ static uint32_t build_step(struct hr_sched *s)
             struct hr_gov_chunk_req q = {.request_id = r->id,
                                          .tokens_left = pending,
                                          .kv_len = r->kv.n_tokens,
-                                         .chunk_min = s->cfg.chunk_min,
+                                         .chunk_min = s->alone_below_min && s->n_running == 1
+                                                          ? 1
+                                                          : s->cfg.chunk_min,
                                          .chunk_max = take,
                                          .placed_bytes = placed};
             struct chunk_ctx c = {.s = s, .r = r, .slot = n, .placed = placed};
@@ -607,6 +638,7 @@ static uint32_t fit_step(struct hr_sched *s, struct request **lone)
 {
     *lone = NULL;
     bool released = false;
+    s->alone_below_min = false;
     for (;;) {
         uint32_t n = build_step(s);
         if (!s->cfg.gov)
@@ -654,6 +686,15 @@ static uint32_t fit_step(struct hr_sched *s, struct request **lone)
             preempt_youngest(s);
             continue;
         }
+        if (n == 0 && !s->alone_below_min && !squeezed) {
+            /* (4) one request, and no chunk of chunk_min fits under the
+             * static ceiling: smaller chunks, down to one token, rather than
+             * a wait that nothing but its own end could finish. This is
+             * what admission's M assumes (the prefill's last step is one
+             * token with the whole prompt's KV). */
+            s->alone_below_min = true;
+            continue;
+        }
         if (n == 0)
             return 0; /* one request, no chunk fits: it waits for headroom */
         /* One request and its step does not fit: a chunk would have been
@@ -679,6 +720,35 @@ static uint32_t fit_step(struct hr_sched *s, struct request **lone)
             return 0;
         }
         return n; /* adds no memory: run it */
+    }
+}
+
+/* One log line when the running requests begin to wait for memory and one
+ * when they go on (DESIGN 4.9: per event, not per step), and the stats
+ * gauge. Engine thread, lock not held. */
+static void note_memory_wait(struct hr_sched *s, bool waiting)
+{
+    if (!s->cfg.gov || waiting == (s->wait_since > 0))
+        return;
+    struct hr_gov_view v;
+    hr_gov_get_view(s->cfg.gov, &v);
+    char a[32], b[32];
+    pthread_mutex_lock(&s->mu);
+    const uint32_t n = s->n_running;
+    s->st.waiting_for_memory = waiting ? n : 0;
+    if (waiting)
+        s->st.memory_waits++;
+    pthread_mutex_unlock(&s->mu);
+    if (waiting) {
+        s->wait_since = hr_now_seconds();
+        hr_log_info("sched", "prefill waits for memory: no chunk fits (%u running, current %s, "
+                             "hard %s)",
+                    n, hr_mem_format_bytes(v.current_bytes, 1, a, sizeof(a)),
+                    hr_mem_format_bytes(v.hard_bytes, 1, b, sizeof(b)));
+    } else {
+        hr_log_info("sched", "the wait for memory ended after %.1f s",
+                    hr_now_seconds() - s->wait_since);
+        s->wait_since = 0;
     }
 }
 
@@ -768,6 +838,7 @@ static void *engine_main(void *arg)
         const bool wait_memory = n_items == 0 && !lone && s->n_running > 0 && n_done == 0;
         pthread_mutex_unlock(&s->mu);
 
+        note_memory_wait(s, wait_memory);
         if (wait_memory) {
             /* Running requests, but nothing fits: wait for headroom (the
              * governor's sampler, a cancellation or a new request wakes us). */
@@ -975,24 +1046,31 @@ static void *engine_main(void *arg)
 
 /* ---- public --------------------------------------------------------------- */
 
-/* The governor counts the weights as resident (category `weights`), but an
- * mmap'd file is paged in only as it is read: until then the measured RSS
- * is below the accounted bytes and the residual (measured - accounted)
- * reads 0 however much heap the process uses. Touching every page once at
- * start makes measured and accounted agree from the first request. */
-static void prefault_weights(const struct hr_model *m)
+static bool fits_alone(const struct hr_sched *s, uint32_t n_prompt, uint32_t max_tokens,
+                       const struct hr_sampler_params *sampling, struct hr_sched_refusal *why);
+
+/*
+ * One 1-token step before the governor's first sample, then everything it
+ * took given back (its KV block, the arena's pages). What it leaves is what
+ * every step leaves for good - the workers' stack pages, lazily bound
+ * library state - so the residual that admission reads is already the
+ * steady state's: measured after start alone it was about 0.25 MiB low, and
+ * a prompt of exactly M tokens could then wait forever for its last chunk.
+ */
+static void warm_up(struct hr_sched *s)
 {
-    const long page = sysconf(_SC_PAGESIZE);
-    volatile uint8_t sink = 0;
-    for (uint64_t i = 0; i < hr_gguf_n_tensors(m->gguf); i++) {
-        const struct hr_gguf_tensor *t = hr_gguf_tensor_at(m->gguf, i);
-        const volatile uint8_t *d = t->data;
-        if (!d)
-            continue;
-        for (uint64_t o = 0; o < t->n_bytes; o += (uint64_t)page)
-            sink ^= d[o];
-    }
-    (void)sink;
+    struct hr_kv_pool *pool = hr_engine_kv_pool(s->engine);
+    struct hr_kv_seq seq = {0};
+    struct hr_err err = {{0}};
+    const int32_t tok = 0;
+    if (hr_engine_seq_init(s->engine, &seq, 1, &err) != HR_OK)
+        return;
+    struct hr_step_seq it = {.kv = &seq, .tokens = &tok, .n_tokens = 1, .n_logits = 1};
+    struct hr_step step = {.seqs = &it, .n_seqs = 1};
+    (void)hr_engine_step(s->engine, &step, &err);
+    hr_kv_seq_free(&seq, pool);
+    hr_kv_pool_trim(pool);
+    hr_engine_arena_release(s->engine);
 }
 
 /* The governor's sampling thread: when the ceiling fell under what we hold
@@ -1101,12 +1179,14 @@ enum hr_status hr_sched_init(const struct hr_sched_config *cfg, struct hr_sched 
         }
     }
     atomic_init(&s->squeezed, false);
+    atomic_init(&s->request_bytes, 0);
     s->sync_ready = true;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);
     pthread_cond_init(&s->idle, NULL);
     if (s->cfg.gov) {
-        prefault_weights(cfg->model);
+        warm_up(s);
+        malloc_trim(0);
         hr_gov_set_account(s->cfg.gov, HR_GOV_WEIGHTS, cfg->model->weight_bytes);
         hr_gov_sample(s->cfg.gov, NULL);
         hr_mem_counter_set(&hr_gov_counters(s->cfg.gov)->kv_blocks_total, s->st.kv_blocks_total);
@@ -1116,6 +1196,15 @@ enum hr_status hr_sched_init(const struct hr_sched_config *cfg, struct hr_sched 
             return st;
         }
         s->gov_sampling = true;
+        /* A ceiling that holds not even a 1-token request refuses to start,
+         * naming the smallest one that would. */
+        struct hr_sched_refusal why;
+        const struct hr_sampler_params sp = hr_sampler_defaults();
+        if (!fits_alone(s, 1, 1, &sp, &why) && why.reason == HR_SCHED_NO_MEMORY) {
+            st = hr_err_set(err, HR_ERR_LIMIT, "%s", why.message);
+            hr_sched_free(s);
+            return st;
+        }
     }
     if (pthread_create(&s->thread, NULL, engine_main, s) != 0) {
         hr_sched_free(s);
@@ -1161,7 +1250,8 @@ void hr_sched_free(struct hr_sched *s)
 
 /* Refusal math without a memory governor: the context and the KV pool. M is
  * the longest prompt that still leaves room for one generated token. */
-static bool fits_alone(const struct hr_sched *s, uint32_t n_prompt, struct hr_sched_refusal *why)
+static bool fits_alone(const struct hr_sched *s, uint32_t n_prompt, uint32_t max_tokens,
+                       const struct hr_sampler_params *sampling, struct hr_sched_refusal *why)
 {
     /* A prompt's cached blocks are in memory whether it shares them or
      * not, so the memory check counts its whole KV either way; what the
@@ -1175,12 +1265,13 @@ static bool fits_alone(const struct hr_sched *s, uint32_t n_prompt, struct hr_sc
         m = pool_tokens - 1;
     struct hr_gov_admit_result res = {.verdict = HR_GOV_ADMIT};
     bool by_memory = false;
-    if (s->cfg.gov) {
+    if (s->cfg.gov && !s->cfg.admit_beyond_memory) {
         const struct hr_gov_admit_req q = {
             .n_prompt = n_prompt,
             .n_ctx = s->cfg.n_ctx,
-            .chunk_min = s->cfg.chunk_min,
+            .chunk_min = 1, /* alone, the prefill may end with a 1-token chunk (fit_step) */
             .weights_bytes = hr_engine_model(s->engine)->weight_bytes,
+            .request_bytes = request_bytes(s, sampling, n_prompt, max_tokens),
             .residual_floor_bytes = HR_GOV_RESIDUAL_FLOOR_AUTO,
             .kv_bytes = admit_kv,
             .plan_bytes = admit_plan,
@@ -1194,6 +1285,22 @@ static bool fits_alone(const struct hr_sched *s, uint32_t n_prompt, struct hr_sc
     }
     if (n_prompt <= m && res.verdict == HR_GOV_ADMIT)
         return true;
+    if (by_memory && m == 0) {
+        /* Not the prompt's fault: nothing fits, so "> 0 maximum" would send
+         * an agent compacting for nothing. Say what would run. */
+        char a[32], b[32], c[32];
+        *why = (struct hr_sched_refusal){.reason = HR_SCHED_NO_MEMORY,
+                                         .n_prompt = n_prompt,
+                                         .estimated_bytes = res.need_one_bytes,
+                                         .limit_bytes = res.min_ceiling_bytes};
+        snprintf(why->message, sizeof(why->message),
+                 "the memory ceiling holds no prompt at all: even 1 token needs about %s and the "
+                 "limit allows %s; the smallest --memory-limit that runs it is %s",
+                 hr_mem_format_bytes(res.need_one_bytes, 1, a, sizeof(a)),
+                 hr_mem_format_bytes(res.limit_bytes, 1, b, sizeof(b)),
+                 hr_mem_format_bytes(res.min_ceiling_bytes, 1, c, sizeof(c)));
+        return false;
+    }
     if (res.verdict == HR_GOV_REFUSE_MEMORY || by_memory) {
         *why = (struct hr_sched_refusal){.reason = HR_SCHED_TOO_LONG,
                                          .n_prompt = n_prompt,
@@ -1228,7 +1335,9 @@ enum hr_status hr_sched_submit(struct hr_sched *s, const struct hr_sched_params 
         if (p->prompt[i] < 0 || (uint32_t)p->prompt[i] >= n_vocab)
             return hr_err_set(err, HR_ERR_INVALID, "prompt token %u is %d, outside the vocabulary (%u)",
                               i, p->prompt[i], n_vocab);
-    if (!fits_alone(s, p->n_prompt, why)) {
+    const uint32_t room = p->n_prompt < s->cfg.n_ctx ? s->cfg.n_ctx - p->n_prompt : 0;
+    if (!fits_alone(s, p->n_prompt, p->max_tokens == 0 || p->max_tokens > room ? room : p->max_tokens,
+                    &p->sampling, why)) {
         pthread_mutex_lock(&s->mu);
         s->st.refused_too_long++;
         pthread_mutex_unlock(&s->mu);
@@ -1236,7 +1345,6 @@ enum hr_status hr_sched_submit(struct hr_sched *s, const struct hr_sched_params 
         return hr_err_set(err, HR_ERR_LIMIT, "%s", why->message);
     }
     struct hr_sched_params q = *p;
-    const uint32_t room = s->cfg.n_ctx - p->n_prompt;
     if (q.max_tokens == 0 || q.max_tokens > room)
         q.max_tokens = room; /* clamped, not an error */
     struct request *r = NULL;

@@ -103,6 +103,10 @@ struct hr_sched_config {
     bool prefix_cache;
     uint64_t cache_limit_bytes;         /* most KV the cache indexes; 0: the whole pool */
     uint32_t gov_sample_ms;             /* background sampling period; 0: 100 */
+    /* TESTS ONLY: admission checks the context and the pool, not memory, so
+     * a test can run a prompt longer than the refusal's M and watch it wait
+     * (stats.waiting_for_memory) - how the real maximum is bisected. */
+    bool admit_beyond_memory;
 };
 
 enum hr_sched_event_kind {
@@ -125,6 +129,9 @@ enum hr_sched_finish {
 enum hr_sched_refusal_reason {
     HR_SCHED_TOO_LONG,   /* can never fit: the prompt exceeds the context or memory */
     HR_SCHED_OVERLOADED, /* the queue is full or the wait timed out: retry later */
+    HR_SCHED_NO_MEMORY,  /* the memory ceiling holds no prompt at all, not even 1 token:
+                          * limit_bytes is the smallest ceiling that would (not the
+                          * client's doing; M would be 0) */
 };
 
 struct hr_sched_refusal {
@@ -133,7 +140,7 @@ struct hr_sched_refusal {
     uint32_t max_prompt;      /* M: the longest prompt that would fit (TOO_LONG) */
     uint64_t estimated_bytes; /* what the prompt alone would need */
     uint64_t limit_bytes;     /* what is available */
-    char message[160];
+    char message[256];
 };
 
 struct hr_sched_event {
@@ -180,6 +187,12 @@ struct hr_sched_stats {
     uint64_t admitted, refused_too_long, refused_overloaded, preempted;
     uint64_t aborted_for_memory; /* no path increments it; exported to prove it */
     uint32_t running, queued;
+    /* Running requests that no step could fit at the last try: they wait
+     * for headroom (0 once a step runs again). With one request under the
+     * static ceiling, nothing but memory given back by the process's own
+     * heap can end the wait: admission's M was too high. */
+    uint32_t waiting_for_memory;
+    uint64_t memory_waits; /* times a wait began */
     uint32_t kv_blocks_used, kv_blocks_total;
     uint64_t kv_block_bytes;
     /* the prefix cache (zeros without one) */

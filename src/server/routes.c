@@ -528,6 +528,9 @@ static enum MHD_Result generate(struct hr_exchange *ex, enum hr_api_kind kind)
                          why.message, srv->n_ctx);
             return hr_respond_error(ex, &e);
         }
+        if (st == HR_ERR_LIMIT && why.reason == HR_SCHED_NO_MEMORY)
+            /* the server's ceiling, not the prompt: no "prompt is too long" */
+            return fail(ex, HR_API_ERR_UNAVAILABLE, 0, "%s", why.message);
         if (st == HR_ERR_LIMIT)
             return fail(ex, HR_API_ERR_OVERLOADED, 2, "%s", why.message);
         return fail(ex, HR_API_ERR_INVALID, 0, "%s", err.msg);

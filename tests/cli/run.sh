@@ -28,8 +28,8 @@ expect "--memory-limit reports peak and ceiling" "grep -q 'memory (governor): pe
 
 $hr run --model "$dir/m.gguf" -p "hello" -n 4 --memory-limit 1M >"$dir/out" 2>"$dir/err"
 rc=$?
-expect "a prompt that can never fit: exit 1" "[[ $rc -eq 1 ]]"
-expect "...with N, M and the bytes" "grep -q 'prompt is too long: [0-9]* tokens > [0-9]* maximum (memory): it needs about .* and the limit allows' '$dir/err'"
+expect "a ceiling that holds no prompt at all: exit 1" "[[ $rc -eq 1 ]]"
+expect "...saying so, with the smallest ceiling that runs one" "grep -q 'the memory ceiling holds no prompt at all: even 1 token needs about .* the smallest --memory-limit that runs it is' '$dir/err'"
 expect "...and nothing on stdout" "[[ ! -s '$dir/out' ]]"
 
 $hr run --model "$dir/m.gguf" -p "hello" -n 4 --memory-limit 1M --no-governor >/dev/null 2>"$dir/err"
