@@ -156,17 +156,24 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int ok = 1;
-        if (!strcmp(a, "--ceiling"))
-            ok = have_ceiling = parse_size_arg(a, v, total, &ceiling);
-        else if (!strcmp(a, "--reserve"))
-            ok = have_reserve = parse_size_arg(a, v, total, &reserve);
-        else if (!strcmp(a, "--step"))
-            ok = parse_size_arg(a, v, total, &step) && step >= 4096;
-        else if (!strcmp(a, "--floor"))
-            ok = parse_size_arg(a, v, total, &floor);
-        else if (!strcmp(a, "--max"))
-            ok = parse_size_arg(a, v, total, &max);
-        else if (!strcmp(a, "--pid"))
+        /* A size that does not parse has said why (parse_size_arg). */
+        if (!strcmp(a, "--ceiling")) {
+            if (!(have_ceiling = parse_size_arg(a, v, total, &ceiling)))
+                return 2;
+        } else if (!strcmp(a, "--reserve")) {
+            if (!(have_reserve = parse_size_arg(a, v, total, &reserve)))
+                return 2;
+        } else if (!strcmp(a, "--step")) {
+            if (!parse_size_arg(a, v, total, &step))
+                return 2;
+            ok = step >= 4096;
+        } else if (!strcmp(a, "--floor")) {
+            if (!parse_size_arg(a, v, total, &floor))
+                return 2;
+        } else if (!strcmp(a, "--max")) {
+            if (!parse_size_arg(a, v, total, &max))
+                return 2;
+        } else if (!strcmp(a, "--pid"))
             ok = v && (pid = strtol(v, NULL, 10)) > 0;
         else if (!strcmp(a, "--step-ms"))
             ok = v && (step_ms = strtol(v, NULL, 10)) > 0 && step_ms <= 10000;
@@ -183,10 +190,9 @@ int main(int argc, char **argv)
     if (!have_ceiling || !have_reserve)
         return usage();
 
-    /* Whatever happens to the test that started us, we do not outlive it. */
+    /* Whatever happens to the test that started us, we do not outlive it
+     * (and --timeout-s bounds even a parent that never dies). */
     prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() == 1)
-        return 0;
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
