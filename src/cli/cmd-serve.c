@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "mem/probe.h"
 #include "mem/size.h"
 #include "server/server.h"
 
@@ -34,6 +35,9 @@ static const struct opt g_opts[] = {
     {"parallel", UINT, "N", "requests generating at once (default 4)"},
     {"memory-limit", STR, "SIZE",
      "memory ceiling, e.g. 12G or 80% (default: RAM, cgroup and MemAvailable decide)"},
+    {"memory-reserve", STR, "SIZE",
+     "memory left to other processes: ceiling <= used + MemAvailable - SIZE (default RAM/32, "
+     "256M..2G)"},
     {"max-queue", UINT, "N", "requests waiting for a slot before 529/503 (default 64)"},
     {"queue-timeout", SECONDS, "S", "longest wait for a slot, then 529/503 (default: none)"},
     {"batch-tokens", UINT, "N", "tokens per engine step, decodes + prefill (default 512)"},
@@ -232,6 +236,17 @@ int hr_cmd_serve(int argc, char **argv)
             cfg.parallel = u;
         else if (!strcmp(n, "memory-limit"))
             cfg.memory_limit = v;
+        else if (!strcmp(n, "memory-reserve")) {
+            /* 0 is a valid reserve (take everything MemAvailable says), so
+             * this is not a SIZE, which must be above zero. */
+            struct hr_err e = {{0}};
+            if (hr_mem_parse_size(v, hr_mem_ram_total_bytes(), &cfg.memory_reserve_bytes, &e) !=
+                HR_OK) {
+                fprintf(stderr, "headroom serve: --memory-reserve: %s\n", e.msg);
+                rc = 2;
+            }
+            cfg.has_memory_reserve = true;
+        }
         else if (!strcmp(n, "max-queue"))
             cfg.max_queue = u;
         else if (!strcmp(n, "queue-timeout"))

@@ -489,9 +489,9 @@ static void running_remove(struct hr_sched *s, struct request *r)
 
 /* Moves queued requests to the running table while there is a slot. A
  * request starts when nothing runs (the head of the queue always fits
- * alone: admission checked it), or when the KV pool has room for its
- * pending tokens, so that a preempted request is not restarted only to be
- * preempted again. */
+ * alone: admission checked it), or when the KV pool, and with a governor
+ * the hard watermark, have room for its pending tokens' KV, so that a
+ * preempted request is not restarted only to be preempted again. */
 static void start_queued(struct hr_sched *s)
 {
     struct hr_kv_pool *pool = hr_engine_kv_pool(s->engine);
@@ -506,6 +506,17 @@ static void start_queued(struct hr_sched *s)
             }
             if (need > have)
                 break;
+            /* The same for memory: restarted under a squeeze without room
+             * for its KV, a preempted request would get no chunk and be
+             * preempted again on the governor's next sample, hundreds of
+             * times a second (511 preemptions in 4.5 s in the first
+             * tests/e2e/squeeze.test.mjs run). It waits for the room. */
+            if (s->cfg.gov) {
+                struct hr_gov_view v;
+                hr_gov_get_view(s->cfg.gov, &v);
+                if (v.current_bytes + (uint64_t)need * hr_kv_block_bytes(pool) > v.hard_bytes)
+                    break;
+            }
         }
         queue_remove(s, r);
         cache_lookup(s, r);
@@ -524,7 +535,7 @@ static void start_queued(struct hr_sched *s)
 /* Frees the youngest running request's KV and puts it back at the head of
  * the queue; it resumes by recomputing its prompt and output (the kernels
  * are batch invariant, so it continues exactly as it would have). */
-static void preempt_youngest(struct hr_sched *s)
+static void preempt_youngest(struct hr_sched *s, const char *why)
 {
     struct request *y = s->running[0];
     for (uint32_t i = 1; i < s->n_running; i++)
@@ -537,9 +548,9 @@ static void preempt_youngest(struct hr_sched *s)
         s->preempted[s->n_preempted++] = y;
     s->st.preempted++;
     COUNT(s, requests_preempted_total, 1);
-    hr_log_info("sched", "request %llu preempted: KV pool full (%u of %u blocks), resumes by recompute "
+    hr_log_info("sched", "request %llu preempted: %s (%u of %u KV blocks used), resumes by recompute "
                 "of %u tokens",
-                (unsigned long long)y->id, hr_kv_n_used(hr_engine_kv_pool(s->engine)),
+                (unsigned long long)y->id, why, hr_kv_n_used(hr_engine_kv_pool(s->engine)),
                 hr_kv_n_blocks(hr_engine_kv_pool(s->engine)), y->n_tokens);
 }
 
@@ -683,7 +694,8 @@ static uint32_t fit_step(struct hr_sched *s, struct request **lone)
         }
         /* (3) the youngest, if another request remains */
         if (s->n_running > 1) {
-            preempt_youngest(s);
+            preempt_youngest(s, squeezed ? "memory: the ceiling fell below what we hold"
+                                         : "memory: the step does not fit under the hard watermark");
             continue;
         }
         if (n == 0 && !s->alone_below_min && !squeezed) {
@@ -880,7 +892,7 @@ static void *engine_main(void *arg)
                 if (cache_make_room(s, step_new_blocks(s, n_items))) {
                     /* evicted cached blocks: retry before preempting anyone */
                 } else if (s->n_running > 1) {
-                    preempt_youngest(s);
+                    preempt_youngest(s, "KV pool full");
                 } else if (s->n_running == 1) {
                     struct request *r = s->running[0];
                     running_remove(s, r);

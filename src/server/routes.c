@@ -906,6 +906,8 @@ enum hr_status hr_server_load(struct hr_server *srv, struct hr_err *err)
         hr_err_prefix(err, "--memory-limit");
         return st;
     }
+    if (cfg->has_memory_reserve)
+        gc.reserve_bytes = cfg->memory_reserve_bytes;
     struct hr_mem_probe probe;
     if ((st = hr_mem_probe_sys_init(NULL, &probe, err)) != HR_OK ||
         (st = hr_gov_init(&gc, probe, &srv->gov, err)) != HR_OK)

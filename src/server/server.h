@@ -50,6 +50,8 @@ struct hr_server_config {
     double queue_timeout_s;  /* longest wait in the queue; 0: none */
     uint32_t batch_tokens;   /* tokens per engine step; 0: 512 */
     const char *memory_limit; /* the governor's ceiling ("12G", "80%"); NULL: RAM and cgroup */
+    bool has_memory_reserve;       /* false: the governor's default reserve */
+    uint64_t memory_reserve_bytes; /* left to other processes: dynamic = current + MemAvailable - this */
     const char *const *aliases; /* more model names for /v1/models */
     size_t n_aliases;
     uint64_t max_body_bytes;   /* larger bodies get 413; 0: 32 MiB */

@@ -16,8 +16,8 @@ bad() { failed=$((failed + 1)); echo "FAIL $1"; }
 expect() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
 
 help=$($hr serve --help; echo "|$?")
-for f in model host port api-key ctx threads parallel memory-limit max-queue queue-timeout alias \
-  max-body no-prefix-cache cache-limit; do
+for f in model host port api-key ctx threads parallel memory-limit memory-reserve max-queue \
+  queue-timeout alias max-body no-prefix-cache cache-limit; do
   expect "--help lists --$f" "grep -q -- '--$f' <<<\"\$help\""
 done
 expect "--help exits 0" "[[ \"\$help\" == *'|0' ]]"
@@ -33,6 +33,10 @@ err=$(HEADROOM_PARALLEL=many $hr serve --model x 2>&1; echo "|$?")
 expect "HEADROOM_PARALLEL is read and checked" "[[ \"\$err\" == *\"--parallel: 'many' is not a valid count\"*'|2' ]]"
 err=$(HEADROOM_PARALLEL=many $hr serve --model x --parallel 2 --max-body 0 2>&1; echo "|$?")
 expect "the command line wins over the environment" "[[ \"\$err\" != *'many'* && \"\$err\" == *'--max-body'*'|2' ]]"
+err=$($hr serve --model x --memory-reserve 1Q 2>&1; echo "|$?")
+expect "--memory-reserve 1Q: exit 2, the flag named" "[[ \"\$err\" == *'--memory-reserve: invalid size \"1Q\"'*'|2' ]]"
+err=$(HEADROOM_MEMORY_RESERVE=-5 $hr serve --model x 2>&1; echo "|$?")
+expect "HEADROOM_MEMORY_RESERVE is read and checked" "[[ \"\$err\" == *'--memory-reserve: invalid size \"-5\"'*'|2' ]]"
 err=$($hr serve --model x --no-prefix-cache=1 2>&1; echo "|$?")
 expect "a switch takes no value" "[[ \"\$err\" == *'--no-prefix-cache takes no value'*'|2' ]]"
 err=$($hr serve --model "$dir/missing.gguf" --port 0 2>&1; echo "|$?")
@@ -40,7 +44,8 @@ expect "a missing model: exit 1, the path named" "[[ \"\$err\" == *'missing.gguf
 
 # A real server on a free port, started through the environment.
 $gen --shape tiny --out "$dir/m.gguf" >/dev/null 2>&1
-HEADROOM_MODEL="$dir/m.gguf" HEADROOM_PORT=0 HEADROOM_ALIAS=one,two $hr serve 2>"$dir/log" &
+HEADROOM_MODEL="$dir/m.gguf" HEADROOM_PORT=0 HEADROOM_ALIAS=one,two HEADROOM_MEMORY_RESERVE=100M \
+  $hr serve 2>"$dir/log" &
 pids+=($!)
 port=
 for _ in $(seq 1 100); do
@@ -49,6 +54,7 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 expect "HEADROOM_MODEL / HEADROOM_PORT=0: listening, port logged" "[[ -n \"\$port\" ]]"
+expect "HEADROOM_MEMORY_RESERVE=100M: the governor's reserve" "grep -q 'memory ceiling .*reserve 100.0 MiB)' \"\$dir/log\""
 models=$(curl -s "http://127.0.0.1:$port/v1/models")
 expect "HEADROOM_ALIAS=one,two: both names in /v1/models" "[[ \"\$models\" == *'\"one\"'* && \"\$models\" == *'\"two\"'* ]]"
 err=$($hr serve --model "$dir/m.gguf" --port "$port" 2>&1; echo "|$?")

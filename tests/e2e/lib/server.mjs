@@ -124,10 +124,16 @@ export class Server {
 // Starts `headroom serve --model M --host 127.0.0.1 --port 0 ...extra` and
 // resolves once it listens. Rejects (with the server's stderr in the
 // message) when it exits first or is not ready within 60 s.
-export async function startServer(extra = [], { model, env, timeoutMs = 60_000 } = {}) {
+// `cgroup`, a cgroup v2 directory, starts the server inside it from its
+// first byte (a shell joins it, then execs the server: same pid), so all its
+// memory is charged there.
+export async function startServer(extra = [], { model, env, timeoutMs = 60_000, cgroup } = {}) {
   model = model || ensureModel();
   const args = ["serve", "--model", model, "--host", "127.0.0.1", "--port", "0", ...extra];
-  const proc = spawn(headroomBin, args, {
+  const [bin, argv] = cgroup
+    ? ["/bin/sh", ["-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cgroup, headroomBin, ...args]]
+    : [headroomBin, args];
+  const proc = spawn(bin, argv, {
     stdio: ["ignore", "ignore", "pipe"],
     env: { ...process.env, ...(env || {}) },
   });
