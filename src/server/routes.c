@@ -756,10 +756,16 @@ static enum MHD_Result r_metrics(struct hr_exchange *ex)
             "# HELP headroom_prefix_cache_evicted_blocks_total Cached blocks given back to the "
             "pool.\n"
             "# TYPE headroom_prefix_cache_evicted_blocks_total counter\n"
-            "headroom_prefix_cache_evicted_blocks_total %" PRIu64 "\n",
+            "headroom_prefix_cache_evicted_blocks_total %" PRIu64 "\n"
+            "# HELP headroom_kv_block_bytes Bytes of one KV block: 32 tokens of every layer's K "
+            "and V in the cache type (--cache-type).\n"
+            "# TYPE headroom_kv_block_bytes gauge\nheadroom_kv_block_bytes %" PRIu64 "\n"
+            "# HELP headroom_kv_used_bytes KV memory requests use (blocks in use x block "
+            "bytes).\n"
+            "# TYPE headroom_kv_used_bytes gauge\nheadroom_kv_used_bytes %" PRIu64 "\n",
             s.running, s.queued, s.steps, s.cache_lookup_tokens, s.cache_hit_tokens,
             s.cache_blocks, (uint64_t)s.cache_blocks * s.kv_block_bytes, s.cache_evictable_blocks,
-            s.cache_evicted_blocks);
+            s.cache_evicted_blocks, s.kv_block_bytes, (uint64_t)s.kv_blocks_used * s.kv_block_bytes);
     if (st == HR_OK && srv->gov) {
         char gov[16384];
         const size_t n = hr_mem_counters_format(hr_gov_counters(srv->gov), gov, sizeof(gov));

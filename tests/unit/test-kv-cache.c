@@ -259,6 +259,41 @@ static void check_quant_attention(enum hr_ggml_type type, uint32_t hd, uint32_t 
     hr_kv_pool_free(pool);
 }
 
+/* hr_attn_rotate against the dense normalized Sylvester-Hadamard matrix (the
+ * matrix llama.cpp builds, ggml_gen_hadamard), in double; applying it twice
+ * gives the input back. Chunk sizes as the engine picks them. */
+static void test_rotation(void **state)
+{
+    (void)state;
+    assert_int_equal(hr_attn_rot_k_dim(HR_GGML_Q8_0, 128), 128);
+    assert_int_equal(hr_attn_rot_k_dim(HR_GGML_Q4_0, 192), 64);
+    assert_int_equal(hr_attn_rot_k_dim(HR_GGML_Q8_0, 96), 0);
+    assert_int_equal(hr_attn_rot_k_dim(HR_GGML_F16, 128), 0);
+    assert_int_equal(hr_attn_rot_v_dim(HR_GGML_Q8_0, 128), 64);
+    assert_int_equal(hr_attn_rot_v_dim(HR_GGML_F32, 128), 0);
+    const uint32_t sizes[] = {64, 128, 256};
+    uint32_t rs = 99;
+    for (size_t si = 0; si < 3; si++) {
+        const uint32_t n = sizes[si];
+        float x[256], y[256];
+        for (uint32_t i = 0; i < n; i++)
+            x[i] = y[i] = frand(&rs) * 3.0f;
+        hr_attn_rotate(y, n);
+        double max_err = 0;
+        for (uint32_t r = 0; r < n; r++) {
+            double acc = 0;
+            for (uint32_t c = 0; c < n; c++) /* H[r][c] = (-1)^popcount(r & c) / sqrt(n) */
+                acc += (__builtin_popcount(r & c) & 1 ? -1.0 : 1.0) * x[c];
+            acc /= sqrt((double)n);
+            max_err = fmax(max_err, fabs(acc - y[r]));
+        }
+        assert_true(max_err < 1e-5);
+        hr_attn_rotate(y, n);
+        for (uint32_t i = 0; i < n; i++)
+            assert_true(fabsf(y[i] - x[i]) < 1e-5f);
+    }
+}
+
 static void test_quant_attention(void **state)
 {
     (void)state;
@@ -316,6 +351,7 @@ int main(void)
         cmocka_unit_test(test_threadpool),
         cmocka_unit_test(test_cache_types),
         cmocka_unit_test(test_quant_attention),
+        cmocka_unit_test(test_rotation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
