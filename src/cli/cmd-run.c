@@ -586,6 +586,12 @@ int hr_cmd_run(int argc, char **argv)
         fprintf(stderr, "headroom run: --memory-limit does not combine with --score or --logprobs\n");
         return 2;
     }
+    if (o.memory_limit && !o.no_governor && o.kv_type == HR_GGML_F32) {
+        /* The scheduler behind the governed path takes 0 (F32) as its f16 default. */
+        fprintf(stderr, "headroom run: --cache-type f32 does not combine with --memory-limit "
+                        "(f16, q8_0 or q4_0 do)\n");
+        return 2;
+    }
     if (o.logits_out && !o.score) {
         fprintf(stderr, "headroom run: --logits-out needs --score\n");
         return 2;
