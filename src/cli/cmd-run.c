@@ -75,7 +75,10 @@ static void usage(FILE *f)
             "  --ctx N               context to reserve (default: prompt + n, at most the\n"
             "                        model's trained context)\n"
             "  --batch N             prefill chunk size in tokens (default 512)\n"
-            "  --kv-type f16|f32     KV cache element type (default f16)\n"
+            "  --cache-type T        KV cache type: f16 (default), f32, q8_0 or q4_0 (ggml's\n"
+            "                        blocks, as llama.cpp's -ctk/-ctv; q8_0 is 53%% of f16's\n"
+            "                        bytes, q4_0 28%%; both need a head dim that is a\n"
+            "                        multiple of 32); --kv-type is the same flag\n"
             "  --memory-limit SIZE   run under the memory governor with this ceiling\n"
             "                        (12G, 512M, 80%% of RAM): the prompt is refused if it can\n"
             "                        never fit, prefill chunks (at most --batch) shrink to the\n"
@@ -434,7 +437,7 @@ static int run(const struct run_opts *o)
                     "peak RSS %s (%d threads, %s, KV %s)\n",
             n_prompt, pp, n_gen, tg, hr_cli_fmt_bytes((double)rss, b1, sizeof(b1)),
             hr_engine_n_threads(eng), hr_kernels_isa(),
-            o->kv_type == HR_GGML_F32 ? "f32" : "f16");
+            hr_kv_type_name(o->kv_type));
     if (o->memory_limit)
         hr_cli_report_limit(o->memory_limit, rss);
     rc = 0;
@@ -560,13 +563,12 @@ int hr_cmd_run(int argc, char **argv)
             bad = parse_float(v, &o.memory_soft) || !(o.memory_soft > 0 && o.memory_soft <= 1);
         else if (strcmp(a, "--memory-hard") == 0)
             bad = parse_float(v, &o.memory_hard) || !(o.memory_hard > 0 && o.memory_hard <= 1);
-        else if (strcmp(a, "--kv-type") == 0) {
-            if (strcmp(v, "f16") == 0)
-                o.kv_type = HR_GGML_F16;
-            else if (strcmp(v, "f32") == 0)
-                o.kv_type = HR_GGML_F32;
-            else
-                bad = 1;
+        else if (strcmp(a, "--cache-type") == 0 || strcmp(a, "--kv-type") == 0) {
+            struct hr_err terr = {{0}};
+            if (hr_kv_type_parse(v, &o.kv_type, &terr) != HR_OK) {
+                fprintf(stderr, "headroom run: %s: %s\n", a, terr.msg);
+                return 2;
+            }
         } else {
             fprintf(stderr, "headroom run: unknown option %s\n", a);
             usage(stderr);
@@ -590,6 +592,12 @@ int hr_cmd_run(int argc, char **argv)
     }
     if (o.memory_limit && !o.no_governor && (o.score || o.logprobs)) {
         fprintf(stderr, "headroom run: --memory-limit does not combine with --score or --logprobs\n");
+        return 2;
+    }
+    if (o.memory_limit && !o.no_governor && o.kv_type == HR_GGML_F32) {
+        /* The scheduler behind the governed path takes 0 (F32) as its f16 default. */
+        fprintf(stderr, "headroom run: --cache-type f32 does not combine with --memory-limit "
+                        "(f16, q8_0 or q4_0 do)\n");
         return 2;
     }
     if (o.logits_out && !o.score) {

@@ -15,8 +15,27 @@
  * skipped, masked lanes contribute exact zeros), so ragged batches and
  * chunked prefill give bit-identical results to a sequence run alone.
  *
+ * Quantized caches (Q8_0, Q4_0) follow ggml-cpu's flash attention: each
+ * query row is quantized to Q8_0 once per call, scores are integer block dot
+ * products scaled by the two block scales, and V rows are dequantized to f32
+ * a tile at a time (exact), never the whole cache (attention.c draws the
+ * tile layout). hr_attn_score_ref is the plain C reference of one score.
+ *
+ * Rotation: like llama.cpp (llama-kv-cache.cpp, attn_rot_k / attn_rot_v,
+ * default on; LLAMA_ATTN_ROT_DISABLE turns it off there), a quantized cache
+ * stores K and V multiplied by an orthonormal Walsh-Hadamard matrix H, and Q
+ * is multiplied by the same H as K, so q.k is unchanged while an outlier
+ * dimension is spread over the whole chunk before it is quantized; the
+ * attention output comes back with one more H (H x H = I). K uses chunks of
+ * the largest power of two >= 64 dividing head_dim, V chunks of 64; no
+ * rotation when head_dim is not a multiple of 64. The engine applies it
+ * (engine.c) with hr_attn_rotate, which computes exactly what ggml-cpu's
+ * fwht does (scale by 1/sqrt(n) first, then the butterflies in stage order),
+ * so both engines quantize the same numbers.
+ *
  * Cost per row: (pos + 1) x head_dim x 2 multiply-adds plus one exp per key;
- * AVX-512 when the build has it, plain C otherwise (same algorithm).
+ * AVX-512 when the build has it (VNNI for the quantized scores), plain C
+ * otherwise (same algorithm, same results for the quantized scores).
  */
 #ifndef HR_ENGINE_ATTENTION_H
 #define HR_ENGINE_ATTENTION_H
@@ -25,6 +44,7 @@
 #include <stdint.h>
 
 #include "engine/kv-cache.h"
+#include "gguf/ggml-types.h"
 
 #define HR_ATTN_TILE 16
 
@@ -42,8 +62,17 @@ struct hr_attn_ctx {
  * at least one token). */
 uint32_t hr_attn_block_tokens(uint32_t group);
 
-/* Scratch bytes one thread needs. */
-size_t hr_attn_scratch_bytes(uint32_t head_dim, uint32_t group);
+/* Scratch bytes one thread needs for a cache of `kv_type`. */
+size_t hr_attn_scratch_bytes(enum hr_ggml_type kv_type, uint32_t head_dim, uint32_t group);
+
+/* The plain C reference of one quantized score (before the 1/sqrt(head_dim)
+ * scale): `q` (head_dim floats) quantized to Q8_0 as ggml-cpu's from_float
+ * does, then per 32-block the exact integer dot with `k_row` (one token's
+ * Q8_0 or Q4_0 K row of one head), summed in block order as
+ * fmaf(sumi, d_k x d_q, sum). hr_attention computes every quantized score
+ * with exactly this expression. */
+float hr_attn_score_ref(enum hr_ggml_type kv_type, const void *k_row, const float *q,
+                        uint32_t head_dim);
 
 /*
  * Attention for query tokens at positions pos0 .. pos0 + nq - 1 (nq <=
@@ -55,6 +84,16 @@ size_t hr_attn_scratch_bytes(uint32_t head_dim, uint32_t group);
  */
 void hr_attention(const struct hr_attn_ctx *c, uint32_t kv_head, const float *q, size_t q_stride,
                   int32_t pos0, uint32_t nq, float *out, size_t out_stride, void *scratch);
+
+/* Chunk size of the K (and Q) rotation, or of the V rotation, for a cache
+ * of `kv_type` and `head_dim`; 0 means none (float caches, head_dim not a
+ * multiple of 64). */
+uint32_t hr_attn_rot_k_dim(enum hr_ggml_type kv_type, uint32_t head_dim);
+uint32_t hr_attn_rot_v_dim(enum hr_ggml_type kv_type, uint32_t head_dim);
+
+/* x = H x in place for n floats (a power of two): the normalized
+ * Walsh-Hadamard transform, ggml-cpu's fwht arithmetic. n log2 n adds. */
+void hr_attn_rotate(float *x, uint32_t n);
 
 /* Where position `pos`, KV head `h`, dimension `d` lives, for writers. */
 void hr_attn_store(struct hr_kv_pool *kv, const int32_t *blocks, uint32_t layer, uint32_t n_head_kv,

@@ -16,7 +16,8 @@
  * does (kernels/matmul.h). Attention is the exception by design: it streams
  * the paged KV with an online softmax (flash style) instead of
  * materializing a score matrix, so its rounding differs from llama.cpp's
- * non-flash path at the 1e-7 level.
+ * non-flash path at the 1e-7 level. With a quantized cache it follows
+ * llama.cpp's flash path (attention.h), Hadamard rotations included.
  */
 #include "engine/engine.h"
 
@@ -98,8 +99,7 @@ enum hr_status hr_engine_init(const struct hr_model *m, const struct hr_engine_c
     struct hr_engine_config cfg = *cfg_in;
     if (cfg.n_threads <= 0)
         cfg.n_threads = hr_physical_cores();
-    if (cfg.kv_type != HR_GGML_F32)
-        cfg.kv_type = HR_GGML_F16;
+    /* hr_kv_pool_init refuses a type that is not a cache type. */
     if (!cfg.kv_block_tokens)
         cfg.kv_block_tokens = HR_KV_DEFAULT_BLOCK_TOKENS;
     if (!cfg.max_step_tokens)
@@ -132,7 +132,8 @@ enum hr_status hr_engine_init(const struct hr_model *m, const struct hr_engine_c
     d->n_ff = hp->n_ff;
     d->n_vocab = hp->n_vocab;
     d->n_threads = (uint32_t)cfg.n_threads;
-    d->attn_scratch_bytes = hr_attn_scratch_bytes(hp->head_dim_k, hp->n_head / hp->n_head_kv);
+    d->attn_scratch_bytes = hr_attn_scratch_bytes(cfg.kv_type, hp->head_dim_k,
+                                                  hp->n_head / hp->n_head_kv);
     d->kv_block_bytes = hr_kv_block_bytes_for(&kc);
     bool types_ok = true;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
@@ -346,6 +347,8 @@ static void forward_worker(void *ctx, int ith, int nth)
     const uint32_t T = e->n_tokens, E = hp->n_embd, hd = hp->head_dim_k;
     const uint32_t q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd, F = hp->n_ff;
     const uint32_t group = hp->n_head / hp->n_head_kv;
+    const uint32_t rot_k = hr_attn_rot_k_dim(e->cfg.kv_type, hd);
+    const uint32_t rot_v = hr_attn_rot_v_dim(e->cfg.kv_type, hd);
     uint32_t r0, r1;
     rows_of(T, ith, nth, &r0, &r1);
 
@@ -399,6 +402,17 @@ static void forward_worker(void *ctx, int ith, int nth)
                     rms_norm_row(k + h * hd, L->k_norm.data, k + h * hd, hd, hp->rms_eps);
                 rope_head(k + h * hd, rc, hp->n_rot, m->rope_neox);
             }
+            /* Quantized caches see Q, K and V in the Hadamard basis (see
+             * attention.h): scores are unchanged, quantization error is not. */
+            if (rot_k)
+                for (uint32_t i = 0; i < q_dim; i += rot_k)
+                    hr_attn_rotate(q + i, rot_k);
+            if (rot_k)
+                for (uint32_t i = 0; i < kv_dim; i += rot_k)
+                    hr_attn_rotate(k + i, rot_k);
+            if (rot_v)
+                for (uint32_t i = 0; i < kv_dim; i += rot_v)
+                    hr_attn_rotate(v + i, rot_v);
             hr_attn_store(e->kv, e->seqs[f->seq_of[t]].kv->blocks, l, hp->n_head_kv, hd,
                           f->pos[t], k, v);
         }
@@ -427,6 +441,12 @@ static void forward_worker(void *ctx, int ith, int nth)
             }
         }
         hr_pool_barrier(e->pool);
+        if (rot_v) { /* back from the Hadamard basis of V (H x H = I) */
+            for (uint32_t t = r0; t < r1; t++)
+                for (uint32_t i = 0; i < q_dim; i += rot_v)
+                    hr_attn_rotate(f->attn + (size_t)t * q_dim + i, rot_v);
+            hr_pool_barrier(e->pool);
+        }
 
         matmul(e, &L->wo, f->attn, T, f->act, f->xn, ith, nth, false);
         hr_pool_barrier(e->pool);

@@ -39,7 +39,7 @@
 
 struct hr_engine_config {
     int n_threads;              /* 0: physical cores */
-    enum hr_ggml_type kv_type;  /* HR_GGML_F16 (default when 0 is passed... use explicit) or F32 */
+    enum hr_ggml_type kv_type;  /* cache type: HR_GGML_F16, F32 (= 0), Q8_0 or Q4_0 (kv-cache.h) */
     uint64_t kv_budget_bytes;   /* KV pool size */
     uint32_t kv_block_tokens;   /* 0: 32 */
     uint32_t max_step_tokens;   /* largest T a step may have (the arena is sized for it) */

@@ -11,7 +11,7 @@ struct hr_kv_pool {
     struct hr_kv_config cfg;
     uint64_t block_bytes;
     uint64_t layer_bytes;   /* K (or V) of one layer in one block */
-    size_t head_bytes;     /* one KV head of one layer: head_dim x block_tokens elements */
+    size_t head_bytes;     /* one KV head of one layer: block_tokens rows of head_dim values */
     uint32_t n_blocks;
     uint8_t *base;          /* n_blocks * block_bytes of reserved address space */
     size_t map_bytes;
@@ -21,27 +21,64 @@ struct hr_kv_pool {
     uint8_t *dirty;         /* per block: pages may be committed */
 };
 
-static size_t elem_bytes(enum hr_ggml_type t)
+size_t hr_kv_row_bytes(enum hr_ggml_type t, uint32_t head_dim)
 {
-    return t == HR_GGML_F32 ? 4 : 2;
+    switch (t) {
+    case HR_GGML_F32: return (size_t)head_dim * 4;
+    case HR_GGML_F16: return (size_t)head_dim * 2;
+    /* ggml's block_q8_0 / block_q4_0: an f16 scale and 32 values. */
+    case HR_GGML_Q8_0: return head_dim % 32 ? 0 : (size_t)head_dim / 32 * (2 + 32);
+    case HR_GGML_Q4_0: return head_dim % 32 ? 0 : (size_t)head_dim / 32 * (2 + 16);
+    default: return 0;
+    }
 }
 
 uint64_t hr_kv_block_bytes_for(const struct hr_kv_config *cfg)
 {
     uint32_t bt = cfg->block_tokens ? cfg->block_tokens : HR_KV_DEFAULT_BLOCK_TOKENS;
-    uint64_t row = (uint64_t)cfg->n_head_kv * cfg->head_dim * elem_bytes(cfg->type);
+    uint64_t row = (uint64_t)cfg->n_head_kv * hr_kv_row_bytes(cfg->type, cfg->head_dim);
     return 2ull * cfg->n_layer * bt * row;
+}
+
+static const struct {
+    const char *name;
+    enum hr_ggml_type type;
+} k_cache_types[] = {
+    {"f16", HR_GGML_F16}, {"f32", HR_GGML_F32}, {"q8_0", HR_GGML_Q8_0}, {"q4_0", HR_GGML_Q4_0}};
+
+enum hr_status hr_kv_type_parse(const char *name, enum hr_ggml_type *out, struct hr_err *err)
+{
+    for (size_t i = 0; name && i < sizeof(k_cache_types) / sizeof(k_cache_types[0]); i++)
+        if (strcmp(name, k_cache_types[i].name) == 0) {
+            *out = k_cache_types[i].type;
+            return HR_OK;
+        }
+    return hr_err_set(err, HR_ERR_INVALID, "'%s' is not a cache type (f16, f32, q8_0 or q4_0)",
+                      name ? name : "");
+}
+
+const char *hr_kv_type_name(enum hr_ggml_type t)
+{
+    for (size_t i = 0; i < sizeof(k_cache_types) / sizeof(k_cache_types[0]); i++)
+        if (k_cache_types[i].type == t)
+            return k_cache_types[i].name;
+    return "?";
 }
 
 enum hr_status hr_kv_pool_init(const struct hr_kv_config *cfg, struct hr_kv_pool **out,
                                struct hr_err *err)
 {
     *out = NULL;
-    if (cfg->type != HR_GGML_F16 && cfg->type != HR_GGML_F32)
-        return hr_err_set(err, HR_ERR_UNSUPPORTED, "KV cache type %s (f16 or f32)",
-                          hr_ggml_type_name(cfg->type));
     if (!cfg->n_layer || !cfg->n_head_kv || !cfg->head_dim)
         return hr_err_set(err, HR_ERR_INVALID, "KV cache needs layers, heads and a head dim");
+    if (!hr_kv_row_bytes(cfg->type, 1) && !hr_kv_row_bytes(cfg->type, 32))
+        return hr_err_set(err, HR_ERR_UNSUPPORTED, "KV cache type %s (f16, f32, q8_0 or q4_0)",
+                          hr_ggml_type_name(cfg->type));
+    if (!hr_kv_row_bytes(cfg->type, cfg->head_dim))
+        return hr_err_set(err, HR_ERR_UNSUPPORTED,
+                          "KV cache type %s needs a head dim that is a multiple of 32; the "
+                          "model's head dim is %u",
+                          hr_kv_type_name(cfg->type), cfg->head_dim);
     struct hr_kv_pool *p = calloc(1, sizeof(*p));
     if (!p)
         return hr_err_set(err, HR_ERR_NOMEM, "out of memory");
@@ -53,7 +90,7 @@ enum hr_status hr_kv_pool_init(const struct hr_kv_config *cfg, struct hr_kv_pool
         return hr_err_set(err, HR_ERR_INVALID, "KV block size %u is not a multiple of 16",
                           cfg->block_tokens);
     }
-    p->head_bytes = (size_t)p->cfg.block_tokens * cfg->head_dim * elem_bytes(cfg->type);
+    p->head_bytes = (size_t)p->cfg.block_tokens * hr_kv_row_bytes(cfg->type, cfg->head_dim);
     p->layer_bytes = (uint64_t)cfg->n_head_kv * p->head_bytes;
     p->block_bytes = 2 * p->layer_bytes * cfg->n_layer;
     uint64_t n = cfg->budget_bytes / p->block_bytes;

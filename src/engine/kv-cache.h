@@ -5,8 +5,9 @@
  *
  * A block holds `block_tokens` (default 32, a multiple of 16) consecutive
  * token positions of one sequence, for every layer: per layer, K then V, in
- * the cache type (f16 by default, f32 for exactness tests). A sequence owns
- * a block table (struct hr_kv_seq) mapping position p to block
+ * the cache type (`--cache-type`): f16 by default, f32 for exactness tests,
+ * or ggml's Q8_0 / Q4_0 blocks (llama.cpp's -ctk/-ctv). A sequence owns a
+ * block table (struct hr_kv_seq) mapping position p to block
  * table[p / block_tokens], slot p % block_tokens.
  *
  *    pool (one mapping of n_blocks * block_bytes)
@@ -14,12 +15,33 @@
  *    | block 0 | block 1 | block 2 | block 3 | ...      free list + refcounts
  *    +---------+---------+---------+---------+----
  *      block = [L0 K | L0 V | L1 K | L1 V | ... ]
+ *
+ *   f16 / f32 (elements):
  *      K of a layer = per KV head, [head_dim][block_tokens]  (transposed)
  *      V of a layer = per KV head, [block_tokens][head_dim]
  *
- * K is stored transposed so attention reads, for each dimension d, the d-th
- * component of 16 consecutive keys as one vector and computes 16 scores with
- * head_dim fused multiply-adds and no horizontal sums (engine/attention.c).
+ *   q8_0 / q4_0 (ggml blocks of 32 values along head_dim, per token):
+ *      K of a layer = per KV head, [block_tokens][head_dim / 32] quant blocks
+ *      V of a layer = per KV head, [block_tokens][head_dim / 32] quant blocks
+ *        block_q8_0 (34 bytes): f16 d, int8 qs[32]          x = d * qs[i]
+ *        block_q4_0 (18 bytes): f16 d, uint8 qs[16]          x = d * (nibble - 8),
+ *                               low nibble of qs[i] = x[i], high = x[i + 16]
+ *      so one token's K (or V) row of one head is exactly the ggml row
+ *      llama.cpp's set_rows writes into its q8_0 / q4_0 cache.
+ *
+ * K is stored transposed in the float types so attention reads, for each
+ * dimension d, the d-th component of 16 consecutive keys as one vector and
+ * computes 16 scores with head_dim fused multiply-adds and no horizontal sums
+ * (engine/attention.c). The quantized types keep ggml's row per token, as the
+ * numbers must be llama.cpp's (a block's scale d covers 32 values of one
+ * token's head): attention converts a 16-key tile of it into its own
+ * transposed integer scratch (O(16 x head_dim) bytes) and takes integer dot
+ * products with the query quantized to Q8_0, as ggml-cpu's flash attention
+ * does. Quantized types need head_dim to be a multiple of 32 (hr_kv_pool_init
+ * says so, naming both).
+ *
+ * Bytes per token = 2 x n_layer x n_head_kv x row bytes, where a head's row
+ * is head_dim x 4 (f32), x 2 (f16), x 34/32 (q8_0) or x 18/32 (q4_0).
  *
  * Memory: the pool reserves address space for its budget up front
  * (MAP_NORESERVE) and pages are committed as blocks are first written, so
@@ -47,7 +69,7 @@ struct hr_kv_config {
     uint32_t n_head_kv;
     uint32_t head_dim;
     uint32_t block_tokens;     /* 0: default */
-    enum hr_ggml_type type;    /* HR_GGML_F16 or HR_GGML_F32 */
+    enum hr_ggml_type type;    /* HR_GGML_F16, F32, Q8_0 or Q4_0 */
     uint64_t budget_bytes;     /* the pool never holds more */
 };
 
@@ -63,11 +85,27 @@ uint32_t hr_kv_n_blocks(const struct hr_kv_pool *pool);      /* capacity */
 uint32_t hr_kv_n_free(const struct hr_kv_pool *pool);
 uint32_t hr_kv_n_used(const struct hr_kv_pool *pool);
 enum hr_ggml_type hr_kv_type(const struct hr_kv_pool *pool);
-/* Bytes of one KV head's K (or V) in one layer of one block: head_dim x block_tokens. */
+/* Bytes of one KV head's K (or V) in one layer of one block: block_tokens rows. */
 size_t hr_kv_head_bytes(const struct hr_kv_pool *pool);
 
-/* Bytes a block needs for a model, without creating a pool (for planning). */
+/* Bytes a block needs for a model, without creating a pool (for planning);
+ * the real bytes of the cache type (quant blocks included). 0 for a type or
+ * head dim hr_kv_pool_init refuses. */
 uint64_t hr_kv_block_bytes_for(const struct hr_kv_config *cfg);
+
+/* Bytes of one token's K (or V) of one KV head: head_dim values of `type`;
+ * 0 when `type` is not a cache type or head_dim does not fit its blocks. */
+size_t hr_kv_row_bytes(enum hr_ggml_type type, uint32_t head_dim);
+
+/*
+ * Parses a cache type name as the CLI spells it: "f16", "f32", "q8_0" or
+ * "q4_0" (llama.cpp's -ctk/-ctv names). HR_OK and *out set, or
+ * HR_ERR_INVALID with a message listing the accepted names (the caller
+ * prefixes the flag).
+ */
+enum hr_status hr_kv_type_parse(const char *name, enum hr_ggml_type *out, struct hr_err *err);
+/* The CLI name of a cache type ("f16", ..., "q4_0"); "?" for another type. */
+const char *hr_kv_type_name(enum hr_ggml_type type);
 
 /* Takes a free block with refcount 1; returns -1 when none is free. */
 int32_t hr_kv_alloc_block(struct hr_kv_pool *pool);

@@ -1182,7 +1182,7 @@ enum hr_status hr_sched_init(const struct hr_sched_config *cfg, struct hr_sched 
         char fp[160];
         snprintf(fp, sizeof(fp), "%s/%u/%u/%u/%llu/%d", hr_arch_name(cfg->model->arch), mh->n_layer,
                  mh->n_embd, mh->n_vocab, (unsigned long long)cfg->model->weight_bytes,
-                 (int)cfg->kv_type);
+                 (int)ec.kv_type);
         st = entries ? hr_pcache_init(pool, hr_hash_str(fp), (uint32_t)entries, &s->pc, err)
                      : HR_OK;
         if (st != HR_OK) {

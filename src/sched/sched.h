@@ -82,7 +82,7 @@ struct hr_sched_config {
     const struct hr_model *model;       /* not owned; outlives the scheduler */
     const struct hr_tokenizer *tok;     /* not owned; NULL: no text or stop strings */
     int n_threads;                      /* engine workers; 0: physical cores */
-    enum hr_ggml_type kv_type;          /* HR_GGML_F16 (the default if 0... pass it) or F32 */
+    enum hr_ggml_type kv_type;          /* HR_GGML_F16, Q8_0 or Q4_0; 0 (F32) means F16 */
     uint64_t kv_budget_bytes;           /* the KV pool */
     uint32_t n_ctx;                     /* longest prompt + output of one request; 0: the model's */
     uint32_t batch_tokens;              /* tokens per step (decodes + prefill); 0: 512 */

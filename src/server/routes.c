@@ -759,10 +759,16 @@ static enum MHD_Result r_metrics(struct hr_exchange *ex)
             "# HELP headroom_prefix_cache_evicted_blocks_total Cached blocks given back to the "
             "pool.\n"
             "# TYPE headroom_prefix_cache_evicted_blocks_total counter\n"
-            "headroom_prefix_cache_evicted_blocks_total %" PRIu64 "\n",
+            "headroom_prefix_cache_evicted_blocks_total %" PRIu64 "\n"
+            "# HELP headroom_kv_block_bytes Bytes of one KV block: 32 tokens of every layer's K "
+            "and V in the cache type (--cache-type).\n"
+            "# TYPE headroom_kv_block_bytes gauge\nheadroom_kv_block_bytes %" PRIu64 "\n"
+            "# HELP headroom_kv_used_bytes KV memory requests use (blocks in use x block "
+            "bytes).\n"
+            "# TYPE headroom_kv_used_bytes gauge\nheadroom_kv_used_bytes %" PRIu64 "\n",
             s.running, s.queued, s.steps, s.cache_lookup_tokens, s.cache_hit_tokens,
             s.cache_blocks, (uint64_t)s.cache_blocks * s.kv_block_bytes, s.cache_evictable_blocks,
-            s.cache_evicted_blocks);
+            s.cache_evicted_blocks, s.kv_block_bytes, (uint64_t)s.kv_blocks_used * s.kv_block_bytes);
     if (st == HR_OK && srv->gov) {
         char gov[16384];
         const size_t n = hr_mem_counters_format(hr_gov_counters(srv->gov), gov, sizeof(gov));
@@ -914,8 +920,13 @@ enum hr_status hr_server_load(struct hr_server *srv, struct hr_err *err)
         return st;
 
     const uint32_t parallel = cfg->parallel ? cfg->parallel : 4;
+    const enum hr_ggml_type kv_type = cfg->kv_type ? cfg->kv_type : HR_GGML_F16;
     struct hr_kv_config kc = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv,
-                              .head_dim = hp->head_dim_k, .type = HR_GGML_F16};
+                              .head_dim = hp->head_dim_k, .type = kv_type};
+    if (!hr_kv_block_bytes_for(&kc))
+        return hr_err_set(err, HR_ERR_UNSUPPORTED,
+                          "--cache-type %s needs a head dim that is a multiple of 32; the "
+                          "model's head dim is %u", hr_kv_type_name(kv_type), hp->head_dim_k);
     /* Address space for every slot's whole context; pages are committed
      * only as blocks fill, and the governor watches what is committed. */
     const uint64_t blocks_per_seq =
@@ -924,7 +935,7 @@ enum hr_status hr_server_load(struct hr_server *srv, struct hr_err *err)
         .model = srv->model,
         .tok = srv->tok,
         .n_threads = cfg->n_threads,
-        .kv_type = HR_GGML_F16,
+        .kv_type = kv_type,
         .kv_budget_bytes = parallel * blocks_per_seq * hr_kv_block_bytes_for(&kc),
         .n_ctx = srv->n_ctx,
         .batch_tokens = cfg->batch_tokens,
@@ -937,6 +948,11 @@ enum hr_status hr_server_load(struct hr_server *srv, struct hr_err *err)
     };
     if ((st = hr_sched_init(&sc, &srv->sched, err)) != HR_OK)
         return st;
+    /* Everything the governor counts per block follows from these. */
+    hr_log_info("server", "KV cache %s: %llu bytes per block of %u tokens (%llu per token)",
+                hr_kv_type_name(kv_type), (unsigned long long)hr_kv_block_bytes_for(&kc),
+                HR_KV_DEFAULT_BLOCK_TOKENS,
+                (unsigned long long)(hr_kv_block_bytes_for(&kc) / HR_KV_DEFAULT_BLOCK_TOKENS));
     hr_log_info("server",
                 "model %s: %s, context %u tokens, %u parallel, prefix cache %s, tool calls as %s, "
                 "chat template %s",

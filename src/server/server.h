@@ -36,6 +36,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "gguf/ggml-types.h"
 
 struct hr_server_config {
     const char *model_path;
@@ -49,6 +50,9 @@ struct hr_server_config {
     uint32_t max_queue;      /* waiting requests before 529/503; 0: 64 */
     double queue_timeout_s;  /* longest wait in the queue; 0: none */
     uint32_t batch_tokens;   /* tokens per engine step; 0: 512 */
+    /* The KV cache type (engine/kv-cache.h): HR_GGML_F16, Q8_0 or Q4_0;
+     * 0 (F32) is taken as F16, the default, as the scheduler does. */
+    enum hr_ggml_type kv_type;
     const char *memory_limit; /* the governor's ceiling ("12G", "80%"); NULL: RAM and cgroup */
     bool has_memory_reserve;       /* false: the governor's default reserve */
     uint64_t memory_reserve_bytes; /* left to other processes: dynamic = current + MemAvailable - this */

@@ -49,5 +49,26 @@ expect "soft above hard: usage error" "[[ \$? -eq 2 ]]"
 $hr run --model "$dir/m.gguf" -p "hello" --memory-limit 4G --memory-hard 1.5 >/dev/null 2>&1
 expect "a watermark above 1: usage error" "[[ \$? -eq 2 ]]"
 
+# --cache-type: every type runs (head dim 64: quantized blocks fit), the
+# timing line names it, --kv-type is the same flag, a bad value exits 2
+# naming the flag, and a head dim quantized blocks cannot hold is refused.
+$gen --shape tiny --arch qwen3 --type f32 --n-embd 128 --n-head 2 --n-head-kv 1 --head-dim 64 \
+  --n-ff 96 --n-layer 2 --out "$dir/hd64.gguf" >/dev/null 2>&1
+for t in f16 f32 q8_0 q4_0; do
+  out=$($hr run --model "$dir/hd64.gguf" --tokens 1,2,3,4,5 -n 8 --temp 0 --json --cache-type $t 2>"$dir/err" | tokens)
+  expect "--cache-type $t: 8 tokens, the timing line says KV $t" \
+    "[[ \$(echo \"\$out\" | tr -cd , | wc -c) -eq 7 ]] && grep -q 'KV $t)' '$dir/err'"
+done
+alias_out=$($hr run --model "$dir/hd64.gguf" --tokens 1,2,3,4,5 -n 8 --temp 0 --json --kv-type q8_0 2>/dev/null | tokens)
+q8_out=$($hr run --model "$dir/hd64.gguf" --tokens 1,2,3,4,5 -n 8 --temp 0 --json --cache-type q8_0 2>/dev/null | tokens)
+expect "--kv-type q8_0 is --cache-type q8_0" "[[ -n \"\$q8_out\" && \"\$alias_out\" == \"\$q8_out\" ]]"
+$hr run --model "$dir/hd64.gguf" -p "hello" --cache-type q5_0 >/dev/null 2>"$dir/err"
+rc=$?
+expect "--cache-type q5_0: exit 2, the flag and the value named" "[[ $rc -eq 2 ]] && grep -q -- \"--cache-type: 'q5_0' is not a cache type\" '$dir/err'"
+$hr run --model "$dir/m.gguf" -p "hello" --cache-type q8_0 >/dev/null 2>"$dir/err"
+rc=$?
+expect "q8_0 on head dim 16: exit 1, the head dim named" "[[ $rc -eq 1 ]] && grep -q 'head dim is 16' '$dir/err'"
+expect "--help lists --cache-type" "$hr run --help | grep -q -- '--cache-type T'"
+
 echo "$passed passed, $failed failed"
 ((failed == 0))

@@ -17,7 +17,7 @@ expect() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
 
 help=$($hr serve --help; echo "|$?")
 for f in model host port api-key ctx threads parallel memory-limit memory-reserve max-queue \
-  queue-timeout alias max-body no-prefix-cache cache-limit; do
+  queue-timeout alias max-body no-prefix-cache cache-limit cache-type; do
   expect "--help lists --$f" "grep -q -- '--$f' <<<\"\$help\""
 done
 expect "--help exits 0" "[[ \"\$help\" == *'|0' ]]"
@@ -39,6 +39,10 @@ err=$(HEADROOM_MEMORY_RESERVE=-5 $hr serve --model x 2>&1; echo "|$?")
 expect "HEADROOM_MEMORY_RESERVE is read and checked" "[[ \"\$err\" == *'--memory-reserve: invalid size \"-5\"'*'|2' ]]"
 err=$($hr serve --model x --no-prefix-cache=1 2>&1; echo "|$?")
 expect "a switch takes no value" "[[ \"\$err\" == *'--no-prefix-cache takes no value'*'|2' ]]"
+err=$($hr serve --model x --cache-type q5_0 2>&1; echo "|$?")
+expect "--cache-type q5_0: exit 2, named" "[[ \"\$err\" == *\"--cache-type: 'q5_0' is not a cache type\"*'|2' ]]"
+err=$(HEADROOM_CACHE_TYPE=q3 $hr serve --model x 2>&1; echo "|$?")
+expect "HEADROOM_CACHE_TYPE is read and checked" "[[ \"\$err\" == *\"--cache-type: 'q3'\"*'|2' ]]"
 err=$($hr serve --model "$dir/missing.gguf" --port 0 2>&1; echo "|$?")
 expect "a missing model: exit 1, the path named" "[[ \"\$err\" == *'missing.gguf'*'|1' ]]"
 
@@ -64,6 +68,25 @@ wait "${pids[0]}"
 rc=$?
 expect "SIGINT: exit 0" "[[ $rc -eq 0 ]]"
 expect "SIGINT: logged" "grep -q 'SIGINT: shutting down' \"\$dir/log\""
+expect "the default cache type and its block bytes are logged" "grep -q 'KV cache f16: [0-9]* bytes per block of 32 tokens' \"\$dir/log\""
+
+# A q8_0 cache: logged with its real block bytes (2 layers x 2 x 32 tokens x
+# 1 KV head x 2 blocks of 34 bytes), and /metrics counts blocks of that size.
+$gen --shape tiny --arch qwen3 --type f32 --n-embd 128 --n-head 2 --n-head-kv 1 --head-dim 64 \
+  --n-ff 96 --n-layer 2 --out "$dir/hd64.gguf" >/dev/null 2>&1
+$hr serve --model "$dir/hd64.gguf" --port 0 --cache-type q8_0 2>"$dir/log8" &
+pids+=($!)
+port=
+for _ in $(seq 1 100); do
+  port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$dir/log8" | sed 's/.*://')
+  [[ -n $port ]] && break
+  sleep 0.1
+done
+expect "--cache-type q8_0: logged with 8704-byte blocks" "grep -q 'KV cache q8_0: 8704 bytes per block of 32 tokens' \"\$dir/log8\""
+metrics=$(curl -s "http://127.0.0.1:$port/metrics")
+expect "--cache-type q8_0: /metrics KV block bytes follow" "grep -q 'headroom_kv_block_bytes 8704' <<<\"\$metrics\""
+kill -INT "${pids[1]}"
+wait "${pids[1]}"
 
 echo "$passed passed, $failed failed"
 ((failed == 0))

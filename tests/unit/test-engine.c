@@ -16,7 +16,10 @@
  *    Q8_0 agrees; known open bug: for F16 the decode and prefill paths
  *    disagree by about 1e-3 in the logits, so that case is skipped with a
  *    message until fixed;
- *  - a step that cannot run is refused before anything changes.
+ *  - a step that cannot run is refused before anything changes;
+ *  - all of it also with quantized caches (Q8_0 and Q4_0, head dims 64 with
+ *    the Hadamard rotation and 96 without), and a quantized cache on a head
+ *    dim that its blocks cannot hold is refused at init.
  *
  * Agreement with llama.cpp is tests/oracle/engine.test.mjs's job.
  */
@@ -70,11 +73,16 @@ static void on_free(const volatile void *p)
 struct fixture {
     char path[64];
     struct hr_model *model;
+    enum hr_ggml_type kv_type; /* the engine's cache type (f16 unless a setup says) */
+    uint32_t head_dim;         /* 0: n_embd / n_head (16) */
 };
 
-static int make_model(void **state, const char *arch, enum hr_ggml_type type)
+static int make_model_kv(void **state, const char *arch, enum hr_ggml_type type,
+                         enum hr_ggml_type kv_type, uint32_t head_dim)
 {
     struct fixture *fx = calloc(1, sizeof(*fx));
+    fx->kv_type = kv_type;
+    fx->head_dim = head_dim;
     struct hr_gen_params p;
     struct hr_err err = {{0}};
     assert_int_equal(hr_gen_shape("tiny", &p, &err), HR_OK);
@@ -87,6 +95,7 @@ static int make_model(void **state, const char *arch, enum hr_ggml_type type)
     p.n_head_kv = 2;
     p.n_ff = kq ? 512 : 96;
     p.n_layer = 2;
+    p.head_dim = head_dim;
     snprintf(fx->path, sizeof(fx->path), "/tmp/hr-test-engine-%d-%s.gguf", (int)getpid(), arch);
     if (hr_gen_model(&p, fx->path, &err) != HR_OK)
         fail_msg("%s", err.msg);
@@ -96,7 +105,26 @@ static int make_model(void **state, const char *arch, enum hr_ggml_type type)
     return 0;
 }
 
+static int make_model(void **state, const char *arch, enum hr_ggml_type type)
+{
+    return make_model_kv(state, arch, type, HR_GGML_F16, 0);
+}
+
 static int setup_qwen3(void **state) { return make_model(state, "qwen3", HR_GGML_F32); }
+/* Quantized caches need head dims that are multiples of 32; 64 also turns on
+ * the Hadamard rotation (attention.h), 96 leaves it off. */
+static int setup_qwen3_kv_q8(void **state)
+{
+    return make_model_kv(state, "qwen3", HR_GGML_F32, HR_GGML_Q8_0, 64);
+}
+static int setup_llama_kv_q4(void **state)
+{
+    return make_model_kv(state, "llama", HR_GGML_Q8_0, HR_GGML_Q4_0, 64);
+}
+static int setup_qwen2_kv_q8_hd96(void **state)
+{
+    return make_model_kv(state, "qwen2", HR_GGML_F16, HR_GGML_Q8_0, 96);
+}
 static int setup_qwen2_q8(void **state) { return make_model(state, "qwen2", HR_GGML_Q8_0); }
 static int setup_llama_f16(void **state) { return make_model(state, "llama", HR_GGML_F16); }
 static int setup_llama_bf16(void **state) { return make_model(state, "llama", HR_GGML_BF16); }
@@ -118,7 +146,7 @@ static struct hr_engine *engine(struct fixture *fx, int threads, uint32_t max_to
 {
     struct hr_engine_config cfg = {
         .n_threads = threads,
-        .kv_type = HR_GGML_F16,
+        .kv_type = fx->kv_type,
         .kv_budget_bytes = 64ull << 20,
         .max_step_tokens = max_tokens,
         .max_step_logits = max_tokens,
@@ -363,6 +391,21 @@ static void test_refusals_change_nothing(void **state)
     hr_engine_free(e);
 }
 
+/* A quantized cache on a model whose head dim (16) is not a multiple of 32
+ * is refused at init, naming both. */
+static void test_quant_cache_rejects_head_dim(void **state)
+{
+    struct fixture *fx = *state;
+    struct hr_engine_config cfg = {.n_threads = 1, .kv_type = HR_GGML_Q8_0,
+                                   .kv_budget_bytes = 1 << 20, .max_step_tokens = 8};
+    struct hr_engine *e = NULL;
+    struct hr_err err = {{0}};
+    assert_int_equal(hr_engine_init(fx->model, &cfg, &e, &err), HR_ERR_UNSUPPORTED);
+    assert_null(e);
+    assert_non_null(strstr(err.msg, "head dim is 16"));
+    assert_non_null(strstr(err.msg, "q8_0"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -379,6 +422,14 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_chunking_invariant, setup_llama_f16, teardown),
         cmocka_unit_test_setup_teardown(test_chunking_invariant, setup_qwen3, teardown),
         cmocka_unit_test_setup_teardown(test_refusals_change_nothing, setup_qwen3, teardown),
+        cmocka_unit_test_setup_teardown(test_plan_is_exact, setup_qwen3_kv_q8, teardown),
+        cmocka_unit_test_setup_teardown(test_plan_is_exact, setup_llama_kv_q4, teardown),
+        cmocka_unit_test_setup_teardown(test_plan_is_exact, setup_qwen2_kv_q8_hd96, teardown),
+        cmocka_unit_test_setup_teardown(test_ragged_equals_alone, setup_qwen3_kv_q8, teardown),
+        cmocka_unit_test_setup_teardown(test_ragged_equals_alone, setup_llama_kv_q4, teardown),
+        cmocka_unit_test_setup_teardown(test_chunking_invariant, setup_qwen3_kv_q8, teardown),
+        cmocka_unit_test_setup_teardown(test_chunking_invariant, setup_qwen2_kv_q8_hd96, teardown),
+        cmocka_unit_test_setup_teardown(test_quant_cache_rejects_head_dim, setup_qwen3, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

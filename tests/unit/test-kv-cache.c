@@ -1,7 +1,9 @@
 /*
  * test-kv-cache.c - the paged KV pool and block tables: allocation order,
  * refcounts, exhaustion without partial effects, trim, table capacity, and
- * the threadpool the engine runs on (dispatch, barriers, reuse).
+ * the threadpool the engine runs on (dispatch, barriers, reuse), the cache
+ * types' real block bytes, and attention over quantized (Q8_0 / Q4_0) blocks
+ * against a plain reference.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,8 +14,13 @@
 
 #include <cmocka.h>
 
+#include <math.h>
+#include <stdlib.h>
+
+#include "engine/attention.h"
 #include "engine/kv-cache.h"
 #include "engine/threadpool.h"
+#include "kernels/quant.h"
 
 static struct hr_kv_pool *pool_of(uint32_t n_blocks)
 {
@@ -89,7 +96,7 @@ static void test_budget_too_small(void **state)
     struct hr_err err = {{0}};
     assert_int_equal(hr_kv_pool_init(&c, &p, &err), HR_ERR_RANGE);
     assert_non_null(strstr(err.msg, "holds no block"));
-    c.type = HR_GGML_Q8_0;
+    c.type = HR_GGML_BF16;
     assert_int_equal(hr_kv_pool_init(&c, &p, &err), HR_ERR_UNSUPPORTED);
 }
 
@@ -99,6 +106,204 @@ struct pool_ctx {
     _Atomic int phase_errors;
     _Atomic int stage;
 };
+
+/* Block bytes are the cache type's real bytes; quantized types need head
+ * dims that are multiples of 32 and say so; names parse both ways. */
+static void test_cache_types(void **state)
+{
+    (void)state;
+    struct hr_kv_config c = {.n_layer = 3, .n_head_kv = 2, .head_dim = 128, .block_tokens = 32,
+                             .budget_bytes = 1 << 24};
+    const struct {
+        enum hr_ggml_type t;
+        uint64_t row;
+    } rows[] = {{HR_GGML_F32, 512}, {HR_GGML_F16, 256}, {HR_GGML_Q8_0, 4 * 34}, {HR_GGML_Q4_0, 4 * 18}};
+    for (size_t i = 0; i < 4; i++) {
+        c.type = rows[i].t;
+        assert_int_equal(hr_kv_block_bytes_for(&c), 2 * 3 * 32 * 2 * rows[i].row);
+        struct hr_kv_pool *p = NULL;
+        struct hr_err err = {{0}};
+        assert_int_equal(hr_kv_pool_init(&c, &p, &err), HR_OK);
+        assert_int_equal(hr_kv_block_bytes(p), hr_kv_block_bytes_for(&c));
+        assert_int_equal(hr_kv_head_bytes(p), 32 * rows[i].row);
+        hr_kv_pool_free(p);
+        enum hr_ggml_type back = HR_GGML_BF16;
+        assert_int_equal(hr_kv_type_parse(hr_kv_type_name(rows[i].t), &back, &err), HR_OK);
+        assert_int_equal(back, rows[i].t);
+    }
+    struct hr_err err = {{0}};
+    enum hr_ggml_type t;
+    assert_int_equal(hr_kv_type_parse("q5_0", &t, &err), HR_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "q5_0"));
+    c.type = HR_GGML_Q8_0;
+    c.head_dim = 80;
+    assert_int_equal(hr_kv_block_bytes_for(&c), 0);
+    struct hr_kv_pool *p = NULL;
+    assert_int_equal(hr_kv_pool_init(&c, &p, &err), HR_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "head dim is 80"));
+    assert_non_null(strstr(err.msg, "q8_0"));
+    c.type = HR_GGML_BF16;
+    assert_int_equal(hr_kv_pool_init(&c, &p, &err), HR_ERR_UNSUPPORTED);
+}
+
+static float frand(uint32_t *s)
+{
+    *s = *s * 1664525u + 1013904223u;
+    return (float)((*s >> 8) & 0xFFFF) / 32768.0f - 1.0f;
+}
+
+/*
+ * Attention over a quantized cache against a plain reference built from the
+ * pieces whose exactness is established elsewhere: scores from
+ * hr_attn_score_ref (ggml's vec_dot arithmetic), a softmax in double, V
+ * dequantized with the reference dequantizers. Also checks that the cache
+ * holds exactly the quantizers' bytes (the write is bit-identical to what
+ * llama.cpp's set_rows stores). Positions cross a 16-key tile and a
+ * 32-token block, queries are ragged (nq < the call's maximum).
+ */
+static void check_quant_attention(enum hr_ggml_type type, uint32_t hd, uint32_t group)
+{
+    const uint32_t n_head_kv = 2, n_pos = 75, bt = 32;
+    struct hr_kv_config c = {.n_layer = 2, .n_head_kv = n_head_kv, .head_dim = hd,
+                             .block_tokens = bt, .type = type};
+    c.budget_bytes = 3 * hr_kv_block_bytes_for(&c);
+    struct hr_kv_pool *pool = NULL;
+    struct hr_err err = {{0}};
+    assert_int_equal(hr_kv_pool_init(&c, &pool, &err), HR_OK);
+    struct hr_kv_seq seq;
+    assert_int_equal(hr_kv_seq_init(&seq, 96, bt, &err), HR_OK);
+    assert_int_equal(hr_kv_seq_reserve(&seq, pool, n_pos, &err), HR_OK);
+    const size_t kv_dim = (size_t)n_head_kv * hd, rb = hr_kv_row_bytes(type, hd);
+    float *k = malloc(n_pos * kv_dim * sizeof(float)), *v = malloc(n_pos * kv_dim * sizeof(float));
+    uint8_t *row = malloc(rb);
+    uint32_t rs = 7 + hd + (uint32_t)type;
+    for (size_t i = 0; i < n_pos * kv_dim; i++) {
+        k[i] = frand(&rs) * 2.0f;
+        v[i] = frand(&rs);
+    }
+    const uint32_t layer = 1;
+    for (uint32_t p = 0; p < n_pos; p++)
+        hr_attn_store(pool, seq.blocks, layer, n_head_kv, hd, (int32_t)p, k + p * kv_dim,
+                      v + p * kv_dim);
+    /* Quantize-on-write: the bytes are the quantizers' (Q8_0: ggml-cpu's x86
+     * from_float; Q4_0: the reference). */
+    for (uint32_t p = 0; p < n_pos; p += 13)
+        for (uint32_t h = 0; h < n_head_kv; h++) {
+            const float *src = k + p * kv_dim + h * hd;
+            if (type == HR_GGML_Q8_0)
+                hr_quantize_row_q8_0_act(src, (struct hr_block_q8_0 *)row, hd);
+            else
+                hr_quantize_row_q4_0(src, (struct hr_block_q4_0 *)row, hd);
+            const uint8_t *at = (const uint8_t *)hr_kv_block_k(pool, seq.blocks[p / bt], layer) +
+                                h * hr_kv_head_bytes(pool) + (p % bt) * rb;
+            assert_memory_equal(at, row, rb);
+        }
+
+    const uint32_t nq = hr_attn_block_tokens(group) > 3 ? 3 : hr_attn_block_tokens(group);
+    const int32_t pos0 = (int32_t)n_pos - (int32_t)nq;
+    const size_t q_stride = (size_t)n_head_kv * group * hd;
+    float *q = malloc(nq * q_stride * sizeof(float)), *out = calloc(nq * q_stride, sizeof(float));
+    for (size_t i = 0; i < nq * q_stride; i++)
+        q[i] = frand(&rs);
+    void *scr = aligned_alloc(64, (hr_attn_scratch_bytes(type, hd, group) + 63) / 64 * 64);
+    const float scale = 1.0f / sqrtf((float)hd);
+    struct hr_attn_ctx ac = {.kv = pool, .blocks = seq.blocks, .layer = layer, .head_dim = hd,
+                             .block_tokens = bt, .group = group, .scale = scale};
+    double *w = malloc(n_pos * sizeof(double)), *ref = malloc(hd * sizeof(double));
+    float *vrow = malloc(hd * sizeof(float));
+    double max_err = 0;
+    for (uint32_t g = 0; g < n_head_kv; g++) {
+        hr_attention(&ac, g, q + (size_t)g * group * hd, q_stride, pos0, nq,
+                     out + (size_t)g * group * hd, q_stride, scr);
+        for (uint32_t t = 0; t < nq; t++)
+            for (uint32_t h = 0; h < group; h++) {
+                const float *qr = q + t * q_stride + ((size_t)g * group + h) * hd;
+                const uint32_t n_keys = (uint32_t)pos0 + t + 1;
+                double mx = -INFINITY, sum = 0;
+                for (uint32_t p = 0; p < n_keys; p++) {
+                    const uint8_t *kr = (const uint8_t *)hr_kv_block_k(pool, seq.blocks[p / bt], layer) +
+                                        g * hr_kv_head_bytes(pool) + (p % bt) * rb;
+                    w[p] = (double)(hr_attn_score_ref(type, kr, qr, hd) * scale);
+                    mx = w[p] > mx ? w[p] : mx;
+                }
+                memset(ref, 0, hd * sizeof(double));
+                for (uint32_t p = 0; p < n_keys; p++) {
+                    w[p] = exp(w[p] - mx);
+                    sum += w[p];
+                    const uint8_t *vr = (const uint8_t *)hr_kv_block_v(pool, seq.blocks[p / bt], layer) +
+                                        g * hr_kv_head_bytes(pool) + (p % bt) * rb;
+                    assert_int_equal(hr_dequantize_row(type, vr, vrow, hd), 0);
+                    for (uint32_t i = 0; i < hd; i++)
+                        ref[i] += w[p] * vrow[i];
+                }
+                const float *o = out + t * q_stride + ((size_t)g * group + h) * hd;
+                for (uint32_t i = 0; i < hd; i++) {
+                    double e = fabs(o[i] - ref[i] / sum);
+                    max_err = e > max_err ? e : max_err;
+                }
+            }
+    }
+    print_message("  %s head_dim %u group %u: max |out - ref| %.2e\n", hr_kv_type_name(type), hd,
+                  group, max_err);
+    assert_true(max_err < 2e-6);
+    free(w);
+    free(ref);
+    free(vrow);
+    free(scr);
+    free(q);
+    free(out);
+    free(k);
+    free(v);
+    free(row);
+    hr_kv_seq_free(&seq, pool);
+    hr_kv_pool_free(pool);
+}
+
+/* hr_attn_rotate against the dense normalized Sylvester-Hadamard matrix (the
+ * matrix llama.cpp builds, ggml_gen_hadamard), in double; applying it twice
+ * gives the input back. Chunk sizes as the engine picks them. */
+static void test_rotation(void **state)
+{
+    (void)state;
+    assert_int_equal(hr_attn_rot_k_dim(HR_GGML_Q8_0, 128), 128);
+    assert_int_equal(hr_attn_rot_k_dim(HR_GGML_Q4_0, 192), 64);
+    assert_int_equal(hr_attn_rot_k_dim(HR_GGML_Q8_0, 96), 0);
+    assert_int_equal(hr_attn_rot_k_dim(HR_GGML_F16, 128), 0);
+    assert_int_equal(hr_attn_rot_v_dim(HR_GGML_Q8_0, 128), 64);
+    assert_int_equal(hr_attn_rot_v_dim(HR_GGML_F32, 128), 0);
+    const uint32_t sizes[] = {64, 128, 256};
+    uint32_t rs = 99;
+    for (size_t si = 0; si < 3; si++) {
+        const uint32_t n = sizes[si];
+        float x[256], y[256];
+        for (uint32_t i = 0; i < n; i++)
+            x[i] = y[i] = frand(&rs) * 3.0f;
+        hr_attn_rotate(y, n);
+        double max_err = 0;
+        for (uint32_t r = 0; r < n; r++) {
+            double acc = 0;
+            for (uint32_t c = 0; c < n; c++) /* H[r][c] = (-1)^popcount(r & c) / sqrt(n) */
+                acc += (__builtin_popcount(r & c) & 1 ? -1.0 : 1.0) * x[c];
+            acc /= sqrt((double)n);
+            max_err = fmax(max_err, fabs(acc - y[r]));
+        }
+        assert_true(max_err < 1e-5);
+        hr_attn_rotate(y, n);
+        for (uint32_t i = 0; i < n; i++)
+            assert_true(fabsf(y[i] - x[i]) < 1e-5f);
+    }
+}
+
+static void test_quant_attention(void **state)
+{
+    (void)state;
+    const enum hr_ggml_type types[] = {HR_GGML_Q8_0, HR_GGML_Q4_0};
+    for (size_t i = 0; i < 2; i++) {
+        check_quant_attention(types[i], 64, 2);
+        check_quant_attention(types[i], 128, 1);
+        check_quant_attention(types[i], 128, 7);
+    }
+}
 
 static void work(void *ctx, int ith, int nth)
 {
@@ -144,6 +349,9 @@ int main(void)
         cmocka_unit_test(test_seq_reserve),
         cmocka_unit_test(test_budget_too_small),
         cmocka_unit_test(test_threadpool),
+        cmocka_unit_test(test_cache_types),
+        cmocka_unit_test(test_quant_attention),
+        cmocka_unit_test(test_rotation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

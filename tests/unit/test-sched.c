@@ -6,7 +6,8 @@
  *    and frees its KV;
  *  - stop strings end the text before them, across token boundaries;
  *  - refusals: too long (N, M), queue full, queue timeout;
- *  - a request whose KV alone outgrows the pool ends with `length`.
+ *  - a request whose KV alone outgrows the pool ends with `length`;
+ *  - admission's M follows the cache type's real block bytes.
  * Runs under ASan+UBSan and ThreadSanitizer (tests/run.sh TSAN_TESTS).
  */
 #include <pthread.h>
@@ -139,6 +140,7 @@ static void on_event(const struct hr_sched_event *ev, void *user)
 }
 
 static bool g_prefix_cache; /* sched_new* build schedulers with the prefix cache */
+static enum hr_ggml_type g_kv_type = HR_GGML_F16; /* ... and this cache type */
 
 static struct hr_sched *sched_new_gov(struct fixture *fx, uint32_t parallel, uint32_t kv_blocks,
                                       uint32_t max_queue, double queue_timeout,
@@ -147,11 +149,11 @@ static struct hr_sched *sched_new_gov(struct fixture *fx, uint32_t parallel, uin
     struct hr_kv_config kc = {.n_layer = fx->model->hp.n_layer,
                               .n_head_kv = fx->model->hp.n_head_kv,
                               .head_dim = fx->model->hp.head_dim_k,
-                              .type = HR_GGML_F16};
+                              .type = g_kv_type};
     struct hr_sched_config cfg = {.model = fx->model,
                                   .tok = fx->tok,
                                   .n_threads = 2,
-                                  .kv_type = HR_GGML_F16,
+                                  .kv_type = g_kv_type,
                                   .kv_budget_bytes = kv_blocks * hr_kv_block_bytes_for(&kc),
                                   .n_ctx = 512,
                                   .batch_tokens = batch,
@@ -664,7 +666,7 @@ static uint64_t kv_of(struct fixture *fx, uint32_t n_tokens)
     struct hr_kv_config kc = {.n_layer = fx->model->hp.n_layer,
                               .n_head_kv = fx->model->hp.n_head_kv,
                               .head_dim = fx->model->hp.head_dim_k,
-                              .type = HR_GGML_F16};
+                              .type = g_kv_type};
     return (uint64_t)((n_tokens + 31) / 32) * hr_kv_block_bytes_for(&kc);
 }
 
@@ -809,6 +811,72 @@ static void test_governor_admission(void **state)
     hr_mem_script_free(script);
 }
 
+/* M follows the cache type's real block bytes: under the same ceiling a
+ * Q8_0 cache (34 bytes per 32 values against f16's 64) admits a longer
+ * prompt by about the byte ratio, and Q4_0 (18 bytes) longer still. The
+ * model has head dim 64, which quantized blocks need. */
+static void test_admission_follows_cache_type(void **state)
+{
+    (void)state;
+    struct fixture fx2;
+    memset(&fx2, 0, sizeof(fx2));
+    struct hr_gen_params gp;
+    struct hr_err err = {{0}};
+    assert_int_equal(hr_gen_shape("tiny", &gp, &err), HR_OK);
+    gp.arch = "qwen3";
+    gp.type = HR_GGML_Q8_0;
+    gp.n_embd = 64;
+    gp.n_head = 2;
+    gp.n_head_kv = 2;
+    gp.head_dim = 64;
+    gp.n_ff = 96;
+    gp.n_layer = 4;
+    gp.n_ctx = 512;
+    snprintf(fx2.path, sizeof(fx2.path), "/tmp/hr-test-sched-kv-%d.gguf", (int)getpid());
+    if (hr_gen_model(&gp, fx2.path, &err) != HR_OK || hr_model_open(fx2.path, &fx2.model, &err) != HR_OK ||
+        hr_tokenizer_init_from_gguf(fx2.model->gguf, &fx2.tok, &err) != HR_OK)
+        fail_msg("%s", err.msg);
+    static int32_t prompt[500];
+    prompt_of(prompt, 500, 3, fx2.model->hp.n_vocab);
+    /* The f16 cache fits about 100 tokens under this ceiling. */
+    const uint64_t need = fx2.model->weight_bytes + kv_of(&fx2, 100) + arena_of(&fx2, 16, 256);
+    const enum hr_ggml_type types[] = {HR_GGML_F16, HR_GGML_Q8_0, HR_GGML_Q4_0};
+    uint32_t m[3];
+    for (int i = 0; i < 3; i++) {
+        g_kv_type = types[i];
+        struct hr_mem_script *script;
+        struct hr_gov *g = gov_new(&script, (uint64_t)((double)need / 0.95) + 4096);
+        struct hr_sched *s = sched_new_gov(&fx2, 2, 64, 4, 0, g, 256);
+        struct hr_sched_params p = hr_sched_params_defaults();
+        p.prompt = prompt;
+        p.n_prompt = 500;
+        p.max_tokens = 1;
+        static struct record r;
+        memset(&r, 0, sizeof(r));
+        p.on_event = on_event;
+        p.user = &r;
+        uint64_t id;
+        struct hr_sched_refusal why;
+        if (hr_sched_submit(s, &p, &id, &why, &err) != HR_ERR_LIMIT)
+            fail_msg("%s: %s", hr_kv_type_name(types[i]), err.msg);
+        assert_int_equal(why.reason, HR_SCHED_TOO_LONG);
+        m[i] = why.max_prompt;
+        hr_sched_free(s);
+        hr_gov_free(g);
+        hr_mem_script_free(script);
+    }
+    g_kv_type = HR_GGML_F16;
+    const double r8 = (double)m[1] / m[0], r4 = (double)m[2] / m[0];
+    print_message("  M: f16 %u, q8_0 %u (x%.2f; bytes x%.2f), q4_0 %u (x%.2f; bytes x%.2f)\n",
+                  m[0], m[1], r8, 64.0 / 34, m[2], r4, 64.0 / 18);
+    assert_true(m[0] >= 64);
+    assert_true(r8 > 1.5 && r8 < 2.2);
+    assert_true(m[2] > m[1] && r4 > 2.5);
+    hr_tokenizer_free(fx2.tok);
+    hr_model_close(fx2.model);
+    unlink(fx2.path);
+}
+
 /* Another process takes the memory (MemAvailable drops to 0) while three
  * requests decode: the two youngest are preempted, once each, nobody fails,
  * and when the memory comes back everything finishes with the tokens it has
@@ -885,6 +953,7 @@ int main(void)
         cmocka_unit_test(test_governor_evicts_cache_first),
         cmocka_unit_test(test_governor_admission),
         cmocka_unit_test(test_governor_external_squeeze),
+        cmocka_unit_test(test_admission_follows_cache_type),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
