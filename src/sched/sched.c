@@ -32,6 +32,7 @@
 #include "engine/prefix-cache.h"
 #include "gguf/gguf.h"
 #include "mem/counters.h"
+#include "mem/decisions.h"
 
 enum state { ST_QUEUED, ST_RUNNING };
 
@@ -201,6 +202,7 @@ static void trim_cache_under_pressure(struct hr_sched *s)
         hr_kv_pool_trim(pool);
         hr_log_info("sched", "soft pressure: %u idle prefix-cache blocks evicted (%.1f MiB)", n,
                     (double)n * (double)bb / 1048576.0);
+        hr_decision_reclaim(n, (uint64_t)n * bb);
         account_kv(s);
     }
 }
@@ -512,6 +514,7 @@ static void preempt_youngest(struct hr_sched *s)
                 "of %u tokens",
                 (unsigned long long)y->id, hr_kv_n_used(hr_engine_kv_pool(s->engine)),
                 hr_kv_n_blocks(hr_engine_kv_pool(s->engine)), y->n_tokens);
+    hr_decision_preempt(y->id, hr_kv_n_used(hr_engine_kv_pool(s->engine)), hr_kv_n_blocks(hr_engine_kv_pool(s->engine)), y->n_tokens);
 }
 
 /* Bytes a candidate step (the first n items) adds to what the process
@@ -646,6 +649,7 @@ static uint32_t fit_step(struct hr_sched *s, struct request **lone)
             hr_kv_pool_trim(pool);
             hr_log_info("sched", "reclaim: %u prefix-cache blocks evicted (%.1f MiB)", n_ev,
                         (double)n_ev * (double)bb / 1048576.0);
+            hr_decision_reclaim(n_ev, (uint64_t)n_ev * bb);
             hr_gov_sample(s->cfg.gov, NULL);
             continue;
         }
