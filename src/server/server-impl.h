@@ -90,6 +90,7 @@ struct hr_exchange {
     const char *allow; /* a 405's Allow header */
     bool locked;       /* no valid key: only the dashboard's page answers (401, its key form) */
     double server_timing_ms; /* > 0: sent as Server-Timing (the dashboard snapshot's cost) */
+    double server_cpu_ms;    /* ... and its thread CPU time */
     struct hr_gen *gen;
 };
 

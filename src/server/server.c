@@ -160,8 +160,9 @@ enum MHD_Result hr_respond(struct hr_exchange *ex, unsigned status, const char *
     if (ex->allow && status == MHD_HTTP_METHOD_NOT_ALLOWED)
         MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, ex->allow);
     if (ex->server_timing_ms > 0) {
-        char v[48];
-        snprintf(v, sizeof(v), "snapshot;dur=%.3f", ex->server_timing_ms);
+        char v[80];
+        snprintf(v, sizeof(v), "snapshot;dur=%.3f, cpu;dur=%.3f", ex->server_timing_ms,
+                 ex->server_cpu_ms);
         MHD_add_response_header(r, "Server-Timing", v);
     }
     add_common_headers(ex, r);

@@ -55,11 +55,11 @@ await test("the vendored uPlot is npm's uplot, byte for byte", async () => {
 });
 
 // The resident size at rest sets the ceiling, as in memory.test.mjs: rest +
-// 18 MiB holds the long prompt's KV (5,000 tokens, 10 MiB) but not
+// 25 MiB holds the long prompt's KV (4,000 tokens, 8 MiB) but not
 // 2048-token chunks, so the chunks are throttled.
 const probe = await startServer(["--batch-tokens", "2048"]);
 await probe.anthropic().messages.create({ model: "m", max_tokens: 2, messages: [{ role: "user", content: "hi" }] });
-const limitMiB = Math.ceil(rss(probe.pid) / MiB) + 18;
+const limitMiB = Math.ceil(rss(probe.pid) / MiB) + 25;
 await probe.stop();
 const server = await startServer(["--batch-tokens", "2048", "--memory-limit", `${limitMiB}M`]);
 console.log(`# --memory-limit ${limitMiB}M`);
@@ -74,51 +74,78 @@ await test("the dashboard loads and draws under a governed long prompt and two s
   // The load: one long prompt (throttled) and two short streams beside it.
   const client = server.anthropic({ timeout: 120_000 });
   const long = client.messages.stream({ model: "long-one", max_tokens: 4,
-    messages: [{ role: "user", content: prompt(5000) }] }).finalMessage();
+    messages: [{ role: "user", content: prompt(4000) }] }).finalMessage();
   const streams = [1, 2].map((i) => client.messages.stream({ model: `short-${i}`, max_tokens: 48,
     messages: [{ role: "user", content: `stream ${i}: count to ten` }] }).finalMessage());
 
   // The long request's progress bar, sampled while it prefills, and the
   // snapshot's own cost meanwhile (incremental polls, as the page makes).
   const progress = [];
-  const costs = [];
+  const costs = [], cpu = [];
   let last = { h: 0, d: 0 };
   const t0 = Date.now();
   let longDone = false;
   long.then(() => { longDone = true; }, () => { longDone = true; });
-  while (!longDone && Date.now() - t0 < 90_000) {
+  while (!longDone && Date.now() - t0 < 80_000) {
     const bar = await page.evaluate(() => {
       const rows = [...document.querySelectorAll("#req-body tr[data-id]")];
       for (const r of rows) {
         const b = r.querySelector(".bar");
-        if (b && Number(b.dataset.total) >= 5000) return { done: Number(b.dataset.done), total: Number(b.dataset.total) };
+        if (b && Number(b.dataset.total) >= 4000) return { done: Number(b.dataset.done), total: Number(b.dataset.total) };
       }
       return null;
     });
-    if (bar) progress.push(bar.done);
+    if (bar) progress.push({ done: bar.done, t: Date.now() });
     for (let i = 0; i < 5; i++) {
       const r = await server.fetch(`/dashboard/snapshot?h=${last.h}&d=${last.d}`);
-      const ms = Number(/dur=([\d.]+)/.exec(r.headers.get("server-timing") || "")?.[1]);
+      const timing = r.headers.get("server-timing") || "";
       const s = await r.json();
       last = { h: s.history.last_seq, d: s.decisions.last_seq };
-      costs.push(ms);
+      costs.push(Number(/snapshot;dur=([\d.]+)/.exec(timing)?.[1]));
+      cpu.push(Number(/cpu;dur=([\d.]+)/.exec(timing)?.[1]));
     }
     await sleep(100);
   }
+  if (!longDone) { // stalled: say where, for whoever reads the log
+    const snap = await (await server.fetch("/dashboard/snapshot?h=1000000&d=0")).json();
+    console.log(`# the long request has not finished after ${(Date.now() - t0) / 1000} s; requests ${JSON.stringify(snap.requests)}` +
+      `\n# memory ${JSON.stringify(snap.memory)}\n# decisions ${JSON.stringify(snap.decisions.items.slice(-12))}` +
+      `\n# server log:\n${server.stderr.slice(-3000)}`);
+  }
   const final = await long;
   await Promise.all(streams);
-  check(final.usage.input_tokens + final.usage.cache_read_input_tokens >= 5000, "the long prompt was read whole");
+  check(final.usage.input_tokens + final.usage.cache_read_input_tokens >= 4000, "the long prompt was read whole");
 
-  const distinct = [...new Set(progress)];
+  // The server's log: a prefill chunk that ends 5 s or more after the
+  // request started logs a progress line. The page showed the bar no
+  // earlier than the start, and shows an advance at most ~0.5 s after
+  // the chunk, so an advance seen 5.5 s after the bar first appeared
+  // proves such a chunk.
+  const late = progress.find((p, i) => i > 0 && p.done > progress[i - 1].done && p.t - progress[0].t >= 5500);
+  if (late)
+    check(/request \d+ prefill \d+ of \d+ tokens \(chunk \d+, \d+ tokens\/s\)/.test(server.stderr),
+      `a chunk ${((late.t - progress[0].t) / 1000).toFixed(1)} s into the prefill logs its progress`, server.stderr.slice(-2000));
+  else console.log("# no chunk ended 5.5 s into the prefill: no progress log line is due");
+
+  const distinct = [...new Set(progress.map((p) => p.done))];
   check(distinct.length >= 2 && distinct.every((v, i) => i === 0 || v > distinct[i - 1]),
     "the prefilling request's progress bar advances", JSON.stringify(distinct));
 
-  costs.sort((a, b) => a - b);
-  const mean = costs.reduce((a, b) => a + b, 0) / costs.length;
-  const p90 = costs[Math.floor(costs.length * 0.9)];
-  console.log(`# snapshot cost under load: ${costs.length} calls, mean ${mean.toFixed(3)} ms, p90 ${p90.toFixed(3)} ms, max ${costs[costs.length - 1].toFixed(3)} ms`);
-  check(costs.length >= 10 && costs.every(Number.isFinite), "every snapshot reports its cost (Server-Timing)", costs.length);
-  check(mean < 1 && p90 < 1, "a snapshot costs the server < 1 ms under load", `mean ${mean} p90 ${p90}`);
+  // The server's cost: its thread's CPU time per call (mean and p99 under
+  // 1 ms); wall time as well, whose tail also holds waits for a CPU on a
+  // busy 2-core machine (p90 under 1 ms).
+  const stats = (a) => {
+    a.sort((x, y) => x - y);
+    return { mean: a.reduce((x, y) => x + y, 0) / a.length, p90: a[Math.floor(a.length * 0.9)],
+             p99: a[Math.floor(a.length * 0.99)], max: a[a.length - 1] };
+  };
+  const fmt = (o) => Object.entries(o).map(([k, v]) => `${k} ${v.toFixed(3)}`).join(", ");
+  const wall = stats(costs), cpuS = stats(cpu);
+  console.log(`# snapshot cost under load, ${costs.length} calls: cpu ms ${fmt(cpuS)}; wall ms ${fmt(wall)}`);
+  check(costs.length >= 10 && costs.every(Number.isFinite) && cpu.every(Number.isFinite),
+    "every snapshot reports its cost (Server-Timing)", costs.length);
+  check(cpuS.mean < 1 && cpuS.p99 < 1, "a snapshot costs the server < 1 ms of CPU under load", fmt(cpuS));
+  check(wall.p90 < 1, "and < 1 ms of wall time for 9 calls in 10", fmt(wall));
 
   // A throttled chunk in the feed, with requested -> chosen and the bytes.
   await page.waitForSelector("#feed .k-chunk", { timeout: 5_000 });
