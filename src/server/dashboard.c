@@ -42,8 +42,8 @@ static const char *const phase_names[] = {"queued", "prefill", "decode", "preemp
 static void take_sample(struct hr_server *srv)
 {
     struct hr_dash *d = &srv->dash;
-    if (atomic_load(&srv->state) != HR_SERVER_READY || !srv->gov)
-        return;
+    if (atomic_load(&srv->state) == HR_SERVER_LOADING || !srv->gov)
+        return; /* also while stopping: the page shows the shutdown */
     struct hr_gov_view v;
     hr_gov_get_view(srv->gov, &v);
     const struct hr_mem_counters *c = hr_gov_counters(srv->gov);
@@ -183,6 +183,11 @@ void hr_dash_stop(struct hr_dash *d)
         pthread_join(d->thread, NULL);
         d->started = false;
     }
+}
+
+void hr_dash_free(struct hr_dash *d)
+{
+    hr_dash_stop(d);
     if (d->hist) { /* initialized: start ran */
         free(d->hist);
         free(d->info_json);
@@ -414,7 +419,10 @@ enum hr_status hr_dash_snapshot(struct hr_server *srv, uint64_t after_hist, uint
     for (int c = 0; c < HR_GOV_N_CATEGORIES; c++)
         P(c ? ",\"%s\"" : "\"%s\"", category_names[c]);
     P("]");
-    if (!d->hist || !srv->gov) {
+    /* Until the server is ready, start has not run (or is running on the
+     * loading thread): nothing below may be read yet. READY is stored
+     * after start, so seeing it orders everything start wrote before. */
+    if (state == HR_SERVER_LOADING || !d->hist || !srv->gov) {
         P("}");
         return st;
     }

@@ -25,8 +25,9 @@
  * of the HTTP thread (request lifetime). Nothing here is on the engine's
  * path.
  *
- * Threads: hr_dash_start and hr_dash_stop from the thread that starts and
- * frees the server; the note_* functions from any thread (the engine
+ * Threads: hr_dash_start, hr_dash_stop and hr_dash_free from the thread
+ * that starts and frees the server (a snapshot before the server is ready
+ * reads nothing of what start sets up: the state says it is loading); the note_* functions from any thread (the engine
  * thread's event callbacks, MHD's threads); hr_dash_snapshot from MHD's
  * threads. One mutex guards the rings; it is never held while another lock
  * is taken, except that the snapshot takes the server's list lock (and a
@@ -89,8 +90,12 @@ struct hr_dash {
 /* Allocates the rings, describes the loaded model and starts the sampling
  * thread. Call after hr_server_load. HR_ERR_NOMEM. */
 enum hr_status hr_dash_start(struct hr_server *srv, struct hr_err *err);
-/* Stops the thread and frees what start allocated; safe if start failed or never ran. */
+/* Stops the sampling thread (before the governor and the scheduler go);
+ * snapshots still answer. Safe if start failed or never ran. */
 void hr_dash_stop(struct hr_dash *d);
+/* Frees what start allocated, once no HTTP thread can ask for a snapshot
+ * (after the daemon stopped). Safe if start failed or never ran. */
+void hr_dash_free(struct hr_dash *d);
 
 /* A request ended: its row for the finished list. */
 void hr_dash_note_finished(struct hr_dash *d, const struct hr_dash_finished *f);

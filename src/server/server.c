@@ -636,7 +636,7 @@ void hr_server_free(struct hr_server *srv)
 {
     if (!srv)
         return;
-    hr_dash_stop(&srv->dash); /* it reads the governor and the scheduler: first */
+    hr_dash_stop(&srv->dash); /* its thread reads the governor and the scheduler: first */
     if (srv->ping_started) {
         pthread_mutex_lock(&srv->gens_mu);
         srv->ping_stop = true;
@@ -651,6 +651,7 @@ void hr_server_free(struct hr_server *srv)
     hr_sched_free(s);
     if (srv->mhd)
         MHD_stop_daemon(srv->mhd);
+    hr_dash_free(&srv->dash); /* no HTTP thread can ask for a snapshot now */
     hr_server_unload(srv);
     pthread_mutex_destroy(&srv->gens_mu);
     pthread_mutex_destroy(&srv->sched_mu);

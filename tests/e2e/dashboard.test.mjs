@@ -7,8 +7,9 @@
 // within one sample; the long request's progress bar advances; a throttled
 // chunk appears in the feed; the snapshot costs the server < 1 ms per call
 // under load (its Server-Timing header); with --api-key the page and its
-// data need the key, typed into the page's form. A screenshot is saved as
-// build/dashboard.png. Ends with "N passed, N failed".
+// data need the key, typed into the page's form. Screenshots are saved as
+// build/dashboard-prefill.png (mid-prefill) and build/dashboard.png (after).
+// Ends with "N passed, N failed".
 //
 // The browser is launched as the machines allow: no network, a fresh
 // profile, nothing fetched but the server's own pages.
@@ -96,6 +97,10 @@ await test("the dashboard loads and draws under a governed long prompt and two s
       return null;
     });
     if (bar) progress.push({ done: bar.done, t: Date.now() });
+    if (bar && progress.length === 2) { // one picture mid-prefill, with the bars
+      fs.mkdirSync(path.join(root, "build"), { recursive: true });
+      await page.screenshot({ path: path.join(root, "build/dashboard-prefill.png"), fullPage: true });
+    }
     for (let i = 0; i < 5; i++) {
       const r = await server.fetch(`/dashboard/snapshot?h=${last.h}&d=${last.d}`);
       const timing = r.headers.get("server-timing") || "";
