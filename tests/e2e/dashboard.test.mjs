@@ -188,11 +188,11 @@ await test("the dashboard loads and draws under a governed long prompt and two s
   // have moved by at most what it moves between two samples.
   const shown = await page.evaluate(() => {
     const st = window.headroomDashboard.state, n = st.t.length;
+    // How far memory moves between two samples, over the last three seconds.
     let step = 0;
-    const cur = st.snapshot.history; // not kept whole; use the kept series
     for (let i = Math.max(1, n - 12); i < n; i++) step = Math.max(step, Math.abs(st.measured[i] - st.measured[i - 1]));
     return { current: Number(document.getElementById("current").dataset.bytes),
-             ceiling: Number(document.getElementById("ceiling").dataset.bytes), step, cur: !!cur };
+             ceiling: Number(document.getElementById("ceiling").dataset.bytes), step };
   });
   const text = await server.metricsText();
   const ceiling = metricValue(text, "headroom_memory_ceiling_bytes");
