@@ -57,6 +57,7 @@ run: build deps-oracle $(DEMO)
 	@echo "headroom serve: Ctrl-C stops it. Point clients at:"
 	@echo "  Claude Code / Anthropic SDK:  ANTHROPIC_BASE_URL=http://127.0.0.1:$(PORT)  ANTHROPIC_API_KEY=any"
 	@echo "  OpenAI SDK / OpenCode:        OPENAI_BASE_URL=http://127.0.0.1:$(PORT)/v1  OPENAI_API_KEY=any"
+	@echo "  the live dashboard (memory, requests, governor decisions): http://127.0.0.1:$(PORT)/"
 	@echo "  try: curl -s http://127.0.0.1:$(PORT)/v1/messages -H 'content-type: application/json' \\"
 	@echo "         -d '{\"model\":\"demo\",\"max_tokens\":32,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}'"
 	@echo

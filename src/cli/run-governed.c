@@ -35,6 +35,7 @@ struct collect {
     bool finished, refused;
     enum hr_sched_finish finish;
     char message[200];
+    struct hr_cli_progress progress; /* the prefill, on a terminal */
 };
 
 static void add_text(struct collect *c, const char *t, size_t n)
@@ -62,15 +63,21 @@ static void on_event(const struct hr_sched_event *ev, void *user)
     struct collect *c = user;
     switch (ev->kind) {
     case HR_SCHED_STARTED: break;
-    case HR_SCHED_PROGRESS: c->n_chunks++; break;
+    case HR_SCHED_PROGRESS:
+        c->n_chunks++;
+        hr_cli_progress_update(&c->progress, ev->n_prefilled, ev->n_prompt);
+        break;
     case HR_SCHED_PREEMPTED: break; /* alone it cannot be preempted; nothing to show */
     case HR_SCHED_TOKEN:
-        if (!c->n_tokens)
+        if (!c->n_tokens) {
             c->t_first = hr_now_seconds();
+            hr_cli_progress_end(&c->progress);
+        }
         c->tokens[c->n_tokens++] = ev->token;
         add_text(c, ev->text, ev->text_len);
         break;
     case HR_SCHED_FINISHED:
+        hr_cli_progress_end(&c->progress);
         add_text(c, ev->text, ev->text_len);
         c->finished = true;
         c->finish = ev->finish;
@@ -179,6 +186,7 @@ int hr_cli_run_governed(const struct hr_cli_governed_run *g)
         return 1;
     }
     struct collect c = {.json = g->json};
+    hr_cli_progress_init(&c.progress, "prefill");
     c.tokens = malloc(((size_t)g->n_predict + 1) * sizeof(int32_t));
     struct hr_sched_params p = hr_sched_params_defaults();
     p.prompt = g->prompt;

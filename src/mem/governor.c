@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "base/log.h"
+#include "mem/decisions.h"
 #include "mem/size.h"
 
 #define GIB (1024ull * 1024 * 1024)
@@ -181,6 +182,7 @@ static void recompute(struct hr_gov *g)
                hr_mem_format_bytes(v->soft_bytes, 1, b, sizeof(b)),
                hr_mem_format_bytes(v->hard_bytes, 1, c, sizeof(c)),
                hr_mem_format_bytes(v->ceiling_bytes, 1, d, sizeof(d)));
+        hr_decision_pressure(old, v->level, v->current_bytes, v->soft_bytes, v->hard_bytes, v->ceiling_bytes);
         if (v->level == HR_GOV_SOFT)
             hr_mem_counter_add(&g->counters.pressure_to_soft_total, 1);
         else if (v->level == HR_GOV_HARD)
@@ -449,6 +451,7 @@ uint32_t hr_gov_size_chunk(struct hr_gov *g, const struct hr_gov_chunk_req *req,
                     want, n, (unsigned long long)req->request_id, (unsigned long long)req->kv_len,
                     hr_mem_format_bytes(headroom, 2, a, sizeof(a)),
                     hr_mem_format_bytes(planned, 2, b, sizeof(b)));
+        hr_decision_chunk(req->request_id, want, n, req->kv_len, headroom, planned);
     }
     return n;
 }

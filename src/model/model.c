@@ -9,6 +9,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "base/log.h"
+#include "base/sys.h"
 #include "kernels/matmul.h"
 
 const char *hr_arch_name(enum hr_arch a)
@@ -109,17 +111,31 @@ size_t hr_model_matrices(const struct hr_model *m, const struct hr_weight **out)
 struct pack_job {
     struct hr_weight **w;
     uint8_t **dst; /* per matrix; NULL: not packed */
+    size_t *bytes; /* per matrix, packed */
     size_t n;
     _Atomic size_t next;
+    /* progress, logged by the calling thread once packing takes a second */
+    _Atomic uint64_t done_bytes;
+    uint64_t total_bytes;
+    double t0;
 };
 
 /* Packs matrices until none is left, dropping the file's pages of each
  * (its page-aligned interior: the edges may hold a neighbour) once copied. */
-static void *pack_worker(void *arg)
+static void pack_run(struct pack_job *j, bool report)
 {
-    struct pack_job *j = arg;
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    double t_last = j->t0;
     for (size_t i; (i = atomic_fetch_add(&j->next, 1)) < j->n;) {
+        /* Packing a multi-GiB model takes seconds (page faults): say how far
+         * it got, once a second, from one thread. */
+        const double now = report ? hr_now_seconds() : 0;
+        if (report && now - j->t0 >= 1.0 && now - t_last >= 1.0) {
+            t_last = now;
+            hr_log_info("model", "packing weights: %.0f of %.0f MiB (%.1f s)",
+                        (double)atomic_load(&j->done_bytes) / 1048576.0,
+                        (double)j->total_bytes / 1048576.0, now - j->t0);
+        }
         const struct hr_weight *w = j->w[i];
         if (!j->dst[i])
             continue;
@@ -138,7 +154,13 @@ static void *pack_worker(void *arg)
 #endif
             (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
         }
+        atomic_fetch_add(&j->done_bytes, j->bytes[i]);
     }
+}
+
+static void *pack_worker(void *arg)
+{
+    pack_run(arg, false);
     return NULL;
 }
 
@@ -173,7 +195,9 @@ static void pack_weights(struct hr_model_priv *priv)
         m->weight_bytes += bytes[i] - hr_row_bytes(w->type, w->ne0) * w->ne1;
         m->packed_bytes += bytes[i];
     }
-    free(bytes);
+    j.bytes = bytes;
+    j.total_bytes = total;
+    j.t0 = hr_now_seconds();
     if (map == MAP_FAILED)
         goto out;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -182,15 +206,19 @@ static void pack_weights(struct hr_model_priv *priv)
     for (long t = 1; t < (ncpu < 8 ? ncpu : 8); t++)
         if (pthread_create(&th[started], NULL, pack_worker, &j) == 0)
             started++;
-    pack_worker(&j);
+    pack_run(&j, true);
     for (size_t t = 0; t < started; t++)
         pthread_join(th[t], NULL);
+    if (hr_now_seconds() - j.t0 >= 1.0)
+        hr_log_info("model", "packing weights: %.0f MiB in %.1f s", (double)total / 1048576.0,
+                    hr_now_seconds() - j.t0);
     if (m->output.data == m->tok_embd.data)
         m->tok_embd.packed = m->output.packed;
     (void)mprotect(map, total, PROT_READ);
     priv->packed = map;
     priv->packed_len = total;
 out:
+    free(j.bytes);
     free(j.w);
     free(j.dst);
 }

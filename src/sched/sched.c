@@ -33,6 +33,7 @@
 #include "engine/prefix-cache.h"
 #include "gguf/gguf.h"
 #include "mem/counters.h"
+#include "mem/decisions.h"
 #include "mem/size.h"
 
 enum state { ST_QUEUED, ST_RUNNING };
@@ -207,6 +208,7 @@ static void trim_cache_under_pressure(struct hr_sched *s)
         hr_kv_pool_trim(pool);
         hr_log_info("sched", "soft pressure: %u idle prefix-cache blocks evicted (%.1f MiB)", n,
                     (double)n * (double)bb / 1048576.0);
+        hr_decision_reclaim(n, (uint64_t)n * bb);
         account_kv(s);
     }
 }
@@ -552,6 +554,7 @@ static void preempt_youngest(struct hr_sched *s, const char *why)
                 "of %u tokens",
                 (unsigned long long)y->id, why, hr_kv_n_used(hr_engine_kv_pool(s->engine)),
                 hr_kv_n_blocks(hr_engine_kv_pool(s->engine)), y->n_tokens);
+    hr_decision_preempt(y->id, hr_kv_n_used(hr_engine_kv_pool(s->engine)), hr_kv_n_blocks(hr_engine_kv_pool(s->engine)), y->n_tokens);
 }
 
 /* Bytes a candidate step (the first n items) adds to what the process
@@ -689,6 +692,7 @@ static uint32_t fit_step(struct hr_sched *s, struct request **lone)
             hr_kv_pool_trim(pool);
             hr_log_info("sched", "reclaim: %u prefix-cache blocks evicted (%.1f MiB)", n_ev,
                         (double)n_ev * (double)bb / 1048576.0);
+            hr_decision_reclaim(n_ev, (uint64_t)n_ev * bb);
             hr_gov_sample(s->cfg.gov, NULL);
             continue;
         }

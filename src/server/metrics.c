@@ -16,6 +16,7 @@ static const char *const route_names[HR_ROUTE_COUNT] = {
     [HR_ROUTE_HEALTH] = "/health",
     [HR_ROUTE_METRICS] = "/metrics",
     [HR_ROUTE_ROOT] = "/",
+    [HR_ROUTE_DASHBOARD] = "/dashboard",
     [HR_ROUTE_OTHER] = "other",
 };
 

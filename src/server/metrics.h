@@ -41,6 +41,7 @@ enum hr_metrics_route {
     HR_ROUTE_HEALTH,
     HR_ROUTE_METRICS,
     HR_ROUTE_ROOT,
+    HR_ROUTE_DASHBOARD, /* /dashboard and its assets and snapshot */
     HR_ROUTE_OTHER,
     HR_ROUTE_COUNT,
 };

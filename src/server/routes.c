@@ -21,6 +21,7 @@
 #include "engine/kv-cache.h"
 #include "kernels/matmul.h"
 #include "mem/counters.h"
+#include "mem/decisions.h"
 #include "mem/probe.h"
 #include "mem/size.h"
 #include "server/server-impl.h"
@@ -247,6 +248,44 @@ static const char *finish_word(enum hr_api_finish f)
     return "?";
 }
 
+/* The dashboard's row for a generation that ended (g->mu held). */
+static void note_finished(struct hr_gen *g, double now, const char *outcome)
+{
+    struct hr_dash_finished f = {
+        .id = g->id,
+        .rid = g->rid,
+        .route = g->route,
+        .n_prompt = g->n_prompt,
+        .n_cached = g->n_cached,
+        .n_generated = g->n_generated,
+        .n_preempts = g->n_preempts,
+        .t_arrival = g->t_arrival,
+        .t_end = now,
+        .ttft_s = g->t_first > 0 ? g->t_first - g->t_arrival : 0,
+        .tokens_per_s = g->n_generated > 1 && now > g->t_first && g->t_first > 0
+                            ? (g->n_generated - 1) / (now - g->t_first)
+                            : 0,
+    };
+    snprintf(f.model, sizeof(f.model), "%s", g->req.model ? g->req.model : g->srv->model_id);
+    snprintf(f.outcome, sizeof(f.outcome), "%s", outcome);
+    hr_dash_note_finished(&g->srv->dash, &f);
+}
+
+/* A refusal for the dashboard's feed: N and M, or the overload's reason. */
+static void note_refusal(uint64_t id, const struct hr_sched_refusal *why)
+{
+    struct hr_decision d = {.kind = HR_DECISION_REFUSE, .request_id = id};
+    d.u.refuse.n_prompt = why->n_prompt;
+    d.u.refuse.max_prompt = why->max_prompt;
+    d.u.refuse.estimated_bytes = why->estimated_bytes;
+    d.u.refuse.limit_bytes = why->limit_bytes;
+    snprintf(d.u.refuse.why, sizeof(d.u.refuse.why), "%s", why->message);
+    hr_decision_record(&d);
+}
+
+/* How often a long prefill logs its progress. */
+#define PROGRESS_LOG_S 5.0
+
 /* Scheduler events (engine thread; see the top of this file). */
 static void on_event(const struct hr_sched_event *ev, void *user)
 {
@@ -258,6 +297,9 @@ static void on_event(const struct hr_sched_event *ev, void *user)
     const size_t before = g->out.len;
     switch (ev->kind) {
     case HR_SCHED_STARTED:
+        g->phase = HR_GEN_PREFILL;
+        g->t_started = g->t_progress_log = now;
+        g->n_prefilled = ev->n_cached;
         g->n_cached = ev->n_cached;
         hr_api_writer_set_cached(g->w, ev->n_cached);
         atomic_fetch_add(&srv->metrics.cached_tokens, ev->n_cached);
@@ -266,8 +308,37 @@ static void on_event(const struct hr_sched_event *ev, void *user)
                         (unsigned long long)g->rid, now - g->t_arrival);
         break;
     case HR_SCHED_PROGRESS:
-    case HR_SCHED_PREEMPTED: break; /* the ping thread keeps the stream alive */
+        /* The ping thread keeps the stream alive; the dashboard and the
+         * log follow the prefill. */
+        if (g->phase == HR_GEN_PREEMPTED) {
+            struct hr_decision d = {.kind = HR_DECISION_RESUME, .request_id = g->id};
+            d.u.resume.paused_s = now - g->t_paused;
+            hr_decision_record(&d);
+            g->n_prefilled = 0; /* it recomputes from what the cache kept */
+        }
+        g->phase = HR_GEN_PREFILL;
+        g->last_chunk = ev->n_prefilled > g->n_prefilled ? ev->n_prefilled - g->n_prefilled : 0;
+        g->n_prefilled = ev->n_prefilled;
+        if (now - g->t_progress_log >= PROGRESS_LOG_S) {
+            hr_log_info("server", "request %llu prefill %u of %u tokens (chunk %u, %.0f tokens/s)",
+                        (unsigned long long)g->rid, ev->n_prefilled, ev->n_prompt, g->last_chunk,
+                        (ev->n_prefilled - g->n_cached) / (now - g->t_started));
+            g->t_progress_log = now;
+        }
+        break;
+    case HR_SCHED_PREEMPTED:
+        g->phase = HR_GEN_PREEMPTED;
+        g->t_paused = now;
+        g->n_preempts++;
+        break;
     case HR_SCHED_TOKEN:
+        if (g->phase == HR_GEN_PREEMPTED) { /* resumed without a chunk: all of it was cached */
+            struct hr_decision d = {.kind = HR_DECISION_RESUME, .request_id = g->id};
+            d.u.resume.paused_s = now - g->t_paused;
+            hr_decision_record(&d);
+        }
+        g->phase = HR_GEN_DECODE;
+        g->n_prefilled = g->n_prompt;
         if (!g->n_generated) {
             g->t_first = now;
             hr_metrics_observe(&srv->metrics.ttft, now - g->t_arrival);
@@ -298,6 +369,10 @@ static void on_event(const struct hr_sched_event *ev, void *user)
             }
             if (g->conn && !g->client_gone) /* a client that left needs no words */
                 end_with_error(g, &e);
+            note_finished(g, now,
+                          ev->finish == HR_SCHED_FAILED ? "failed"
+                          : g->client_gone              ? "cancelled: the client left"
+                                                        : "cancelled: shutdown");
             break;
         }
         feed_text(g, ev->text, ev->text_len);
@@ -324,6 +399,7 @@ static void on_event(const struct hr_sched_event *ev, void *user)
                     g->n_cached,
                     ev->n_generated, g->t_first > 0 ? g->t_first - g->t_arrival : 0.0, tps,
                     finish_word(f));
+        note_finished(g, now, finish_word(f));
         break;
     }
     case HR_SCHED_REFUSED: {
@@ -332,6 +408,9 @@ static void on_event(const struct hr_sched_event *ev, void *user)
         snprintf(e.message, sizeof(e.message), "%s",
                  ev->message ? ev->message : "the server is overloaded; retry later");
         end_with_error(g, &e);
+        if (ev->refusal)
+            note_refusal(g->id, ev->refusal);
+        note_finished(g, now, "refused: queue timeout");
         break;
     }
     }
@@ -510,6 +589,12 @@ static enum MHD_Result generate(struct hr_exchange *ex, enum hr_api_kind kind)
         ex->gen = g; /* released by on_completed, after the error is sent */
         if (!srv->sched)
             return unavailable(ex);
+        if (st == HR_ERR_LIMIT) {
+            note_refusal(0, &why);
+            char outcome[176];
+            snprintf(outcome, sizeof(outcome), "refused: %s", why.message);
+            note_finished(g, hr_now_seconds(), outcome);
+        }
         if (st == HR_ERR_LIMIT && why.reason == HR_SCHED_TOO_LONG) {
             e = (struct hr_api_error){.cls = HR_API_ERR_TOO_LONG,
                                       .n_prompt = why.n_prompt,
@@ -783,10 +868,64 @@ static enum MHD_Result r_metrics(struct hr_exchange *ex)
     return r;
 }
 
-static enum MHD_Result r_root(struct hr_exchange *ex)
+/* The dashboard's page (also at `/`): the same bytes with or without the
+ * key; without it (ex->locked) the status is 401 and the page's script asks
+ * for the key before it loads anything else. */
+static enum MHD_Result r_page(struct hr_exchange *ex)
 {
-    static const char text[] = "headroom: an OpenAI- and Anthropic-compatible server\n";
-    return hr_respond(ex, 200, "text/plain; charset=utf-8", text, sizeof(text) - 1, 0);
+    const struct hr_dash_asset *a = hr_dash_asset_find("/dashboard");
+    return hr_respond(ex, ex->locked ? 401 : 200, a->content_type, (const char *)a->data, a->size,
+                      0);
+}
+
+static enum MHD_Result r_asset(struct hr_exchange *ex)
+{
+    const struct hr_dash_asset *a = hr_dash_asset_find(ex->route->path);
+    if (!a)
+        return fail(ex, HR_API_ERR_NOT_FOUND, 0, "%s: no such asset", ex->path);
+    return hr_respond(ex, 200, a->content_type, (const char *)a->data, a->size, 0);
+}
+
+static uint64_t query_u64(struct hr_exchange *ex, const char *key)
+{
+    const char *v = MHD_lookup_connection_value(ex->conn, MHD_GET_ARGUMENT_KIND, key);
+    return v ? strtoull(v, NULL, 10) : 0;
+}
+
+/* GET /dashboard/snapshot?h=N&d=M&info=1: what is new since samples N and
+ * decisions M (dashboard.h). Its cost, measured here, goes back in the
+ * Server-Timing header and into the next snapshots' "cost". */
+static enum MHD_Result r_snapshot(struct hr_exchange *ex)
+{
+    struct hr_server *srv = ex->srv;
+    struct hr_dash *d = &srv->dash;
+    /* Wall time includes waiting for the locks and for a CPU (2 cores
+     * shared with the engine's threads); thread CPU time is what the call
+     * itself costs. Both go back to the caller. */
+    struct timespec c0, c1;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+    const double t0 = hr_now_seconds();
+    struct hr_api_buf b = {0};
+    const enum hr_status st = hr_dash_snapshot(srv, query_u64(ex, "h"), query_u64(ex, "d"),
+                                               query_u64(ex, "info") != 0, &b);
+    const uint64_t ns = (uint64_t)((hr_now_seconds() - t0) * 1e9);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+    const double cpu_ms = (c1.tv_sec - c0.tv_sec) * 1e3 + (c1.tv_nsec - c0.tv_nsec) / 1e6;
+    atomic_fetch_add(&d->n_snapshots, 1);
+    atomic_fetch_add(&d->snapshot_ns_total, ns);
+    for (uint64_t m = atomic_load(&d->snapshot_ns_max);
+         ns > m && !atomic_compare_exchange_weak(&d->snapshot_ns_max, &m, ns);)
+        ;
+    enum MHD_Result r;
+    if (st != HR_OK) {
+        r = fail(ex, HR_API_ERR_INTERNAL, 0, "out of memory");
+    } else {
+        ex->server_timing_ms = ns > 0 ? ns / 1e6 : 1e-6;
+        ex->server_cpu_ms = cpu_ms;
+        r = hr_respond(ex, 200, "application/json", b.data, b.len, 0);
+    }
+    hr_api_buf_free(&b);
+    return r;
 }
 
 static const struct hr_route routes[] = {
@@ -799,8 +938,18 @@ static const struct hr_route routes[] = {
     {"/detokenize", "POST", HR_ROUTE_DETOKENIZE, r_detokenize},
     {"/health", "GET HEAD", HR_ROUTE_HEALTH, r_health},
     {"/metrics", "GET HEAD", HR_ROUTE_METRICS, r_metrics},
-    {"/", "GET HEAD", HR_ROUTE_ROOT, r_root},
+    {"/", "GET HEAD", HR_ROUTE_ROOT, r_page},
+    {"/dashboard", "GET HEAD", HR_ROUTE_DASHBOARD, r_page},
+    {"/dashboard/snapshot", "GET", HR_ROUTE_DASHBOARD, r_snapshot},
+    {"/dashboard/app.js", "GET HEAD", HR_ROUTE_DASHBOARD, r_asset},
+    {"/dashboard/uplot.js", "GET HEAD", HR_ROUTE_DASHBOARD, r_asset},
+    {"/dashboard/uplot.css", "GET HEAD", HR_ROUTE_DASHBOARD, r_asset},
 };
+
+bool hr_route_answers_locked(const struct hr_route *r)
+{
+    return r && r->fn == r_page;
+}
 
 const struct hr_route *hr_route_find(const char *path, enum hr_metrics_route *id)
 {
@@ -914,6 +1063,7 @@ enum hr_status hr_server_load(struct hr_server *srv, struct hr_err *err)
     }
     if (cfg->has_memory_reserve)
         gc.reserve_bytes = cfg->memory_reserve_bytes;
+    srv->memory_limit_bytes = gc.limit_bytes;
     struct hr_mem_probe probe;
     if ((st = hr_mem_probe_sys_init(NULL, &probe, err)) != HR_OK ||
         (st = hr_gov_init(&gc, probe, &srv->gov, err)) != HR_OK)

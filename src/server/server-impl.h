@@ -18,6 +18,7 @@
 #include "model/model.h"
 #include "sched/sched.h"
 #include "server/api.h"
+#include "server/dashboard.h"
 #include "server/metrics.h"
 #include "server/server.h"
 #include "tokenizer/tokenizer.h"
@@ -25,6 +26,10 @@
 enum hr_server_state { HR_SERVER_LOADING, HR_SERVER_READY, HR_SERVER_STOPPING };
 
 struct hr_gen;
+
+/* Where a generation is, as its scheduler events tell (for the dashboard
+ * and the progress log lines). */
+enum hr_gen_phase { HR_GEN_QUEUED, HR_GEN_PREFILL, HR_GEN_DECODE, HR_GEN_PREEMPTED };
 
 struct hr_server {
     struct hr_server_config cfg; /* the caller's strings, which outlive the server */
@@ -46,6 +51,7 @@ struct hr_server {
     int32_t *script; /* --test-script's tokens, then end of turn */
     uint32_t n_script;
     struct hr_gov *gov;
+    uint64_t memory_limit_bytes; /* --memory-limit parsed; 0: none (the dashboard names the ceiling's source) */
 
     /* The scheduler. sched_mu orders hr_sched_cancel (MHD threads) against
      * hr_sched_free at shutdown; events never take it. */
@@ -53,6 +59,7 @@ struct hr_server {
     struct hr_sched *sched;
 
     struct hr_metrics metrics;
+    struct hr_dash dash; /* the dashboard's rings and sampler (dashboard.h) */
 
     /* Live generations, for pings and for shutdown to wait on. Lock order:
      * gens_mu before a generation's mu. */
@@ -81,6 +88,9 @@ struct hr_exchange {
     double t_arrival;
     unsigned status; /* what was sent, for metrics */
     const char *allow; /* a 405's Allow header */
+    bool locked;       /* no valid key: only the dashboard's page answers (401, its key form) */
+    double server_timing_ms; /* > 0: sent as Server-Timing (the dashboard snapshot's cost) */
+    double server_cpu_ms;    /* ... and its thread CPU time */
     struct hr_gen *gen;
 };
 
@@ -112,6 +122,10 @@ struct hr_gen {
     struct hr_chat_parser *parser;
     double t_first, t_last_write;
     uint32_t n_prompt, n_generated, n_cached;
+    /* the phase and the last chunk, for the dashboard and progress lines */
+    enum hr_gen_phase phase;
+    uint32_t n_prefilled, last_chunk, n_preempts;
+    double t_started, t_paused, t_progress_log;
 };
 
 void hr_gen_free(struct hr_gen *g);    /* routes.c: frees what the gen owns */
@@ -133,6 +147,9 @@ enum MHD_Result hr_respond_stream(struct hr_exchange *ex, struct hr_gen *g);
 /* routes.c */
 const struct hr_route *hr_route_find(const char *path, enum hr_metrics_route *id);
 enum MHD_Result hr_route_dispatch(struct hr_exchange *ex);
+/* Whether a route answers a request without a valid key (the dashboard's
+ * page: a form asking for the key, with status 401). */
+bool hr_route_answers_locked(const struct hr_route *r);
 enum hr_status hr_server_load(struct hr_server *srv, struct hr_err *err);
 void hr_server_unload(struct hr_server *srv);
 

@@ -159,6 +159,12 @@ enum MHD_Result hr_respond(struct hr_exchange *ex, unsigned status, const char *
     }
     if (ex->allow && status == MHD_HTTP_METHOD_NOT_ALLOWED)
         MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, ex->allow);
+    if (ex->server_timing_ms > 0) {
+        char v[80];
+        snprintf(v, sizeof(v), "snapshot;dur=%.3f, cpu;dur=%.3f", ex->server_timing_ms,
+                 ex->server_cpu_ms);
+        MHD_add_response_header(r, "Server-Timing", v);
+    }
     add_common_headers(ex, r);
     answered(ex, status);
     const enum MHD_Result ret = MHD_queue_response(ex->conn, status, r);
@@ -342,6 +348,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return hr_respond_error(ex, &e);
     }
     if (ex->route_id != HR_ROUTE_HEALTH && !authorized(srv, c)) {
+        /* A browser cannot send a header when it opens a page, so the
+         * dashboard's page answers anyway, as a form asking for the key
+         * (401); its script then sends the key with every request it makes.
+         * Its assets and data answer only with the key. */
+        if (hr_route_answers_locked(ex->route) && strcmp(ex->method, "POST") != 0) {
+            ex->locked = true;
+            return hr_route_dispatch(ex);
+        }
         e.cls = HR_API_ERR_AUTH;
         snprintf(e.message, sizeof(e.message), "invalid x-api-key or Authorization bearer token");
         return hr_respond_error(ex, &e);
@@ -536,7 +550,7 @@ enum hr_status hr_server_start(const struct hr_server_config *cfg, struct hr_ser
     srv->port = di ? di->port : cfg->port;
     hr_log_info("server", "bound %s:%u; loading %s", srv->cfg.host, srv->port, cfg->model_path);
 
-    if ((st = hr_server_load(srv, err)) != HR_OK) {
+    if ((st = hr_server_load(srv, err)) != HR_OK || (st = hr_dash_start(srv, err)) != HR_OK) {
         hr_server_free(srv);
         return st;
     }
@@ -622,6 +636,7 @@ void hr_server_free(struct hr_server *srv)
 {
     if (!srv)
         return;
+    hr_dash_stop(&srv->dash); /* its thread reads the governor and the scheduler: first */
     if (srv->ping_started) {
         pthread_mutex_lock(&srv->gens_mu);
         srv->ping_stop = true;
@@ -636,6 +651,7 @@ void hr_server_free(struct hr_server *srv)
     hr_sched_free(s);
     if (srv->mhd)
         MHD_stop_daemon(srv->mhd);
+    hr_dash_free(&srv->dash); /* no HTTP thread can ask for a snapshot now */
     hr_server_unload(srv);
     pthread_mutex_destroy(&srv->gens_mu);
     pthread_mutex_destroy(&srv->sched_mu);

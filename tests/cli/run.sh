@@ -69,6 +69,22 @@ $hr run --model "$dir/m.gguf" -p "hello" --cache-type q8_0 >/dev/null 2>"$dir/er
 rc=$?
 expect "q8_0 on head dim 16: exit 1, the head dim named" "[[ $rc -eq 1 ]] && grep -q 'head dim is 16' '$dir/err'"
 expect "--help lists --cache-type" "$hr run --help | grep -q -- '--cache-type T'"
+# Prefill progress: on a terminal (script(1) gives the command a
+# pseudo-terminal) one line redrawn in place with done / total, tokens/s and
+# memory, erased at the end; nothing of it when stderr is a pipe or a file.
+python3 -c 'print("hello world " * 300)' >"$dir/long.txt"
+for how in plain governed; do
+  extra=""; [[ $how == governed ]] && extra="--memory-limit 4G"
+  script -q -e -c "$hr run --model '$dir/m.gguf' --prompt-file '$dir/long.txt' -n 2 --temp 0 --batch 64 $extra" \
+    /dev/null </dev/null >"$dir/tty.out" 2>&1
+  expect "$how: on a terminal, prefill progress (done / total, tokens/s, memory)" \
+    "tr '\\r' '\\n' <'$dir/tty.out' | grep -aqE '^.\\[Kprefill [0-9]+ / 1502 tokens \\([0-9]+%\\), [0-9]+ tokens/s, memory [0-9.]+ [KMG]iB'"
+  expect "$how: ...and the line is erased before the output" \
+    "python3 -c 'import sys; t = open(sys.argv[1], \"rb\").read(); i = t.rfind(b\"\\r\\x1b[Kprefill\"); sys.exit(not (i >= 0 and b\"\\r\\x1b[K\" in t[i + 1:]))' '$dir/tty.out'"
+  $hr run --model "$dir/m.gguf" --prompt-file "$dir/long.txt" -n 2 --temp 0 --batch 64 $extra \
+    2>"$dir/pipe.err" | cat >/dev/null
+  expect "$how: piped, no progress line" "! grep -aq 'prefill [0-9]* /' '$dir/pipe.err' && ! grep -aq \$'\\r' '$dir/pipe.err'"
+done
 
 echo "$passed passed, $failed failed"
 ((failed == 0))

@@ -266,6 +266,90 @@ static void test_concurrent_equals_sequential(void **state)
     }
 }
 
+/* The dashboard: its page answers without the key (401, the key form), its
+ * assets and snapshot only with it; snapshots taken while streams run are
+ * whole JSON with columns of one length, polls carry only what is new, and
+ * the finished requests show up with their outcome. Under TSan this races
+ * the sampler thread, the event callbacks and the snapshot's walk. */
+static void test_dashboard(void **state)
+{
+    (void)state;
+    struct reply r = request("GET", "/", NULL, NULL);
+    assert_int_equal(r.status, 401);
+    assert_non_null(strstr(r.body, "id=\"lock\""));
+    assert_non_null(strstr(r.body, "text/html"));
+    free(r.body);
+    r = request("GET", "/dashboard/snapshot", NULL, NULL);
+    assert_int_equal(r.status, 401);
+    free(r.body);
+    r = request("GET", "/dashboard/app.js", NULL, NULL);
+    assert_int_equal(r.status, 401);
+    free(r.body);
+    r = request("GET", "/dashboard/app.js", KEY, NULL);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "headroomDashboard"));
+    free(r.body);
+
+    enum { N = 4 };
+    static struct job jobs[N];
+    pthread_t th[N];
+    for (int i = 0; i < N; i++) {
+        jobs[i] = (struct job){.index = 100 + i, .stream = true};
+        pthread_create(&th[i], NULL, run_job, &jobs[i]);
+    }
+    uint64_t h = 0, d = 0, samples = 0;
+    for (int poll = 0; poll < 12; poll++) {
+        char path[96];
+        snprintf(path, sizeof(path), "/dashboard/snapshot?h=%llu&d=%llu%s", (unsigned long long)h,
+                 (unsigned long long)d, poll == 0 ? "&info=1" : "");
+        r = request("GET", path, KEY, NULL);
+        assert_int_equal(r.status, 200);
+        assert_non_null(strstr(r.body, "Server-Timing: snapshot;dur="));
+        json_t *doc = reply_json(&r);
+        free(r.body);
+        const json_t *hist = json_object_get(doc, "history"), *mem = json_object_get(doc, "memory");
+        assert_true(json_integer_value(json_object_get(mem, "ceiling")) > 0);
+        assert_true(json_integer_value(json_object_get(mem, "current")) > 0);
+        const size_t n = (size_t)json_integer_value(json_object_get(hist, "n"));
+        assert_int_equal(json_array_size(json_object_get(hist, "t")), n);
+        assert_int_equal(json_array_size(json_object_get(hist, "measured")), n);
+        const json_t *cats = json_object_get(hist, "categories");
+        assert_int_equal(json_array_size(cats), json_array_size(json_object_get(doc, "category_names")));
+        for (size_t c = 0; c < json_array_size(cats); c++)
+            assert_int_equal(json_array_size(json_array_get(cats, c)), n);
+        if (poll == 0) {
+            assert_string_equal(json_string_value(json_object_get(json_object_get(doc, "info"), "arch")),
+                                "qwen3");
+        } else {
+            assert_null(json_object_get(doc, "info"));
+            assert_true(n <= 4); /* only what is new since the last poll */
+        }
+        samples += n;
+        h = (uint64_t)json_integer_value(json_object_get(hist, "last_seq"));
+        d = (uint64_t)json_integer_value(json_object_get(json_object_get(doc, "decisions"), "last_seq"));
+        assert_true(json_is_array(json_object_get(doc, "requests")));
+        json_decref(doc);
+        usleep(60 * 1000);
+    }
+    for (int i = 0; i < N; i++) {
+        pthread_join(th[i], NULL);
+        assert_string_equal(jobs[i].content, "done");
+    }
+    assert_true(samples >= 2); /* 12 polls over 0.7 s or more: the sampler runs every 250 ms */
+    r = request("GET", "/dashboard/snapshot?h=1000000&d=1000000", KEY, NULL);
+    json_t *doc = reply_json(&r);
+    free(r.body);
+    const json_t *fin = json_object_get(doc, "finished");
+    size_t ours = 0;
+    for (size_t i = 0; i < json_array_size(fin); i++) {
+        const char *o = json_string_value(json_object_get(json_array_get(fin, i), "outcome"));
+        if (!strcmp(o, "max tokens") || !strcmp(o, "end of turn"))
+            ours++;
+    }
+    assert_true(ours >= N);
+    json_decref(doc);
+}
+
 /* A client that goes away mid-stream: its request is cancelled and its KV
  * blocks return to the pool. */
 static void test_disconnect_frees_kv(void **state)
@@ -333,6 +417,7 @@ int main(void)
         cmocka_unit_test(test_routes_and_auth),
         cmocka_unit_test(test_concurrent_equals_sequential),
         cmocka_unit_test(test_disconnect_frees_kv),
+        cmocka_unit_test(test_dashboard),
         cmocka_unit_test(test_sigterm_during_stream),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

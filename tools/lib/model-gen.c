@@ -27,6 +27,7 @@
 #include "hf-vocab.h"
 #include "kernels/quant.h"
 #include "base/rand.h"
+#include "base/sys.h"
 
 const char *const hr_gen_shape_names[] = {"tiny", "demo", "qwen2.5-0.5b", "llama-3.2-1b",
                                           "qwen3-0.6b", NULL};
@@ -90,6 +91,7 @@ struct tensor_src {
     enum init_kind init;
     uint64_t seed;
     const struct hr_gen_params *params;
+    struct gen *gen; /* for the progress line */
 };
 
 /* Llama 3 frequency scaling, stored as per-frequency divisors in
@@ -111,6 +113,8 @@ static float llama3_rope_factor(const struct hr_gen_params *p, uint32_t head_dim
                     (high_freq_factor - low_freq_factor);
     return (float)(1.0 / ((1.0 - smooth) / p->rope_factor + smooth));
 }
+
+static void note_written(struct gen *g, uint64_t n_bytes);
 
 static enum hr_status fill_tensor(void *ctx, void *dst, uint64_t n_bytes, struct hr_err *err)
 {
@@ -143,6 +147,7 @@ static enum hr_status fill_tensor(void *ctx, void *dst, uint64_t n_bytes, struct
         }
     }
     free(buf);
+    note_written(t->gen, n_bytes);
     return HR_OK;
 }
 
@@ -153,7 +158,27 @@ struct gen {
     struct hr_gguf_writer *w;
     struct tensor_src *tensors;
     size_t n_tensors;
+    /* progress: bytes of tensor data written of the total, since t0 */
+    uint64_t total_bytes, done_bytes;
+    double t0, t_last;
 };
+
+/* A line a second once the write has taken a second: a model of several
+ * GiB takes minutes to generate, and silence looks like a hang. */
+static void note_written(struct gen *g, uint64_t n_bytes)
+{
+    g->done_bytes += n_bytes;
+    if (!g->p.progress)
+        return;
+    const double now = hr_now_seconds();
+    if (now - g->t0 < 1.0 || now - g->t_last < 1.0)
+        return;
+    g->t_last = now;
+    fprintf(stderr, "gen-model: %.1f of %.1f MiB written (%.0f%%, %.1f s)\n",
+            (double)g->done_bytes / 1048576.0, (double)g->total_bytes / 1048576.0,
+            g->total_bytes ? 100.0 * (double)g->done_bytes / (double)g->total_bytes : 100.0,
+            now - g->t0);
+}
 
 /* The _M mixes of llama-quantize (Q4_K_M, Q5_K_M), which is what most
  * K-quant downloads are: the output matrix (or the tied embedding) in Q6_K,
@@ -198,6 +223,9 @@ static void add(struct gen *g, const char *name, uint64_t ne0, uint64_t ne1, enu
         else
             t->type = HR_GGML_F16;
     }
+    t->gen = g;
+    const struct hr_ggml_type_info *ti = hr_ggml_type_info(t->type);
+    g->total_bytes += ne0 / ti->block_elems * ti->block_bytes * (ne1 ? ne1 : 1);
 }
 
 static uint32_t file_type_of(enum hr_ggml_type t)
@@ -354,6 +382,7 @@ enum hr_status hr_gen_model(const struct hr_gen_params *params, const char *path
     if (!p->tied)
         add(&g, "output.weight", p->n_embd, n_vocab, INIT_MATRIX);
 
+    g.t0 = hr_now_seconds();
     for (size_t i = 0; i < g.n_tensors; i++) {
         struct tensor_src *t = &g.tensors[i];
         st = hr_gguf_writer_add_tensor_cb(g.w, t->name, t->type, t->n_dims, t->ne, fill_tensor,

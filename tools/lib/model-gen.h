@@ -47,6 +47,8 @@ struct hr_gen_params {
     bool k_mix;           /* with Q4_K or Q5_K: llama-quantize's _M mix (Q6_K for the
                            * output and for attn_v / ffn_down of some layers) */
     uint64_t seed;
+    bool progress;        /* a stderr line a second once writing takes longer than a
+                           * second (gen-model sets it; large models take minutes) */
 };
 
 /* Fills `p` with the named shape: "tiny", "demo", "qwen2.5-0.5b",
