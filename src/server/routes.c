@@ -279,7 +279,8 @@ static void note_refusal(uint64_t id, const struct hr_sched_refusal *why)
     d.u.refuse.max_prompt = why->max_prompt;
     d.u.refuse.estimated_bytes = why->estimated_bytes;
     d.u.refuse.limit_bytes = why->limit_bytes;
-    snprintf(d.u.refuse.why, sizeof(d.u.refuse.why), "%s", why->message);
+    /* the ring keeps the first 159 bytes; the log and the response have it whole */
+    snprintf(d.u.refuse.why, sizeof(d.u.refuse.why), "%.159s", why->message);
     hr_decision_record(&d);
 }
 
@@ -592,7 +593,7 @@ static enum MHD_Result generate(struct hr_exchange *ex, enum hr_api_kind kind)
         if (st == HR_ERR_LIMIT) {
             note_refusal(0, &why);
             char outcome[176];
-            snprintf(outcome, sizeof(outcome), "refused: %s", why.message);
+            snprintf(outcome, sizeof(outcome), "refused: %.166s", why.message);
             note_finished(g, hr_now_seconds(), outcome);
         }
         if (st == HR_ERR_LIMIT && why.reason == HR_SCHED_TOO_LONG) {
