@@ -136,6 +136,7 @@ int main(int argc, char **argv)
     hr_mem_probe_sample(&probe, &sm);
     struct hr_gov_config gc;
     hr_gov_config_default(&gc);
+    gc.admit_margin_bytes = HR_GOV_ADMIT_NOISE_BYTES; /* the real probe: see governor.h */
     if (hr_mem_parse_size(limit_text, sm.mem_total_bytes, &gc.limit_bytes, &err) != HR_OK) {
         fprintf(stderr, "bench-sched: --memory-limit: %s\n", err.msg);
         return 2;

@@ -141,6 +141,7 @@ int hr_cli_run_governed(const struct hr_cli_governed_run *g)
     struct hr_err err = {{0}};
     struct hr_gov_config gc;
     hr_gov_config_default(&gc);
+    gc.admit_margin_bytes = HR_GOV_ADMIT_NOISE_BYTES; /* the real probe: see governor.h */
     if (hr_mem_parse_size(g->memory_limit, hr_mem_ram_total_bytes(), &gc.limit_bytes, &err) != HR_OK) {
         fprintf(stderr, "headroom run: --memory-limit: %s\n", err.msg);
         return 2;

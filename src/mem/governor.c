@@ -512,6 +512,13 @@ void hr_gov_admit(struct hr_gov *g, const struct hr_gov_admit_req *req,
     uint64_t limit = frac_of(g->view.static_ceiling_bytes, g->cfg.hard_frac);
     uint64_t residual = g->view.residual_bytes;
     pthread_mutex_unlock(&g->lock);
+    /* The residual admission reads was sampled before the request existed;
+     * while it runs, RSS sits 0.1-0.35 MiB off that (heap and stack pages,
+     * measured in tests/cli/memory-truth.sh), and a prompt admitted into
+     * that gap would wait forever for its last token. Admission keeps that
+     * much below the hard watermark (admit_margin_bytes); chunk sizing
+     * does not. */
+    limit = limit > g->cfg.admit_margin_bytes ? limit - g->cfg.admit_margin_bytes : 0;
     struct hr_gov_admit_req r = *req;
     if (r.residual_floor_bytes == HR_GOV_RESIDUAL_FLOOR_AUTO) r.residual_floor_bytes = residual;
     hr_gov_admit_compute(&r, limit, out);

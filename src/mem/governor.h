@@ -119,6 +119,10 @@ struct hr_gov_config {
     double hysteresis_frac;                 /* of the ceiling, in [0, soft_frac) */
     uint32_t chunk_min_tokens;              /* the residual tracker's rate gate */
     double residual_static_bytes_per_token; /* the tracker's static(n) per token */
+    /* Kept below the hard watermark by admission only: the real probe's
+     * noise between admission's sample and the run (HR_GOV_ADMIT_NOISE_BYTES
+     * for a process probe; 0, the default, for a scripted one). */
+    uint64_t admit_margin_bytes;
 };
 
 /* The defaults: no limit, auto reserve, 0.85 / 0.95 / 0.02, chunk_min 64, static 0. */
@@ -214,6 +218,9 @@ uint32_t hr_gov_size_chunk(struct hr_gov *g, const struct hr_gov_chunk_req *req,
 
 /* ---- admission (4.7) ---- */
 
+/* What admission keeps below the hard watermark for the measurement's
+ * noise between its sample and the request's run (governor.c). */
+#define HR_GOV_ADMIT_NOISE_BYTES (512ull * 1024)
 #define HR_GOV_RESIDUAL_FLOOR_AUTO UINT64_MAX /* hr_gov_admit: use the measured residual */
 
 struct hr_gov_admit_req {

@@ -1057,6 +1057,7 @@ enum hr_status hr_server_load(struct hr_server *srv, struct hr_err *err)
      * limit and what the machine has available, whichever is lowest. */
     struct hr_gov_config gc;
     hr_gov_config_default(&gc);
+    gc.admit_margin_bytes = HR_GOV_ADMIT_NOISE_BYTES; /* the real probe: see governor.h */
     if (cfg->memory_limit &&
         (st = hr_mem_parse_size(cfg->memory_limit, hr_mem_ram_total_bytes(), &gc.limit_bytes, err)) != HR_OK) {
         hr_err_prefix(err, "--memory-limit");
