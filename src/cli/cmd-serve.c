@@ -37,6 +37,11 @@ static const struct opt g_opts[] = {
     {"max-queue", UINT, "N", "requests waiting for a slot before 529/503 (default 64)"},
     {"queue-timeout", SECONDS, "S", "longest wait for a slot, then 529/503 (default: none)"},
     {"batch-tokens", UINT, "N", "tokens per engine step, decodes + prefill (default 512)"},
+    {"no-governor", FLAG, "",
+     "BENCHMARKS ONLY: memory is not governed: fixed --batch-tokens\n"
+     "                             prefill chunks, no admission or pressure handling by memory\n"
+     "                             (the context and the KV pool still limit requests);\n"
+     "                             --memory-limit is ignored"},
     {"alias", ALIAS, "NAME", "another model name for /v1/models (repeatable)"},
     {"max-body", SIZE, "SIZE", "largest request body; larger gets 413 (default 32M)"},
     {"http-threads", UINT, "N", "HTTP polling threads (default 4)"},
@@ -248,6 +253,8 @@ int hr_cmd_serve(int argc, char **argv)
             cfg.test_script = v;
         else if (!strcmp(n, "no-prefix-cache"))
             cfg.no_prefix_cache = strcmp(v, "0") != 0 && strcasecmp(v, "false") != 0;
+        else if (!strcmp(n, "no-governor"))
+            cfg.no_governor = strcmp(v, "0") != 0 && strcasecmp(v, "false") != 0;
         else if (!strcmp(n, "cache-limit"))
             cfg.cache_limit_bytes = bytes;
     }
