@@ -174,6 +174,9 @@ def one_run(args, label, extra, data):
     t0 = time.time()
     st, msg = post(srv.base, "/v1/messages", data, args.timeout)
     res["wall_s"] = time.time() - t0
+    # The 5-minute load average as the message ends: on a shared machine
+    # the wall time means little without it.
+    res["load_5m"] = float(open("/proc/loadavg").read().split()[1])
     done.set()
     th.join()
     # The scheduler adds a step's prefilled tokens to its stats just after
@@ -262,7 +265,8 @@ def fmt_run(r, n_total, limit_mib, version):
     peak = r["peak_rss_kib"] / 1024
     over = "above" if peak > limit_mib else "below"
     return (f"| {version} | {result} | {r['prefilled']:,} / {n_total:,} | "
-            f"{r['hard'] if gov else '- (no governor)'} | {r['api_errors']} | {r['wall_s']:,.2f} s | "
+            f"{r['hard'] if gov else '- (no governor)'} | {r['api_errors']} | "
+            f"{r['wall_s']:,.2f} s (load {r['load_5m']:.1f}) | "
             f"{peak:.1f} MiB ({over} {limit_mib} MiB) | "
             f"{r['soft'] if gov else '-'} | "
             f"{r['throttled'] if gov else 0} of {r['chunks']} | {r['aborted'] if gov else '-'} |")
