@@ -43,25 +43,6 @@ throttled=$(grep -c "prefill chunk" build/bench/seed-governor.log)
 echo "throttled chunk lines logged with the governor: $throttled (first 3:)"
 grep "prefill chunk" build/bench/seed-governor.log | head -3
 
-# Overhead (HR_SEED_OVERHEAD=N, e.g. 5): the same prompt under a generous
-# ceiling, governor on and off alternating N times each; median prefill
-# tokens/s of each and their ratio.
-if [[ -n ${HR_SEED_OVERHEAD:-} ]]; then
-  on_l=() off_l=()
-  for ((i = 0; i < HR_SEED_OVERHEAD; i++)); do
-    for mode in on off; do
-      extra=()
-      [[ $mode == off ]] && extra=(--no-governor)
-      tps=$(build/headroom run --model "$model" --prompt-file "$prompt" -n 1 --temp 0 --batch 2048 \
-        --memory-limit 8G "${extra[@]}" 2>&1 >/dev/null | sed -n 's/^prompt [0-9]* tokens, \([0-9.]*\) tokens\/s.*/\1/p')
-      if [[ $mode == on ]]; then on_l+=("$tps"); else off_l+=("$tps"); fi
-      echo "overhead run $i governor=$mode prefill_tokens_per_s=$tps load=\"$(cut -d' ' -f1 /proc/loadavg)\""
-    done
-  done
-  printf '%s\n' "${on_l[@]}" | sort -n >build/bench/seed-on.txt
-  printf '%s\n' "${off_l[@]}" | sort -n >build/bench/seed-off.txt
-  awk 'NR == FNR { a[FNR] = $1; n = FNR; next } { b[FNR] = $1; m = FNR }
-       END { on = a[int((n + 1) / 2)]; off = b[int((m + 1) / 2)];
-             printf "overhead: governor on median %.1f tokens/s, off %.1f, ratio %.4f\n", on, off, on / off }' \
-    build/bench/seed-on.txt build/bench/seed-off.txt
-fi
+# The governor's overhead (median of 5, alternating) is measured over HTTP by
+# bench/seed-245k.sh: there both sides run the same scheduler, where here the
+# --no-governor side is `headroom run`'s plain engine loop.

@@ -45,6 +45,11 @@ static const struct opt g_opts[] = {
     {"cache-type", STR, "TYPE",
      "KV cache type: f16 (default), q8_0 or q4_0 (ggml's blocks, llama.cpp's -ctk/-ctv; "
      "53% / 28% of f16's bytes, so more requests fit; head dim a multiple of 32)"},
+    {"no-governor", FLAG, "",
+     "BENCHMARKS ONLY: memory is not governed: fixed --batch-tokens\n"
+     "                             prefill chunks, no admission or pressure handling by memory\n"
+     "                             (the context and the KV pool still limit requests);\n"
+     "                             --memory-limit is ignored"},
     {"alias", ALIAS, "NAME", "another model name for /v1/models (repeatable)"},
     {"max-body", SIZE, "SIZE", "largest request body; larger gets 413 (default 32M)"},
     {"http-threads", UINT, "N", "HTTP polling threads (default 4)"},
@@ -277,6 +282,8 @@ int hr_cmd_serve(int argc, char **argv)
             cfg.test_script = v;
         else if (!strcmp(n, "no-prefix-cache"))
             cfg.no_prefix_cache = strcmp(v, "0") != 0 && strcasecmp(v, "false") != 0;
+        else if (!strcmp(n, "no-governor"))
+            cfg.no_governor = strcmp(v, "0") != 0 && strcasecmp(v, "false") != 0;
         else if (!strcmp(n, "cache-limit"))
             cfg.cache_limit_bytes = bytes;
     }

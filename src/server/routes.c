@@ -826,6 +826,13 @@ static enum MHD_Result r_metrics(struct hr_exchange *ex)
             "# TYPE headroom_requests_queued gauge\nheadroom_requests_queued %u\n"
             "# HELP headroom_engine_steps_total Engine steps run.\n"
             "# TYPE headroom_engine_steps_total counter\nheadroom_engine_steps_total %" PRIu64 "\n"
+            "# HELP headroom_prefill_tokens_total Prompt tokens computed by prefill chunks "
+            "(prefix-cache hits excluded).\n"
+            "# TYPE headroom_prefill_tokens_total counter\n"
+            "headroom_prefill_tokens_total %" PRIu64 "\n"
+            "# HELP headroom_memory_governed 1 when a memory governor plans every step, 0 under "
+            "--no-governor.\n"
+            "# TYPE headroom_memory_governed gauge\nheadroom_memory_governed %d\n"
             "# HELP headroom_prefix_cache_lookup_tokens_total Prompt tokens looked up in the "
             "prefix cache.\n"
             "# TYPE headroom_prefix_cache_lookup_tokens_total counter\n"
@@ -852,13 +859,23 @@ static enum MHD_Result r_metrics(struct hr_exchange *ex)
             "# HELP headroom_kv_used_bytes KV memory requests use (blocks in use x block "
             "bytes).\n"
             "# TYPE headroom_kv_used_bytes gauge\nheadroom_kv_used_bytes %" PRIu64 "\n",
-            s.running, s.queued, s.steps, s.cache_lookup_tokens, s.cache_hit_tokens,
+            s.running, s.queued, s.steps, s.tokens_prefilled, srv->gov ? 1 : 0,
+            s.cache_lookup_tokens, s.cache_hit_tokens,
             s.cache_blocks, (uint64_t)s.cache_blocks * s.kv_block_bytes, s.cache_evictable_blocks,
             s.cache_evicted_blocks, s.kv_block_bytes, (uint64_t)s.kv_blocks_used * s.kv_block_bytes);
     if (st == HR_OK && srv->gov) {
         char gov[16384];
         const size_t n = hr_mem_counters_format(hr_gov_counters(srv->gov), gov, sizeof(gov));
         st = hr_api_buf_put(&b, gov, n < sizeof(gov) ? n : sizeof(gov) - 1);
+    } else if (st == HR_OK) {
+        /* Without a governor (--no-governor) its counters are absent; the
+         * chunk count still comes from the scheduler, so a dashboard or
+         * benchmark reads the same name in both modes. */
+        st = hr_api_buf_printf(&b,
+                               "# HELP headroom_prefill_chunks_total Prefill chunks run.\n"
+                               "# TYPE headroom_prefill_chunks_total counter\n"
+                               "headroom_prefill_chunks_total %" PRIu64 "\n",
+                               s.prefill_chunks);
     }
     enum MHD_Result r;
     if (st != HR_OK)
@@ -1054,7 +1071,9 @@ enum hr_status hr_server_load(struct hr_server *srv, struct hr_err *err)
     }
 
     /* The memory governor: the ceiling is --memory-limit, the cgroup's
-     * limit and what the machine has available, whichever is lowest. */
+     * limit and what the machine has available, whichever is lowest. The
+     * limit is parsed even under --no-governor, so a typo is still an
+     * error and not a silently different benchmark. */
     struct hr_gov_config gc;
     hr_gov_config_default(&gc);
     gc.admit_margin_bytes = HR_GOV_ADMIT_NOISE_BYTES; /* the real probe: see governor.h */
@@ -1066,10 +1085,21 @@ enum hr_status hr_server_load(struct hr_server *srv, struct hr_err *err)
     if (cfg->has_memory_reserve)
         gc.reserve_bytes = cfg->memory_reserve_bytes;
     srv->memory_limit_bytes = gc.limit_bytes;
-    struct hr_mem_probe probe;
-    if ((st = hr_mem_probe_sys_init(NULL, &probe, err)) != HR_OK ||
-        (st = hr_gov_init(&gc, probe, &srv->gov, err)) != HR_OK)
-        return st;
+    if (cfg->no_governor) {
+        /* The seed's "before" for benchmarks: the scheduler without a
+         * governor cuts fixed chunks and admits whatever fits the context
+         * and the KV pool, so memory can kill this process. */
+        hr_log_warn("server",
+                    "--no-governor: memory is NOT governed: fixed %u-token prefill chunks, no "
+                    "admission or pressure handling by memory%s; for benchmarks only",
+                    cfg->batch_tokens ? cfg->batch_tokens : 512,
+                    cfg->memory_limit ? ", --memory-limit ignored" : "");
+    } else {
+        struct hr_mem_probe probe;
+        if ((st = hr_mem_probe_sys_init(NULL, &probe, err)) != HR_OK ||
+            (st = hr_gov_init(&gc, probe, &srv->gov, err)) != HR_OK)
+            return st;
+    }
 
     const uint32_t parallel = cfg->parallel ? cfg->parallel : 4;
     const enum hr_ggml_type kv_type = cfg->kv_type ? cfg->kv_type : HR_GGML_F16;

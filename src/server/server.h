@@ -63,6 +63,10 @@ struct hr_server_config {
     double ping_interval_s;    /* a ping after this much stream silence; 0: 5 */
     const char *test_script;   /* test only: every output is this text, then end of turn */
     bool no_prefix_cache;      /* every request prefills its whole prompt */
+    /* Benchmarks only: no memory governor (the seed's "before": fixed
+     * batch_tokens chunks, no admission by memory, no pressure handling);
+     * memory_limit is then parsed but not enforced. */
+    bool no_governor;
     uint64_t cache_limit_bytes; /* most KV the prefix cache keeps; 0: whatever memory allows */
 };
 

@@ -2,7 +2,9 @@
 # serve.sh - `headroom serve`'s command line as a user meets it: --help lists
 # every flag the issue names, usage errors exit 2 with one line naming the
 # flag, HEADROOM_<FLAG> variables are read (the command line winning), a port
-# in use is a clear error (exit 1), and SIGINT stops a server cleanly (exit 0).
+# in use is a clear error (exit 1), SIGINT stops a server cleanly (exit 0), and
+# --no-governor (benchmarks' "before") serves with a warning that memory is
+# not governed and says so in /metrics.
 # The protocol itself is tested by tests/e2e/ with the official clients.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,7 +19,7 @@ expect() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
 
 help=$($hr serve --help; echo "|$?")
 for f in model host port api-key ctx threads parallel memory-limit memory-reserve max-queue \
-  queue-timeout alias max-body no-prefix-cache cache-limit cache-type; do
+  queue-timeout alias max-body no-prefix-cache cache-limit cache-type no-governor; do
   expect "--help lists --$f" "grep -q -- '--$f' <<<\"\$help\""
 done
 expect "--help exits 0" "[[ \"\$help\" == *'|0' ]]"
@@ -63,6 +65,9 @@ models=$(curl -s "http://127.0.0.1:$port/v1/models")
 expect "HEADROOM_ALIAS=one,two: both names in /v1/models" "[[ \"\$models\" == *'\"one\"'* && \"\$models\" == *'\"two\"'* ]]"
 err=$($hr serve --model "$dir/m.gguf" --port "$port" 2>&1; echo "|$?")
 expect "a port in use: exit 1, the address named" "[[ \"\$err\" == *\"cannot listen on 127.0.0.1:$port\"*'|1' ]]"
+metrics=$(curl -s "http://127.0.0.1:$port/metrics")
+expect "governed by default: headroom_memory_governed 1, the governor's counters present" \
+  "grep -qx 'headroom_memory_governed 1' <<<\"\$metrics\" && grep -q '^headroom_memory_ceiling_bytes ' <<<\"\$metrics\""
 kill -INT "${pids[0]}"
 wait "${pids[0]}"
 rc=$?
@@ -87,6 +92,41 @@ metrics=$(curl -s "http://127.0.0.1:$port/metrics")
 expect "--cache-type q8_0: /metrics KV block bytes follow" "grep -q 'headroom_kv_block_bytes 8704' <<<\"\$metrics\""
 kill -INT "${pids[1]}"
 wait "${pids[1]}"
+
+# --no-governor: a warning at start, the request still served, /metrics
+# says ungoverned and has no ceiling, the chunk count still there.
+$hr serve --model "$dir/m.gguf" --port 0 --no-governor --memory-limit 1G --batch-tokens 64 \
+  2>"$dir/log-ng" &
+pids+=($!)
+port=
+for _ in $(seq 1 100); do
+  port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$dir/log-ng" | sed 's/.*://')
+  [[ -n $port ]] && break
+  sleep 0.1
+done
+expect "--no-governor: listening" "[[ -n \"\$port\" ]]"
+expect "--no-governor: warns that memory is not governed and the limit is ignored" \
+  "grep -q 'warn .*--no-governor: memory is NOT governed: fixed 64-token prefill chunks.*--memory-limit ignored' \"\$dir/log-ng\""
+body='{"model":"m","max_tokens":2,"messages":[{"role":"user","content":"hello there, this prompt is longer than one chunk of sixty-four tokens? hello there, this prompt is longer than one chunk of sixty-four tokens? hello there"}]}'
+resp=$(curl -s -w '|%{http_code}' "http://127.0.0.1:$port/v1/messages" -H 'content-type: application/json' -d "$body")
+expect "--no-governor: a message is served (200, usage)" "[[ \"\$resp\" == *'\"input_tokens\":'*'|200' ]]"
+n_in=$(grep -o '"input_tokens":[0-9]*' <<<"$resp" | cut -d: -f2)
+# The scheduler counts a step's tokens just after the request's last event,
+# so the response can come first: scrape until the count arrives (<= 2 s).
+for _ in $(seq 1 20); do
+  metrics=$(curl -s "http://127.0.0.1:$port/metrics")
+  [[ -n $n_in ]] && grep -qx "headroom_prefill_tokens_total $n_in" <<<"$metrics" && break
+  sleep 0.1
+done
+expect "--no-governor: headroom_memory_governed 0, no ceiling metric" \
+  "grep -qx 'headroom_memory_governed 0' <<<\"\$metrics\" && ! grep -q '^headroom_memory_ceiling_bytes' <<<\"\$metrics\""
+n_pre=$(sed -n 's/^headroom_prefill_tokens_total //p' <<<"$metrics")
+n_chunks=$(sed -n 's/^headroom_prefill_chunks_total //p' <<<"$metrics")
+expect "--no-governor: prefilled tokens == input_tokens ($n_pre == $n_in), fixed 64-token chunks ($n_chunks)" \
+  "[[ -n \"\$n_in\" && \"\$n_pre\" == \"\$n_in\" && \"\$n_chunks\" == \$(( (n_in + 63) / 64 )) ]]"
+kill -INT "${pids[1]}"
+wait "${pids[1]}"
+expect "--no-governor: SIGINT exit 0" "[[ $? -eq 0 ]]"
 
 echo "$passed passed, $failed failed"
 ((failed == 0))
