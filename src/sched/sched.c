@@ -1145,6 +1145,8 @@ enum hr_status hr_sched_init(const struct hr_sched_config *cfg, struct hr_sched 
         s->cfg.gov_sample_ms = 100;
     if (s->cfg.batch_tokens < s->cfg.parallel)
         s->cfg.batch_tokens = s->cfg.parallel; /* every decode fits in a step */
+    if (s->cfg.chunk_min > s->cfg.batch_tokens)
+        s->cfg.chunk_min = s->cfg.batch_tokens; /* else no chunk is ever large enough */
     struct hr_engine_config ec = {.n_threads = cfg->n_threads,
                                   .kv_type = cfg->kv_type ? cfg->kv_type : HR_GGML_F16,
                                   .kv_budget_bytes = cfg->kv_budget_bytes,

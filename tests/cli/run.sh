@@ -86,5 +86,11 @@ for how in plain governed; do
   expect "$how: piped, no progress line" "! grep -aq 'prefill [0-9]* /' '$dir/pipe.err' && ! grep -aq \$'\\r' '$dir/pipe.err'"
 done
 
+# A --batch below the governor's smallest chunk (64) once meant no chunk
+# ever fit: the request waited forever.
+timeout 30 $hr run --model "$dir/m.gguf" -p "$(printf 'hello world %.0s' $(seq 40))" -n 2 --temp 0 \
+  --batch 16 --memory-limit 4G >/dev/null 2>"$dir/err"
+expect "--memory-limit with --batch 16 completes" "grep -q 'memory (governor): .*below the ceiling' '$dir/err'"
+
 echo "$passed passed, $failed failed"
 ((failed == 0))
