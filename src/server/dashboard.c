@@ -47,11 +47,8 @@ static void take_sample(struct hr_server *srv)
     struct hr_gov_view v;
     hr_gov_get_view(srv->gov, &v);
     const struct hr_mem_counters *c = hr_gov_counters(srv->gov);
-    struct hr_sched_stats s = {0};
-    pthread_mutex_lock(&srv->sched_mu);
-    if (srv->sched)
-        hr_sched_stats(srv->sched, &s);
-    pthread_mutex_unlock(&srv->sched_mu);
+    struct hr_sched_stats s;
+    hr_server_sched_stats(srv, &s);
 
     struct hr_dash_sample x = {
         .t = hr_now_seconds(),
@@ -110,11 +107,8 @@ static enum hr_status describe_model(struct hr_server *srv, struct hr_api_buf *b
             type_bytes[t->type] += t->n_bytes;
         }
     }
-    struct hr_sched_stats s = {0};
-    pthread_mutex_lock(&srv->sched_mu);
-    if (srv->sched)
-        hr_sched_stats(srv->sched, &s);
-    pthread_mutex_unlock(&srv->sched_mu);
+    struct hr_sched_stats s;
+    hr_server_sched_stats(srv, &s);
     struct hr_api_json j = {.b = b};
     hr_api_json_lit(&j, "{\"model\":");
     hr_api_json_cstr(&j, srv->model_id);
@@ -431,11 +425,8 @@ enum hr_status hr_dash_snapshot(struct hr_server *srv, uint64_t after_hist, uint
     struct hr_gov_view v;
     hr_gov_get_view(srv->gov, &v);
     const struct hr_mem_counters *c = hr_gov_counters(srv->gov);
-    struct hr_sched_stats s = {0};
-    pthread_mutex_lock(&srv->sched_mu);
-    if (srv->sched)
-        hr_sched_stats(srv->sched, &s);
-    pthread_mutex_unlock(&srv->sched_mu);
+    struct hr_sched_stats s;
+    hr_server_sched_stats(srv, &s);
     P(",\"memory\":{\"current\":%" PRIu64 ",\"ceiling\":%" PRIu64 ",\"peak\":%" PRIu64
       ",\"level\":\"%s\",\"measured\":%" PRIu64 ",\"accounted\":%" PRIu64 ",\"residual\":%" PRIu64
       ",\"soft\":%" PRIu64 ",\"hard\":%" PRIu64 ",\"static_ceiling\":%" PRIu64

@@ -807,16 +807,22 @@ static enum MHD_Result r_health(struct hr_exchange *ex)
                                               st == HR_SERVER_LOADING ? "loading" : "stopping"));
 }
 
+void hr_server_sched_stats(struct hr_server *srv, struct hr_sched_stats *out)
+{
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&srv->sched_mu);
+    if (srv->sched)
+        hr_sched_stats(srv->sched, out);
+    pthread_mutex_unlock(&srv->sched_mu);
+}
+
 static enum MHD_Result r_metrics(struct hr_exchange *ex)
 {
     struct hr_server *srv = ex->srv;
     struct hr_api_buf b = {0};
     enum hr_status st = hr_metrics_format(&srv->metrics, &b);
-    struct hr_sched_stats s = {0};
-    pthread_mutex_lock(&srv->sched_mu);
-    if (srv->sched)
-        hr_sched_stats(srv->sched, &s);
-    pthread_mutex_unlock(&srv->sched_mu);
+    struct hr_sched_stats s;
+    hr_server_sched_stats(srv, &s);
     if (st == HR_OK)
         st = hr_api_buf_printf(
             &b,

@@ -128,6 +128,9 @@ struct hr_gen {
     double t_started, t_paused, t_progress_log;
 };
 
+/* routes.c: the scheduler's stats under sched_mu (zeros while there is no
+ * scheduler): what /metrics and the dashboard read, never waiting for a step. */
+void hr_server_sched_stats(struct hr_server *srv, struct hr_sched_stats *out);
 void hr_gen_free(struct hr_gen *g);    /* routes.c: frees what the gen owns */
 void hr_gen_release(struct hr_gen *g); /* drops one reference; the last frees */
 void hr_gen_wake(struct hr_gen *g);    /* g->mu held: resume a suspended connection */
