@@ -84,18 +84,17 @@ done
 
 # ---- M is the truth -------------------------------------------------------
 
-# KV is 16 KiB a token in both (a small real model's: Qwen2.5-0.5B has
-# 12), so 2% of M is a MiB or more of the ceiling, above the residual's
+# KV is 32 KiB a token in both (Qwen2.5-0.5B has 12, Llama-3.2-1B 32), so 2% of M is a MiB or more of the ceiling, above the residual's
 # run-to-run noise (0.1-0.35 MiB); admission keeps 0.5 MiB of it below the
 # hard watermark, so M can be low by that, never high.
-$gen --shape tiny --arch qwen3 --type q8_0 --n-embd 256 --n-head 4 --n-head-kv 4 --head-dim 64 \
+$gen --shape tiny --arch qwen3 --type q8_0 --n-embd 256 --n-head 8 --n-head-kv 8 --head-dim 64 \
   --n-ff 1024 --n-layer 16 --ctx 16384 --vocab builtin --out "$dir/ma.gguf" >/dev/null
-$gen --shape tiny --arch llama --type f16 --n-embd 256 --n-head 8 --n-head-kv 8 --head-dim 32 \
+$gen --shape tiny --arch llama --type f16 --n-embd 512 --n-head 8 --n-head-kv 8 --head-dim 64 \
   --n-ff 768 --n-layer 16 --ctx 16384 --vocab builtin --out "$dir/mb.gguf" >/dev/null
 # completes MODEL LIMIT N: 0 when an N-token prompt completes under LIMIT
 # (admission skipped), 1 when it cannot (exit 3: its prefill waited).
 completes() {
-  timeout 60 $hr run --model "$1" --tokens "$(toks "$3")" -n 1 --temp 0 --threads 1 --memory-limit "$2" \
+  timeout 60 $hr run --model "$1" --tokens "$(toks "$3")" -n 1 --temp 0 --threads 2 --memory-limit "$2" \
     --admit-beyond-memory >/dev/null 2>"$dir/b.err"
   local rc=$?
   if ((rc == 0)); then return 0; fi
@@ -106,16 +105,18 @@ for m in ma mb; do
   timeout 60 $hr run --model "$dir/$m.gguf" -p x --memory-limit 1M >/dev/null 2>"$dir/min.err"
   min=$(sed -n 's/.*smallest --memory-limit that runs it is \([0-9.]*\) MiB.*/\1/p' "$dir/min.err")
   if [[ -z "$min" ]]; then bad "$m: a 1M ceiling names the minimum ($(tail -1 "$dir/min.err"))"; continue; fi
-  for extra in 24 48 72; do
+  for extra in 48 96 144; do
     limit=$(awk -v a="$min" -v b="$extra" 'BEGIN { printf "%d", a + b + 0.999 }')M
-    timeout 60 $hr run --model "$dir/$m.gguf" --tokens "$(toks 16000)" -n 1 --threads 1 \
+    timeout 60 $hr run --model "$dir/$m.gguf" --tokens "$(toks 16000)" -n 1 --threads 2 \
       --memory-limit "$limit" >/dev/null 2>"$dir/m.err"
     M=$(sed -n 's/.*> \([0-9]*\) maximum (memory).*/\1/p' "$dir/m.err")
     if [[ -z "$M" ]]; then bad "$m at $limit: refused with M ($(tail -1 "$dir/m.err"))"; continue; fi
     # The real maximum: lo completes, hi does not; bisect to 16 tokens.
-    lo=$((M * 95 / 100)) hi=$((M * 105 / 100))
+    # Starting at M and 2% (or a block) past it, a right M costs 2 or 3
+    # runs; a wrong one widens the search to where the truth is.
+    lo=$M hi=$((M * 102 / 100 + 32))
     completes "$dir/$m.gguf" "$limit" $lo || lo=$((M / 2))
-    completes "$dir/$m.gguf" "$limit" $hi && hi=$((M * 2))
+    completes "$dir/$m.gguf" "$limit" $hi && { lo=$hi; hi=$((M * 2)); }
     while ((hi - lo > 16)); do
       mid=$(((lo + hi) / 2))
       if completes "$dir/$m.gguf" "$limit" $mid; then lo=$mid; else hi=$mid; fi
@@ -123,7 +124,7 @@ for m in ma mb; do
     tol=$(awk -v r=$lo 'BEGIN { t = int(r * 0.02); print (t > 32 ? t : 32) }')
     expect "$m at $limit: M $M vs the real maximum $lo (bisected; $hi fails), within $tol tokens" \
       "(( M - lo <= tol && lo - M <= tol ))"
-    timeout 30 $hr run --model "$dir/$m.gguf" --tokens "$(toks "$M")" -n 1 --temp 0 --threads 1 \
+    timeout 30 $hr run --model "$dir/$m.gguf" --tokens "$(toks "$M")" -n 1 --temp 0 --threads 2 \
       --memory-limit "$limit" >/dev/null 2>"$dir/atm.err"
     expect "$m at $limit: the M-token prompt is admitted, completes, peak under the ceiling" \
       "grep -q 'memory (governor): .*: below the ceiling' '$dir/atm.err'"
