@@ -36,15 +36,6 @@
 #include "kernels/matmul.h"
 #include "bench.h"
 
-static int32_t argmax(const float *l, uint32_t n)
-{
-    uint32_t b = 0;
-    for (uint32_t i = 1; i < n; i++)
-        if (l[i] > l[b])
-            b = i;
-    return (int32_t)b;
-}
-
 /* The matrices a decode step streams, in its order, where they live now:
  * the packed copy, or the file's pages. Vectors (norms, biases) are left
  * out: a few KiB. */
@@ -161,7 +152,7 @@ static double run_once(struct hr_engine *e, int is_pp, uint32_t n, uint32_t batc
             fprintf(stderr, "bench-engine: %s\n", err.msg);
             exit(1);
         }
-        int32_t next = argmax(hr_engine_logits(e, 0, 0), n_vocab);
+        int32_t next = bench_argmax(hr_engine_logits(e, 0, 0), n_vocab);
         rd->secs = 0, rd->read = 0;
         for (uint32_t i = 0; i < n; i++) {
             const double a = hr_now_seconds();
@@ -170,7 +161,7 @@ static double run_once(struct hr_engine *e, int is_pp, uint32_t n, uint32_t batc
                 fprintf(stderr, "bench-engine: %s\n", err.msg);
                 exit(1);
             }
-            next = argmax(hr_engine_logits(e, 0, 0), n_vocab);
+            next = bench_argmax(hr_engine_logits(e, 0, 0), n_vocab);
             t1 += hr_now_seconds() - a;
             read_weights(rd);
         }

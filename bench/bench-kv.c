@@ -34,15 +34,6 @@
 
 #define MAX_TYPES 4
 
-static int32_t argmax(const float *l, uint32_t n)
-{
-    uint32_t b = 0;
-    for (uint32_t i = 1; i < n; i++)
-        if (l[i] > l[b])
-            b = i;
-    return (int32_t)b;
-}
-
 static int step(struct hr_engine *e, struct hr_kv_seq *seq, const int32_t *tokens, uint32_t n)
 {
     struct hr_step_seq it = {.kv = seq, .tokens = tokens, .n_tokens = n, .n_logits = 1};
@@ -52,7 +43,7 @@ static int step(struct hr_engine *e, struct hr_kv_seq *seq, const int32_t *token
         fprintf(stderr, "bench-kv: %s\n", err.msg);
         return -1;
     }
-    return argmax(hr_engine_logits(e, 0, 0), hr_engine_model(e)->hp.n_vocab);
+    return bench_argmax(hr_engine_logits(e, 0, 0), hr_engine_model(e)->hp.n_vocab);
 }
 
 static float frand(uint32_t *s)
