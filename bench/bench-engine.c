@@ -2,6 +2,7 @@
  * bench-engine - prompt processing and decode speed of the engine.
  *
  *   bench-engine MODEL [--threads N] [--pp 512,2048] [--tg 128] [--runs R] [--batch B]
+ *                      [--depth D]
  *
  * ppN: prefill N tokens into an empty sequence in chunks of B (default 512,
  * llama.cpp's default batch), logits for the last token only.
@@ -21,6 +22,13 @@
  *     peak_rss_bytes=.. foreign_cpus=.. [flops_per_token=.. gflops=.. (pp)]
  *     [bytes_per_token=.. gbps=.. read_gbps=.. of_read=.. (tg)]
  * foreign_cpus: CPU time other processes used meanwhile, in cores.
+ *
+ * --depth D (llama-bench's -d): one sequence is first prefilled with D
+ * tokens, timed once (test=ppD, runs=1: the long-prompt row), then every
+ * ppN and tgN run starts at that depth (the sequence's length goes back to
+ * D; its blocks stay): test=ppN@dD and tgN@dD, the cost of attention over a
+ * long context. The tg runs start right at depth D, without the 16-token
+ * prompt.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -58,8 +66,12 @@ static void add_span(struct reader *rd, const struct hr_weight *w)
 {
     if (!w->data)
         return;
-    const size_t packed = w->packed ? hr_matmul_packed_bytes(w->type, w->ne0, w->ne1) : 0;
-    const size_t bytes = packed ? packed : hr_row_bytes(w->type, w->ne0) * w->ne1;
+    /* a stack of experts is read whole here: the span measures bandwidth */
+    const size_t packed = w->packed ? (w->n_mat > 1 ? w->packed_mat_bytes * w->n_mat
+                                                    : hr_matmul_packed_bytes(w->type, w->ne0,
+                                                                             w->ne1))
+                                    : 0;
+    const size_t bytes = packed ? packed : hr_row_bytes(w->type, w->ne0) * w->ne1 * w->n_mat;
     rd->spans[rd->n_spans++] = (struct span){w->packed ? w->packed : w->data, bytes / 8};
     rd->bytes += bytes / 8 * 8;
 }
@@ -118,14 +130,40 @@ static void read_weights(struct reader *rd)
 }
 
 /* One timed run; returns tokens/s. Decode runs take turns with `rd`. */
-static double run_once(struct hr_engine *e, int is_pp, uint32_t n, uint32_t batch, uint32_t n_vocab,
-                       struct reader *rd)
+/* Prefills tokens toks[0 .. n) into `seq` from its current length, in
+ * steps of `batch`, logits for the last only. */
+static void prefill(struct hr_engine *e, struct hr_kv_seq *seq, const int32_t *toks, uint32_t n,
+                    uint32_t batch)
 {
-    struct hr_kv_seq seq;
     struct hr_err err;
-    if (hr_engine_seq_init(e, &seq, n + 32, &err) != HR_OK) {
-        fprintf(stderr, "bench-engine: %s\n", err.msg);
-        exit(1);
+    for (uint32_t done = 0; done < n;) {
+        uint32_t k = n - done < batch ? n - done : batch;
+        struct hr_step_seq it = {.kv = seq, .tokens = toks + done, .n_tokens = k,
+                                 .n_logits = done + k == n};
+        struct hr_step st = {.seqs = &it, .n_seqs = 1};
+        if (hr_engine_step(e, &st, &err) != HR_OK) {
+            fprintf(stderr, "bench-engine: %s\n", err.msg);
+            exit(1);
+        }
+        done += k;
+    }
+}
+
+/* One timed run; returns tokens/s. Decode runs take turns with `rd`. With
+ * `deep` (a sequence prefilled to `depth`), runs continue it instead. */
+static double run_once(struct hr_engine *e, int is_pp, uint32_t n, uint32_t batch, uint32_t n_vocab,
+                       struct reader *rd, struct hr_kv_seq *deep, uint32_t depth)
+{
+    struct hr_kv_seq own, *sq = deep;
+    struct hr_err err;
+    if (!deep) {
+        sq = &own;
+        if (hr_engine_seq_init(e, &own, n + 32, &err) != HR_OK) {
+            fprintf(stderr, "bench-engine: %s\n", err.msg);
+            exit(1);
+        }
+    } else {
+        deep->n_tokens = depth; /* back to the depth; its blocks stay */
     }
     int32_t *toks = malloc((n + 32) * sizeof(int32_t));
     for (uint32_t i = 0; i < n + 32; i++)
@@ -133,20 +171,11 @@ static double run_once(struct hr_engine *e, int is_pp, uint32_t n, uint32_t batc
     double t0 = 0, t1 = 0;
     if (is_pp) {
         t0 = hr_now_seconds();
-        for (uint32_t done = 0; done < n;) {
-            uint32_t k = n - done < batch ? n - done : batch;
-            struct hr_step_seq it = {.kv = &seq, .tokens = toks + done, .n_tokens = k,
-                                     .n_logits = done + k == n};
-            struct hr_step st = {.seqs = &it, .n_seqs = 1};
-            if (hr_engine_step(e, &st, &err) != HR_OK) {
-                fprintf(stderr, "bench-engine: %s\n", err.msg);
-                exit(1);
-            }
-            done += k;
-        }
+        prefill(e, sq, toks, n, batch);
         t1 = hr_now_seconds();
     } else {
-        struct hr_step_seq it = {.kv = &seq, .tokens = toks, .n_tokens = 16, .n_logits = 1};
+        struct hr_step_seq it = {.kv = sq, .tokens = toks, .n_tokens = deep ? 1 : 16,
+                                 .n_logits = 1};
         struct hr_step st = {.seqs = &it, .n_seqs = 1};
         if (hr_engine_step(e, &st, &err) != HR_OK) {
             fprintf(stderr, "bench-engine: %s\n", err.msg);
@@ -156,7 +185,7 @@ static double run_once(struct hr_engine *e, int is_pp, uint32_t n, uint32_t batc
         rd->secs = 0, rd->read = 0;
         for (uint32_t i = 0; i < n; i++) {
             const double a = hr_now_seconds();
-            it = (struct hr_step_seq){.kv = &seq, .tokens = &next, .n_tokens = 1, .n_logits = 1};
+            it = (struct hr_step_seq){.kv = sq, .tokens = &next, .n_tokens = 1, .n_logits = 1};
             if (hr_engine_step(e, &st, &err) != HR_OK) {
                 fprintf(stderr, "bench-engine: %s\n", err.msg);
                 exit(1);
@@ -166,7 +195,8 @@ static double run_once(struct hr_engine *e, int is_pp, uint32_t n, uint32_t batc
             read_weights(rd);
         }
     }
-    hr_kv_seq_free(&seq, hr_engine_kv_pool(e));
+    if (!deep)
+        hr_kv_seq_free(&own, hr_engine_kv_pool(e));
     free(toks);
     return n / (t1 - t0);
 }
@@ -177,12 +207,24 @@ static uint64_t weight_bytes(const struct hr_weight *w)
 }
 
 /* Weight bytes one decode step reads: all of them, except that only one row
- * of the embedding is gathered unless it doubles as the output matrix. */
+ * of the embedding is gathered unless it doubles as the output matrix, and
+ * of each stack of experts only the k a token chose (attention, router,
+ * shared expert and output are read whole). */
 static uint64_t decode_weight_bytes(const struct hr_model *m)
 {
     uint64_t b = m->weight_bytes - weight_bytes(&m->tok_embd);
     if (m->output.data == m->tok_embd.data)
         b += weight_bytes(&m->output);
+    const struct hr_weight **ws = malloc(sizeof(*ws) * (HR_MODEL_LAYER_MATRICES * m->hp.n_layer + 1));
+    const size_t n_mat = hr_model_matrices(m, ws);
+    for (size_t i = 0; i < n_mat; i++) {
+        const struct hr_weight *w = ws[i];
+        if (w->n_mat <= 1)
+            continue;
+        const uint64_t slice = w->packed ? w->packed_mat_bytes : w->mat_bytes;
+        b -= slice * (w->n_mat - m->moe.n_expert_used);
+    }
+    free(ws);
     return b;
 }
 
@@ -195,7 +237,8 @@ static double prefill_flops_per_token(const struct hr_model *m, uint32_t n)
     const size_t n_mat = hr_model_matrices(m, ws);
     double w = 0;
     for (size_t i = 0; i + 1 < n_mat; i++) /* the output matrix is last */
-        w += (double)ws[i]->ne0 * (double)ws[i]->ne1;
+        w += (double)ws[i]->ne0 * (double)ws[i]->ne1 *
+             (ws[i]->n_mat > 1 ? m->moe.n_expert_used : 1); /* k experts per token */
     free(ws);
     return 2 * w + 4.0 * m->hp.n_layer * m->hp.n_head * m->hp.head_dim_k * (n / 2.0);
 }
@@ -204,12 +247,12 @@ int main(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr, "usage: bench-engine MODEL [--threads N] [--pp 512,2048] [--tg 128] "
-                        "[--runs R] [--batch B]\n");
+                        "[--runs R] [--batch B] [--depth D]\n");
         return 2;
     }
     const char *path = argv[1], *pp_list = "512,2048";
     int threads = 2, runs = 3;
-    uint32_t tg = 128, batch = 512;
+    uint32_t tg = 128, batch = 512, depth = 0;
     for (int i = 2; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--threads") == 0)
             threads = atoi(argv[i + 1]);
@@ -221,6 +264,8 @@ int main(int argc, char **argv)
             runs = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--batch") == 0)
             batch = (uint32_t)atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--depth") == 0)
+            depth = (uint32_t)atoi(argv[i + 1]);
     }
     struct hr_err err;
     struct hr_model *m = NULL;
@@ -228,7 +273,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench-engine: %s\n", err.msg);
         return 1;
     }
-    uint32_t max_ctx = 4096;
+    uint32_t max_ctx = 4096, longest = tg;
+    {
+        char l2[256];
+        snprintf(l2, sizeof(l2), "%s", pp_list);
+        for (char *tok = strtok(l2, ","); tok; tok = strtok(NULL, ","))
+            longest = (uint32_t)atoi(tok) > longest ? (uint32_t)atoi(tok) : longest;
+    }
+    if (depth + longest + 64 > max_ctx)
+        max_ctx = depth + longest + 64;
     struct hr_kv_config kc = {.n_layer = m->hp.n_layer, .n_head_kv = m->hp.n_head_kv,
                               .head_dim = m->hp.head_dim_k, .type = HR_GGML_F16};
     struct hr_engine_config cfg = {.n_threads = threads, .kv_type = HR_GGML_F16,
@@ -252,18 +305,44 @@ int main(int argc, char **argv)
             tests[n_tests].is_pp = 1, tests[n_tests++].n = (uint32_t)atoi(tok);
     if (tg)
         tests[n_tests].is_pp = 0, tests[n_tests++].n = tg;
+    struct hr_kv_seq deep = {0};
+    if (depth) {
+        if (hr_engine_seq_init(e, &deep, depth + longest + 32, &err) != HR_OK) {
+            fprintf(stderr, "bench-engine: %s\n", err.msg);
+            return 1;
+        }
+        int32_t *toks = malloc(depth * sizeof(int32_t));
+        for (uint32_t i = 0; i < depth; i++)
+            toks[i] = (int32_t)((i * 104729u + 7u) % m->hp.n_vocab);
+        double all0, self0, all1, self1;
+        hr_cpu_times(&all0, &self0);
+        const double t0 = hr_now_seconds();
+        prefill(e, &deep, toks, depth, batch);
+        const double dt = hr_now_seconds() - t0;
+        hr_cpu_times(&all1, &self1);
+        const double foreign = ((all1 - all0) - (self1 - self0)) / dt;
+        const double fl = prefill_flops_per_token(m, depth);
+        printf("bench engine model=%s test=pp%u threads=%d isa=%s runs=1 tokens_per_s=%.2f "
+               "min=%.2f max=%.2f peak_rss_bytes=%" PRIu64 " foreign_cpus=%.2f "
+               "flops_per_token=%.0f gflops=%.1f\n",
+               path, depth, threads, hr_kernels_isa(), depth / dt, depth / dt, depth / dt,
+               hr_peak_rss_bytes(), foreign < 0 ? 0 : foreign, fl, fl * depth / dt / 1e9);
+        fflush(stdout);
+        free(toks);
+    }
+    struct hr_kv_seq *dp = depth ? &deep : NULL;
     for (int k = 0; k < n_tests; k++) {
         double all0, self0, all1, self1;
         hr_cpu_times(&all0, &self0);
         const double w0 = hr_now_seconds();
         run_once(e, tests[k].is_pp, tests[k].is_pp ? (tests[k].n < 64 ? tests[k].n : 64) : 8,
-                 batch, m->hp.n_vocab, &rd); /* warm-up: pages in the weights */
+                 batch, m->hp.n_vocab, &rd, dp, depth); /* warm-up: pages in the weights */
         /* KV read at the mean position of a decode run: 16 prompt + n / 2. */
         const double bpt = (double)decode_weight_bytes(m) +
                            (double)hr_kv_block_bytes_for(&kc) / HR_KV_DEFAULT_BLOCK_TOKENS *
-                               (16.0 + tests[k].n / 2.0);
+                               ((depth ? depth : 16.0) + tests[k].n / 2.0);
         for (int r = 0; r < runs; r++) {
-            t[r] = run_once(e, tests[k].is_pp, tests[k].n, batch, m->hp.n_vocab, &rd);
+            t[r] = run_once(e, tests[k].is_pp, tests[k].n, batch, m->hp.n_vocab, &rd, dp, depth);
             rg[r] = rd.secs > 0 ? (double)rd.read / rd.secs / 1e9 : 0;
             of[r] = rg[r] > 0 ? bpt * t[r] / 1e9 / rg[r] : 0;
         }
@@ -272,12 +351,16 @@ int main(int argc, char **argv)
         bench_sort(of, (size_t)runs);
         hr_cpu_times(&all1, &self1);
         const double foreign = ((all1 - all0) - (self1 - self0)) / (hr_now_seconds() - w0);
-        printf("bench engine model=%s test=%s%u threads=%d isa=%s runs=%d tokens_per_s=%.2f "
+        char at[32] = "";
+        if (depth)
+            snprintf(at, sizeof(at), "@d%u", depth);
+        printf("bench engine model=%s test=%s%u%s threads=%d isa=%s runs=%d tokens_per_s=%.2f "
                "min=%.2f max=%.2f peak_rss_bytes=%" PRIu64 " foreign_cpus=%.2f",
-               path, tests[k].is_pp ? "pp" : "tg", tests[k].n, threads, hr_kernels_isa(), runs,
+               path, tests[k].is_pp ? "pp" : "tg", tests[k].n, at, threads, hr_kernels_isa(), runs,
                t[runs / 2], t[0], t[runs - 1], hr_peak_rss_bytes(), foreign < 0 ? 0 : foreign);
         if (tests[k].is_pp) {
-            const double fl = prefill_flops_per_token(m, tests[k].n);
+            /* At depth the mean token attends to depth + n / 2 keys. */
+            const double fl = prefill_flops_per_token(m, tests[k].n + 2 * depth);
             printf(" flops_per_token=%.0f gflops=%.1f", fl, fl * t[runs / 2] / 1e9);
         }
         if (!tests[k].is_pp)
@@ -290,6 +373,8 @@ int main(int argc, char **argv)
     free(rg);
     free(of);
     free(rd.spans);
+    if (depth)
+        hr_kv_seq_free(&deep, hr_engine_kv_pool(e));
     hr_engine_free(e);
     hr_model_close(m);
     return rd.sum == 42 ? 3 : 0; /* keeps the reads live */

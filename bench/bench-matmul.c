@@ -23,7 +23,7 @@
  * call and is compute-bound). Times are medians; the load average is printed
  * before and after because other processes share these machines.
  *
- * Usage: bench-matmul [--types q8_0,f16,...] [--shapes qwen,llama] [--m 1,512]
+ * Usage: bench-matmul [--types q8_0,f16,mxfp4,...] [--shapes qwen,llama] [--m 1,512]
  *                     [--threads 1,2] [--isa avx512vnni|avx2|generic] [--no-ggml]
  *                     [--no-invariant] [--min-time SECONDS]
  * (--no-invariant: the faster decode kernels that are not batch-invariant,
@@ -425,7 +425,8 @@ static void bench_one(enum hr_ggml_type t, const struct shape *s, size_t m, int 
 
 int main(int argc, char **argv)
 {
-    const char *types = "f32,f16,bf16,q8_0,q4_0,q4_k,q5_k,q6_k", *shapes = "qwen,llama",
+    const char *types = "f32,f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,iq4_nl,mxfp4,q2_k,q3_k,q4_k,q5_k,q6_k,iq4_xs",
+               *shapes = "qwen,llama",
                *ms = "1,512", *threads = "1,2";
     bool with_ggml = true;
     double min_time = 0.4;
@@ -472,9 +473,10 @@ int main(int argc, char **argv)
     printf("bench matmul_setup isa=%s invariant=%d ggml=%s load=\"%s\"\n", hr_kernels_isa(),
            hr_kernels_batch_invariant(), G.ok ? G.variant : "unavailable", load);
     with_ggml = with_ggml && G.ok;
-    static const enum hr_ggml_type all[] = {HR_GGML_F32,  HR_GGML_F16,  HR_GGML_BF16,
-                                            HR_GGML_Q8_0, HR_GGML_Q4_0, HR_GGML_Q4_K,
-                                            HR_GGML_Q5_K, HR_GGML_Q6_K};
+    static const enum hr_ggml_type all[] = {
+        HR_GGML_F32,  HR_GGML_F16,  HR_GGML_BF16,   HR_GGML_Q8_0,  HR_GGML_Q4_0, HR_GGML_Q4_1,
+        HR_GGML_Q5_0, HR_GGML_Q5_1, HR_GGML_IQ4_NL, HR_GGML_MXFP4, HR_GGML_Q2_K, HR_GGML_Q3_K,
+        HR_GGML_Q4_K, HR_GGML_Q5_K, HR_GGML_Q6_K,   HR_GGML_IQ4_XS};
     for (size_t ti = 0; ti < sizeof(all) / sizeof(all[0]); ti++) {
         const enum hr_ggml_type t = all[ti];
         if (!in_list(types, hr_ggml_type_name(t)))

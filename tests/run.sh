@@ -9,6 +9,8 @@
 #   e2e     tests/e2e/*.test.mjs      `headroom serve` driven by the official
 #                                     openai and @anthropic-ai/sdk clients
 #   oracle  tests/oracle/*.test.mjs   against llama.cpp (node-llama-cpp) and real vocabularies
+#   cuda    build/tests/cuda/test-*   the CUDA engine (tests/cuda/run.sh), when built and a
+#                                     GPU is present; else one line says they were skipped
 #
 # Run one suite: tests/run.sh unit; one program: build-asan/tests/test-gguf.
 # Each test's output goes to build-asan/test-logs/<name>.log; failures print it.
@@ -31,6 +33,8 @@ report() { # name description status(0 ok) seconds
     printf '  ok    %-50s %6ss\n' "$2" "$4"
   else
     printf '  FAIL  %-50s %6ss (log: %s)\n' "$2" "$4" "$logs/$1.log"
+    # The failing checks first (a long log's tail may not reach them), then the tail.
+    grep -E '^(FAIL|not ok|# FAIL|ERROR)' "$logs/$1.log" | head -n 10 | cut -c1-240 | sed 's/^/        ! /'
     tail -n 30 "$logs/$1.log" | cut -c1-240 | sed 's/^/        | /'
   fi
 }
@@ -40,33 +44,63 @@ elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", (b - a) / 1e9 }'
 
 want() { [[ -z "$only" || "$only" == "$1" ]]; }
 
+# One cmocka program: its log, then "ok skipped bad seconds" on stdout.
+unit_run() { # program log
+  local start rc ok sk bad
+  start=$(now)
+  CMOCKA_MESSAGE_OUTPUT=TAP "$1" >"$2" 2>&1
+  rc=$?
+  # cmocka's TAP marks a skipped test "not ok N # SKIP": a skip, not a failure.
+  ok=$(grep -E '^ok [0-9]+' "$2" | grep -cv '# SKIP')
+  sk=$(grep -cE '^(not )?ok [0-9]+.*# SKIP' "$2")
+  bad=$(grep -E '^not ok [0-9]+' "$2" | grep -cv '# SKIP')
+  # A crash or sanitizer report after some "ok" lines still fails the program.
+  if [[ $rc -ne 0 && $bad -eq 0 ]]; then bad=1; fi
+  echo "$ok $sk $bad $(elapsed "$start")"
+}
+
+unit_report() { # name "ok skipped bad seconds"
+  local ok sk bad secs
+  read -r ok sk bad secs <<<"$2"
+  passed=$((passed + ok)) failed=$((failed + bad)) skipped=$((skipped + sk))
+  ((bad)) && failures+=("$1")
+  report "$1" "$1 ($ok ok, $sk skipped)" $((bad > 0)) "$secs"
+}
+
+# The long, single-threaded, CPU-bound programs (real vocabularies, every
+# kernel against its reference) run beside the others, one core each: about
+# a minute off a 2-core machine's make test. Nothing in them depends on time.
+UNIT_BESIDE="test-tokenizer test-hf-vocab test-kernels"
+
 if want unit; then
   echo "unit tests (ASan+UBSan):"
+  beside=()
+  for name in $UNIT_BESIDE; do
+    t=build-asan/tests/$name
+    [[ -x "$t" ]] || continue
+    unit_run "$t" "$logs/$name.log" >"$logs/$name.result" &
+    beside+=("$name")
+  done
   for t in build-asan/tests/test-*; do
     [[ -x "$t" ]] || continue
     name=$(basename "$t")
-    start=$(now)
-    CMOCKA_MESSAGE_OUTPUT=TAP "$t" >"$logs/$name.log" 2>&1
-    rc=$?
-    # cmocka's TAP marks a skipped test "not ok N # SKIP": a skip, not a failure.
-    ok=$(grep -E '^ok [0-9]+' "$logs/$name.log" | grep -cv '# SKIP')
-    sk=$(grep -cE '^(not )?ok [0-9]+.*# SKIP' "$logs/$name.log")
-    bad=$(grep -E '^not ok [0-9]+' "$logs/$name.log" | grep -cv '# SKIP')
-    # A crash or sanitizer report after some "ok" lines still fails the program.
-    if [[ $rc -ne 0 && $bad -eq 0 ]]; then bad=1; fi
-    passed=$((passed + ok)) failed=$((failed + bad)) skipped=$((skipped + sk))
-    ((bad)) && failures+=("$name")
-    report "$name" "$name ($ok ok, $sk skipped)" $((bad > 0)) "$(elapsed "$start")"
+    [[ " $UNIT_BESIDE " == *" $name "* ]] && continue
+    unit_report "$name" "$(unit_run "$t" "$logs/$name.log")"
+  done
+  wait
+  for name in "${beside[@]}"; do
+    unit_report "$name" "$(cat "$logs/$name.result")"
+    rm -f "$logs/$name.result"
   done
 fi
 
-# Threaded code under ThreadSanitizer: the programs that start threads.
-TSAN_TESTS="test-kv-cache test-engine test-mem test-sched test-server test-decisions"
+# Threaded code under ThreadSanitizer: the programs that start threads
+# (the tsan build makes only those: HR_TSAN_TESTS in CMakeLists.txt).
 if want tsan; then
   echo "threaded tests (ThreadSanitizer):"
-  for name in $TSAN_TESTS; do
-    t=build-tsan/tests/$name
+  for t in build-tsan/tests/test-*; do
     [[ -x "$t" ]] || continue
+    name=$(basename "$t")
     start=$(now)
     TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" CMOCKA_MESSAGE_OUTPUT=TAP "$t" \
       >"$logs/tsan-$name.log" 2>&1
@@ -137,6 +171,26 @@ if want oracle; then
     [[ -f "$s" ]] || continue
     run_counted "oracle-$(basename "$s" .test.mjs)" node "$s"
   done
+fi
+
+# GPU tests: only where the CUDA engine was built and a device answers;
+# otherwise one line says why they did not run (make test-cuda runs them).
+if want cuda; then
+  if [[ ! -x build/tests/cuda/test-cuda-kernels ]]; then
+    echo "cuda: GPU tests skipped: the CUDA engine is not built (no nvcc, or HR_CUDA=OFF)"
+  elif build/tests/cuda/test-cuda-kernels --probe >/dev/null 2>&1; then
+    echo "GPU tests (CUDA engine against the CPU engine):"
+    start=$(now)
+    tests/cuda/run.sh build >"$logs/cuda.log" 2>&1
+    rc=$?
+    p=$(grep -c '^  ok ' "$logs/cuda.log") f=$(grep -c '^  FAIL ' "$logs/cuda.log")
+    ((rc != 0 && f == 0)) && f=1
+    passed=$((passed + p)) failed=$((failed + f))
+    ((f)) && failures+=("cuda")
+    report cuda "tests/cuda ($p ok)" $((f > 0)) "$(elapsed "$start")"
+  else
+    echo "cuda: GPU tests skipped: no CUDA device here (make test-cuda runs them on a GPU machine)"
+  fi
 fi
 
 echo

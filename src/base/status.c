@@ -17,6 +17,7 @@ const char *hr_status_str(enum hr_status status)
     case HR_ERR_IO: return "i/o error";
     case HR_ERR_UNSUPPORTED: return "unsupported";
     case HR_ERR_LIMIT: return "limit reached";
+    case HR_ERR_DEVICE: return "device error";
     }
     return "unknown status";
 }

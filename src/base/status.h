@@ -30,6 +30,7 @@ enum hr_status {
     HR_ERR_IO = -6,          /* open/read/write/mmap failed; errno is in the message */
     HR_ERR_UNSUPPORTED = -7, /* valid but not implemented (a quant type, an arch) */
     HR_ERR_LIMIT = -8,       /* a configured bound was hit (recursion, size, time) */
+    HR_ERR_DEVICE = -9,      /* an accelerator (CUDA) call failed; the message names it */
 };
 
 /* A short constant name for a status ("invalid input", ...). Never NULL. */

@@ -62,4 +62,27 @@ int hr_chat_json_object_compact(const char *s, size_t n, char **out, size_t *out
 
 void hr_chat_call_texts_free(struct hr_chat_call_text *calls, size_t n);
 
+/*
+ * Validates s[0..n) as any JSON value (surrounding whitespace allowed) and
+ * writes its compact form, number text as written, to *out (malloc'd,
+ * NUL-terminated). Returns 1, 0 when it is not JSON, -1 when out of memory.
+ */
+int hr_chat_json_value_compact(const char *s, size_t n, char **out, size_t *out_len);
+
+/* How a qwen3-coder parameter's raw text becomes JSON (chat-parse.h, "Typed
+ * values"): a bit set. */
+enum {
+    HR_CHAT_PARAM_STRING = 1, /* a JSON string of the text, verbatim */
+    HR_CHAT_PARAM_BOOL = 2,   /* the schema allows a boolean: True/False accepted */
+    HR_CHAT_PARAM_NULL = 4,   /* the schema allows null: None accepted */
+};
+
+/* The kind of parameter `key` of function `fn` in `tools` (chat-parse.h's
+ * opts.tool_defs; NULL allowed): HR_CHAT_PARAM_STRING for an unknown tool or
+ * parameter. Bounded: schemas nested deeper than 16 count as not strings. */
+unsigned hr_chat_param_kind(const json_t *tools, const char *fn, const char *key);
+
+/* Whether `tools` (as above) names function `fn`. */
+bool hr_chat_tool_known(const json_t *tools, const char *fn);
+
 #endif

@@ -220,6 +220,131 @@ int hr_chat_json_object_compact(const char *s, size_t n, char **out, size_t *out
     return ok ? compact(s, n, out, out_len) : 0;
 }
 
+int hr_chat_json_value_compact(const char *s, size_t n, char **out, size_t *out_len)
+{
+    json_t *v = json_loadb(s, n, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL, NULL);
+    bool ok = v != NULL;
+    json_decref(v);
+    return ok ? compact(s, n, out, out_len) : 0;
+}
+
+/* ---- parameter schemas (qwen3-coder) ---- */
+
+static bool type_names(const json_t *type, const char *name)
+{
+    if (json_is_string(type))
+        return strcmp(json_string_value(type), name) == 0;
+    size_t i;
+    const json_t *t;
+    json_array_foreach(type, i, t)
+    {
+        if (json_is_string(t) && strcmp(json_string_value(t), name) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* Whether a value of this schema is a string, by llama.cpp's rules
+ * (common_schema_info::resolves_to_string, less $ref and format, which are
+ * rare in tool parameters; either way such a value is still parsed as JSON
+ * and kept as a string when it is not JSON). */
+static bool schema_is_string(const json_t *s, int depth)
+{
+    if (!json_is_object(s) || depth > 16)
+        return false;
+    if (type_names(json_object_get(s, "type"), "string"))
+        return true;
+    static const char *const any[] = {"oneOf", "anyOf"};
+    for (int k = 0; k < 2; k++) {
+        size_t i;
+        const json_t *alt;
+        json_array_foreach(json_object_get(s, any[k]), i, alt)
+        {
+            if (schema_is_string(alt, depth + 1))
+                return true;
+        }
+    }
+    const json_t *all = json_object_get(s, "allOf");
+    if (json_array_size(all) > 0) {
+        bool every = true;
+        size_t i;
+        const json_t *alt;
+        json_array_foreach(all, i, alt)
+        {
+            every = every && schema_is_string(alt, depth + 1);
+        }
+        if (every)
+            return true;
+    }
+    if (json_is_string(json_object_get(s, "const")))
+        return true;
+    size_t i;
+    const json_t *e;
+    json_array_foreach(json_object_get(s, "enum"), i, e)
+    {
+        if (json_is_string(e))
+            return true;
+    }
+    return json_object_get(s, "pattern") || json_object_get(s, "minLength") ||
+           json_object_get(s, "maxLength");
+}
+
+/* Whether the schema, or one of its oneOf/anyOf/allOf branches, names type `t`. */
+static bool schema_allows(const json_t *s, const char *t, int depth)
+{
+    if (!json_is_object(s) || depth > 16)
+        return false;
+    if (type_names(json_object_get(s, "type"), t))
+        return true;
+    static const char *const any[] = {"oneOf", "anyOf", "allOf"};
+    for (int k = 0; k < 3; k++) {
+        size_t i;
+        const json_t *alt;
+        json_array_foreach(json_object_get(s, any[k]), i, alt)
+        {
+            if (schema_allows(alt, t, depth + 1))
+                return true;
+        }
+    }
+    return false;
+}
+
+/* The function object of the tool named fn: OpenAI's "function" member or
+ * the bare/Anthropic tool itself; NULL when none is named so. */
+static const json_t *tool_function(const json_t *tools, const char *fn)
+{
+    size_t i;
+    const json_t *t;
+    json_array_foreach(tools, i, t)
+    {
+        const json_t *f = json_object_get(t, "function");
+        if (!json_is_object(f))
+            f = t;
+        const json_t *name = json_object_get(f, "name");
+        if (json_is_string(name) && strcmp(json_string_value(name), fn) == 0)
+            return f;
+    }
+    return NULL;
+}
+
+bool hr_chat_tool_known(const json_t *tools, const char *fn)
+{
+    return tool_function(tools, fn) != NULL;
+}
+
+unsigned hr_chat_param_kind(const json_t *tools, const char *fn, const char *key)
+{
+    const json_t *f = tool_function(tools, fn);
+    const json_t *params = json_object_get(f, "parameters");
+    if (!params)
+        params = json_object_get(f, "input_schema");
+    const json_t *s = json_object_get(json_object_get(params, "properties"), key);
+    if (!json_is_object(s) || schema_is_string(s, 0))
+        return HR_CHAT_PARAM_STRING;
+    return (schema_allows(s, "boolean", 0) ? HR_CHAT_PARAM_BOOL : 0) |
+           (schema_allows(s, "null", 0) ? HR_CHAT_PARAM_NULL : 0);
+}
+
 /* ---- call shapes ---- */
 
 struct calls {

@@ -10,9 +10,15 @@
  *   reasoning  the inside of a leading <think>...</think> block (OpenAI
  *              `reasoning_content`, Anthropic `thinking`);
  *   tool call  {index, name, arguments as compact JSON object text, the id
- *              the model wrote if any}, emitted once the call is complete.
+ *              the model wrote if any}, emitted once the call is complete;
+ *   call begin, arguments delta
+ *              (qwen3-coder with opts.stream_args only) the call's name as
+ *              soon as it is known, then its arguments text in pieces as
+ *              each parameter completes; the complete call follows, marked
+ *              `streamed`, with the whole arguments again (so a consumer
+ *              that does not stream may ignore the first two kinds).
  *
- * Formats (enum hr_chat_format), all only when opts.tools is set:
+ * Formats (enum hr_chat_format), all but harmony only when opts.tools is set:
  *   hermes   Qwen 2.5/3, Hermes, many fine-tunes:
  *              <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>
  *            anywhere in the content, any number of them.
@@ -26,7 +32,36 @@
  *   generic  the whole output is one JSON object naming a call: {"name",
  *            "arguments"|"parameters"}, {"tool_call": {...}} or
  *            {"tool_calls": [...]}.
- * Every format also accepts the OpenAI shape {"function": {"name",
+ *   qwen3-coder  Qwen3-Coder, Qwen3.5, Nemotron Nano 3: XML, anywhere in
+ *            the content, any number of them, one function per block:
+ *              <tool_call>\n<function=f>\n<parameter=k>\nVALUE\n</parameter>\n
+ *              </function>\n</tool_call>
+ *            VALUE is raw text, not JSON: see "Typed values" below. As in
+ *            llama.cpp, a call may leave out the opening <tool_call> (as
+ *            Qwen3-Coder sometimes does) when NAME is a tool in
+ *            opts.tool_defs; other "<function=" text is content.
+ *   harmony  gpt-oss (OpenAI's harmony format): the output is a sequence of
+ *            messages, each a header then a body, from the first byte (the
+ *            prompt ends with "<|start|>assistant"):
+ *              <|channel|>analysis<|message|>...<|end|>        reasoning
+ *              <|start|>assistant<|channel|>commentary to=functions.f
+ *                <|constrain|>json<|message|>{...}<|call|>      a call
+ *              <|start|>assistant<|channel|>final<|message|>...<|return|>
+ *            The recipient may also come first (" to=functions.f<|channel|>
+ *            commentary json<|message|>", as the template renders history).
+ *            A header is held whole (at most 512 bytes, else it is content);
+ *            a body streams until <|end|> (or <|return|>, when fed): channel
+ *            analysis is reasoning, a recipient "functions.NAME" with tools
+ *            offered is a call, anything else (final, commentary preambles,
+ *            other recipients, calls without tools) is content. A call's
+ *            arguments run to <|call|>, <|end|> or the end of the output
+ *            (<|call|> and <|return|> are end-of-generation, so the server's
+ *            stream usually ends right before them) and must be one JSON
+ *            object; otherwise the message, header included, is content.
+ *            Text that cannot start a header is content up to <|end|>. With
+ *            opts.reasoning off (the completions API) the output is content,
+ *            markup and all. llama.cpp's common/chat.cpp gpt-oss rules.
+ * The JSON formats also accept the OpenAI shape {"function": {"name",
  * "arguments"}, "id"} and, inside a call's JSON, an array of calls.
  * hr_chat_format_detect picks the format from the template's source.
  *
@@ -37,7 +72,9 @@
  * hr_chat_prompt_opens_reasoning). A template that closes thinking in the
  * prompt ("<think>\n\n</think>\n\n") needs nothing: the output starts in
  * content. Whitespace just inside the block, and between </think> and what
- * follows, is dropped.
+ * follows, is dropped. In qwen3-coder with tools, <tool_call> also ends the
+ * block (Qwen3.5 may call without closing its thinking; llama.cpp accepts
+ * it too) and the call is read as it would be in content.
  *
  * What is held back, and for how long: the parser emits text as soon as it
  * cannot turn into something else. It holds (a) a tail of the buffer that
@@ -49,6 +86,17 @@
  * llama3 and generic an output starting with '{' is held until the JSON
  * value closes (llama3) or the stream ends (generic, since trailing text
  * would make it content).
+ *
+ * Committed calls (qwen3-coder). A call is committed once
+ * "<tool_call> <function=NAME>" has been read, so that its name and
+ * arguments can stream. A mismatch before that degrades as below; after
+ * it, the call is what was read so far: a mismatch, the end of the stream
+ * or a value over max_held_bytes ends the call with the complete
+ * parameters before it (a partial one is dropped), and reading resumes at
+ * the element that broke it (whitespace dropped, the rest content). The
+ * same rule holds with and without stream_args, so a streaming and a
+ * non-streaming request see the same calls. max_held_bytes bounds one
+ * parameter value and the arguments as a whole, not the whole call.
  *
  * Malformed calls degrade to content, never to an error: bad JSON, a
  * missing or empty name, arguments that are not an object, an unclosed tag
@@ -65,6 +113,27 @@
  * OpenAI wire form), the string is unwrapped; a string holding anything
  * else makes the call malformed. Missing or null arguments become "{}".
  *
+ * Typed values (qwen3-coder). The model writes every parameter as raw
+ * text; the request's tool schemas (opts.tool_defs) say what it means, as
+ * llama.cpp's common/chat.cpp decides it: one newline right after
+ * "<parameter=k>" and one right before "</parameter>" belong to the format
+ * and are removed, nothing else is trimmed. A parameter whose schema
+ * resolves to a string (type "string" or a type list naming it; a oneOf or
+ * anyOf branch, or every allOf branch, that does; a string const or enum
+ * value; pattern, minLength or maxLength) stays a JSON string of the text
+ * verbatim, even "42" or "true". Any other known parameter is parsed as
+ * JSON (number text kept as written, whitespace removed) and becomes a
+ * string when it does not parse; where the schema allows a boolean or
+ * null, Python's True, False and None (what the template's `| string`
+ * renders for them in history) become true, false and null. A tool or
+ * parameter the schemas do not name is a string. Arguments keep the
+ * model's parameter order (a parameter written twice is kept twice; JSON
+ * readers keep the last); an empty <function=f></function> gives "{}".
+ * A value ends at the first "</parameter>". llama.cpp ends it at the first
+ * "\n</parameter>\n", so a value holding "</parameter>" itself is cut
+ * short here where llama.cpp keeps it; the template renders such a value
+ * ambiguously for both.
+ *
  * UTF-8: every content and reasoning delta is valid UTF-8. A character
  * split across feeds is held until complete; invalid bytes (and a truncated
  * character at the end of the stream) become U+FFFD, one per maximal
@@ -73,8 +142,8 @@
  *
  * Invariant (checked by tests/unit/test-chat-parse.c and the fuzz target):
  * feeding an output whole, one byte at a time or in any chunks gives the
- * same sequence of content, reasoning and calls once adjacent deltas of one
- * kind are joined.
+ * same sequence of content, reasoning, call begins, argument pieces and
+ * calls once adjacent deltas of one kind are joined.
  *
  * States (the function behind each transition in brackets):
  *
@@ -83,25 +152,35 @@
  *      +-------------------------------> REASON_LEAD --[st_reason_lead]--> REASON
  *      v                                      ^                              |
  *    START ----- "<think>" [st_start] --------+              "</think>" [st_reason]
- *      |  \                                                                  v
+ *      |  \                          (qwen3-coder: "<tool_call>" to CONTENT)  v
  *      |   '{', llama3 or generic [st_start] --> LLAMA / GENERIC    START <- SKIP_WS
  *      |                                                    (<think> no longer opens)
  *      | anything else [st_start]
  *      v
- *   CONTENT -- marker [st_content] --> HERMES | MISTRAL | LLAMA (tagged)
- *      ^                                 |        |         |
+ *   CONTENT -- marker [st_content] --> HERMES | QWEN3_CODER | MISTRAL | LLAMA (tagged)
+ *      ^                                 |            |          |         |
  *      +--- SKIP_WS <-- call done [consume_call]  |         | call done [st_llama]
  *      |                                          |         v
  *      +--- anything else [st_llama_sep] <----------- LLAMA_SEP --'{'--> LLAMA
  *      +--- GENERIC at the end of the stream, a call or not [st_generic]
  *      +--- any call state, malformed [degrade]
  *
+ * Harmony has its own three states (with opts.reasoning):
+ *
+ *   hr_chat_parser_init --> H_HEAD --"<|message|>", a call [st_h_head]--> H_CALL
+ *                            ^  |                                          |
+ *                            |  +--other headers, non-headers--> H_TEXT    |
+ *                            |                                     |       |
+ *                            +------ "<|end|>"/"<|return|>" [st_h_text]    |
+ *                            +------ "<|call|>"/"<|end|>"/end [st_h_call] -+
+ *
  * hr_chat_parser_finish resolves every waiting state: a call not yet
  * complete degrades, held text is emitted.
  *
  * Memory: per parser, the unconsumed input (held bytes, bounded by
- * max_held_bytes plus the size of one feed) and the events of the last
- * feed. Threads: a parser belongs to one request and is used by one thread
+ * max_held_bytes plus the size of one feed), a qwen3-coder call's
+ * arguments (bounded by max_held_bytes; grown once per parameter) and the
+ * events of the last feed. Threads: a parser belongs to one request and is used by one thread
  * at a time; the functions that take no parser are reentrant.
  *
  * Usage:
@@ -128,6 +207,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <jansson.h>
+
 #include "base/rand.h"
 #include "base/status.h"
 
@@ -136,17 +217,21 @@ enum hr_chat_format {
     HR_CHAT_FORMAT_HERMES,
     HR_CHAT_FORMAT_LLAMA3,
     HR_CHAT_FORMAT_MISTRAL,
+    HR_CHAT_FORMAT_QWEN3_CODER,
+    HR_CHAT_FORMAT_HARMONY,
     HR_CHAT_FORMAT_COUNT,
 };
 
 /*
  * The format a chat template's source implies: "[TOOL_CALLS]" -> mistral,
- * "<tool_call>" -> hermes, "<|python_tag|>" or both "ipython" and
+ * "<|channel|>" -> harmony (llama.cpp's test for gpt-oss),
+ * "<tool_call>" with "<function=" and "<parameter=" -> qwen3-coder (the
+ * test llama.cpp makes), "<tool_call>" alone -> hermes, "<|python_tag|>" or both "ipython" and
  * "\"parameters\"" -> llama3, anything else (or NULL) -> generic.
  */
 enum hr_chat_format hr_chat_format_detect(const char *template_src);
 
-/* "generic", "hermes", "llama3", "mistral"; "?" for a value out of range. */
+/* "generic", "hermes", "llama3", "mistral", "qwen3-coder", "harmony"; "?" for a value out of range. */
 const char *hr_chat_format_name(enum hr_chat_format f);
 
 /* The inverse of hr_chat_format_name, for a flag; HR_ERR_INVALID names the value. */
@@ -167,6 +252,14 @@ struct hr_chat_parse_opts {
     bool reasoning;        /* a leading <think>...</think> is reasoning (default on) */
     bool in_reasoning;     /* the output starts inside a reasoning block */
     size_t max_held_bytes; /* a call longer than this degrades to text; 0: the default */
+    /* The request's tools in OpenAI form ([{"type":"function","function":
+     * {name, parameters}}], bare {name, parameters} and {name, input_schema}
+     * work too), for qwen3-coder's typed values; NULL: every value is a
+     * string. Borrowed: it must outlive the parser and not change. */
+    const json_t *tool_defs;
+    /* qwen3-coder: emit TOOL_CALL_BEGIN and TOOL_ARGS events as a call is
+     * read (for streaming responses); other formats ignore it. */
+    bool stream_args;
 };
 
 /* generic, no tools, reasoning on, not in reasoning, default cap. */
@@ -176,6 +269,8 @@ enum hr_chat_event_kind {
     HR_CHAT_EVENT_CONTENT,
     HR_CHAT_EVENT_REASONING,
     HR_CHAT_EVENT_TOOL_CALL,
+    HR_CHAT_EVENT_TOOL_CALL_BEGIN, /* opts.stream_args: a call's name, before its arguments */
+    HR_CHAT_EVENT_TOOL_ARGS,       /* opts.stream_args: a piece of the open call's arguments */
 };
 
 /*
@@ -185,13 +280,15 @@ enum hr_chat_event_kind {
  */
 struct hr_chat_event {
     enum hr_chat_event_kind kind;
-    const char *text; /* CONTENT, REASONING: the delta, valid UTF-8, len > 0 */
+    const char *text; /* CONTENT, REASONING, TOOL_ARGS: the delta, valid UTF-8, len > 0 */
     size_t len;
-    size_t call_index;     /* TOOL_CALL: 0, 1, 2... over the whole output */
-    const char *name;      /* TOOL_CALL: the function name, non-empty */
+    size_t call_index;     /* TOOL_CALL, _BEGIN, TOOL_ARGS: 0, 1, 2... over the whole output */
+    const char *name;      /* TOOL_CALL, _BEGIN: the function name, non-empty */
     const char *arguments; /* TOOL_CALL: a compact JSON object */
     size_t arguments_len;
     const char *id; /* TOOL_CALL: the id the model wrote (mistral), or NULL */
+    bool streamed;  /* TOOL_CALL: a _BEGIN and TOOL_ARGS pieces (which concatenate to
+                     * `arguments`) came before it */
 };
 
 /* The events of one feed or finish, in output order; adjacent text deltas

@@ -28,6 +28,7 @@ struct hr_chat_template {
     bool keep_parts;
     bool object_args;
     bool null_to_empty; /* assistant content null -> "" when it has tool calls */
+    bool thinking;      /* reasoning_content is passed as "thinking" too (gpt-oss) */
 };
 
 static char *dup_str(const char *s)
@@ -106,8 +107,8 @@ static json_t *join_parts(const json_t *parts)
 }
 
 static enum hr_status normalize_message(const json_t *m, size_t idx, bool keep_parts,
-                                        bool object_args, bool null_to_empty, json_t **out,
-                                        struct hr_err *err)
+                                        bool object_args, bool null_to_empty, bool thinking,
+                                        json_t **out, struct hr_err *err)
 {
     if (!json_is_object(m))
         return hr_err_set(err, HR_ERR_TYPE, "messages[%zu] is not an object", idx);
@@ -143,12 +144,22 @@ static enum hr_status normalize_message(const json_t *m, size_t idx, bool keep_p
                 json_decref(parsed);
         }
     }
+    /* gpt-oss's template reads an assistant turn's reasoning from
+     * `thinking` and raises when a tool-call turn has both content and
+     * thinking; llama.cpp copies reasoning_content there and drops such a
+     * turn's content, and so do we. */
+    json_t *rc = json_object_get(c, "reasoning_content");
+    if (thinking && json_is_string(rc) && !json_object_get(c, "thinking")) {
+        json_object_set(c, "thinking", rc);
+        if (json_array_size(calls) > 0)
+            json_object_del(c, "content");
+    }
     *out = c;
     return HR_OK;
 }
 
 struct conventions {
-    bool keep_parts, object_args, null_to_empty;
+    bool keep_parts, object_args, null_to_empty, thinking;
 };
 
 static enum hr_status build_context(const char *bos, const char *eos, struct conventions cv,
@@ -170,7 +181,7 @@ static enum hr_status build_context(const char *bos, const char *eos, struct con
     {
         json_t *nm = NULL;
         enum hr_status st = normalize_message(m, i, cv.keep_parts, cv.object_args,
-                                              cv.null_to_empty, &nm, err);
+                                              cv.null_to_empty, cv.thinking, &nm, err);
         if (st != HR_OK) {
             json_decref(ctx);
             return st;
@@ -306,6 +317,7 @@ enum hr_status hr_chat_template_init(const char *source, const char *bos_token,
         return hr_err_set(err, HR_ERR_NOMEM, "out of memory loading the chat template");
     }
     run_probes(ct);
+    ct->thinking = strstr(source, "message.thinking") && !strstr(source, "reasoning_content");
     *out = ct;
     return HR_OK;
 }
@@ -379,7 +391,7 @@ enum hr_status hr_chat_build_context(const struct hr_chat_template *ct,
                                      const struct hr_chat_request *req, json_t **out,
                                      struct hr_err *err)
 {
-    struct conventions cv = {ct->keep_parts, ct->object_args, ct->null_to_empty};
+    struct conventions cv = {ct->keep_parts, ct->object_args, ct->null_to_empty, ct->thinking};
     return build_context(ct->bos, ct->eos, cv, req, out, err);
 }
 

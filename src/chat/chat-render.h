@@ -42,6 +42,11 @@
  *     (DeepSeek V3 tests `content is none`), others fail on it (Qwen 3 does
  *     `'</think>' in message.content`). The same probe tries null first and
  *     "" second; the first variant that renders the call decides.
+ *   - Reasoning as `thinking`. A template that reads `message.thinking` and
+ *     never names reasoning_content (gpt-oss's harmony template) gets an
+ *     assistant turn's reasoning_content copied into `thinking`; when that
+ *     turn also calls tools, its content is dropped (the template raises
+ *     on both), as llama.cpp does.
  *   - Everything else (roles, name, tool_call_id, reasoning_content, other
  *     null content) is passed unchanged.
  *

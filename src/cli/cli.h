@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "engine/backend.h"
 #include "model/model.h"
 #include "sample/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -37,6 +38,8 @@ struct hr_cli_governed_run {
     const char *memory_limit;
     double soft_frac, hard_frac; /* watermarks; 0: the governor's defaults */
     bool admit_beyond_memory;    /* tests: skip admission by memory, exit 3 when stuck */
+    struct hr_device device;     /* --device (engine/backend.h) */
+    uint64_t vram_limit_bytes;   /* --vram-limit; 0: the device's total */
 };
 int hr_cli_run_governed(const struct hr_cli_governed_run *g);
 

@@ -81,10 +81,23 @@ static int print_json(const char *path, const struct hr_gguf *g, const struct hr
         json_object_set_new(o, "n_head_kv", json_integer(hp->n_head_kv));
         json_object_set_new(o, "head_dim", json_integer(hp->head_dim_k));
         json_object_set_new(o, "n_ff", json_integer(hp->n_ff));
+        if (hp->n_expert) {
+            uint64_t total, active;
+            hr_hparams_count_params(g, hp, &total, &active);
+            json_object_set_new(o, "n_expert", json_integer(hp->n_expert));
+            json_object_set_new(o, "n_expert_used", json_integer(hp->n_expert_used));
+            json_object_set_new(o, "n_ff_exp", json_integer(hp->n_ff_exp ? hp->n_ff_exp
+                                                                           : hp->n_ff));
+            if (hp->n_ff_shexp)
+                json_object_set_new(o, "n_ff_shexp", json_integer(hp->n_ff_shexp));
+            json_object_set_new(o, "n_params_active", json_integer((json_int_t)active));
+        }
         json_object_set_new(o, "rms_eps", json_real(hp->rms_eps));
         json_object_set_new(o, "rope_base", json_real(hp->rope_base));
         json_object_set_new(o, "rope_scaling", json_string(hr_rope_scaling_name(hp->rope_scaling)));
         json_object_set_new(o, "rope_scaling_factor", json_real(hp->rope_factor));
+        if (hp->n_swa)
+            json_object_set_new(o, "sliding_window", json_integer(hp->n_swa));
         json_object_set_new(o, "tied_output", json_boolean(hp->tied_output));
         json_object_set_new(o, "n_vocab", json_integer(hp->n_vocab));
     }
@@ -136,15 +149,45 @@ static void print_text(const char *path, const struct hr_gguf *g, const struct h
         printf("architecture   %s\n", hp->arch);
         printf("context        %u tokens (trained)\n", hp->n_ctx_train);
         printf("layers         %u\n", hp->n_layer);
+        if (hp->ssm_dt_rank && hp->ssm_n_group && hp->ssm_d_state) {
+            /* hybrid (qwen35*, qwen3next): which layers are Gated DeltaNet,
+             * and the recurrent state one sequence holds */
+            uint32_t n_rec = 0;
+            const uint32_t every = hp->full_attn_interval ? hp->full_attn_interval : 4;
+            for (uint32_t l = 0; l < hp->n_layer; l++)
+                n_rec += hp->has_recurrent_layers
+                             ? (l < 256 && (hp->recurrent_layers[l / 64] >> (l % 64)) & 1)
+                             : (l + 1) % every != 0;
+            const uint64_t conv = (uint64_t)(hp->ssm_d_conv ? hp->ssm_d_conv - 1 : 0) *
+                                  (2ull * hp->ssm_n_group * hp->ssm_d_state + hp->ssm_d_inner);
+            const uint64_t per_layer = conv + (uint64_t)hp->ssm_d_inner * hp->ssm_d_state;
+            printf("deltanet       %u of the layers (%u q/k heads, %u v heads of %u); state %.1f "
+                   "MiB per sequence\n", n_rec, hp->ssm_n_group, hp->ssm_dt_rank, hp->ssm_d_state,
+                   (double)(n_rec * per_layer * 4) / 1048576.0);
+        }
         printf("embedding      %u\n", hp->n_embd);
         printf("heads          %u query, %u KV (%s), head dim %u\n", hp->n_head, hp->n_head_kv,
                hp->n_head_kv == hp->n_head ? "MHA" : hp->n_head_kv == 1 ? "MQA" : "GQA",
                hp->head_dim_k);
         printf("ffn            %u\n", hp->n_ff);
+        if (hp->n_expert) {
+            uint64_t total, active;
+            hr_hparams_count_params(g, hp, &total, &active);
+            printf("experts        %u, %u active per token, expert ffn %u", hp->n_expert,
+                   hp->n_expert_used, hp->n_ff_exp ? hp->n_ff_exp : hp->n_ff);
+            if (hp->n_ff_shexp)
+                printf(", shared expert ffn %u", hp->n_ff_shexp);
+            printf("\nactive params  %.2f M per token (%" PRIu64 ", %.1f%% of all)\n",
+                   (double)active / 1e6, active, total ? 100.0 * (double)active / (double)total : 0);
+        }
         printf("rope           base %g, scaling %s", hp->rope_base,
                hr_rope_scaling_name(hp->rope_scaling));
         if (hp->rope_scaling != HR_ROPE_SCALING_NONE && hp->rope_scaling != HR_ROPE_SCALING_LLAMA3)
             printf(" x%g", hp->rope_factor);
+        if (hp->rope_scaling == HR_ROPE_SCALING_YARN)
+            printf(" over %u", hp->rope_orig_ctx);
+        if (hp->n_swa)
+            printf("\nwindow         %u tokens (sliding-window layers)", hp->n_swa);
         printf("\nrms eps        %g\n", hp->rms_eps);
         printf("output         %s\n", hp->tied_output ? "tied to token_embd" : "own matrix");
         printf("vocab          %u tokens", hp->n_vocab);

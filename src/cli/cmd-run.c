@@ -20,8 +20,9 @@
 #include "base/log.h"
 #include "base/file.h"
 #include "cli/cli.h"
-#include "engine/engine.h"
+#include "engine/backend.h"
 #include "kernels/matmul.h"
+#include "mem/size.h"
 #include "sample/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -44,6 +45,10 @@ struct run_opts {
     enum hr_ggml_type kv_type;
     uint32_t ctx;
     uint32_t batch;
+    struct hr_device device;
+    const char *device_arg;
+    const char *vram_limit;
+    uint64_t vram_limit_bytes;
 };
 
 static void usage(FILE *f)
@@ -72,6 +77,12 @@ static void usage(FILE *f)
             "  --seed N              sampling seed (default 0)\n"
             "  --ignore-eos          keep generating past end-of-generation tokens\n"
             "  --threads N           worker threads (default: physical cores)\n"
+            "  --device DEV          cpu, cuda or cuda:N (default: cuda when this build has it,\n"
+            "                        a GPU is present and it runs the model, else cpu)\n"
+            "  --vram-limit SIZE     device-memory ceiling on a GPU (default: the device's\n"
+            "                        total): the KV pool, then the prefill chunk, shrink to\n"
+            "                        stay under it; with --no-governor fixed --batch chunks\n"
+            "                        and the peak is reported against it\n"
             "  --ctx N               context to reserve (default: prompt + n, at most the\n"
             "                        model's trained context)\n"
             "  --batch N             prefill chunk size in tokens (default 512)\n"
@@ -217,6 +228,14 @@ static int prompt_tokens(const struct run_opts *o, const struct hr_tokenizer *to
     return 0;
 }
 
+/* Device memory in use now (every process's; cudaMemGetInfo), into *peak. */
+static void sample_device(struct hr_backend *b, uint64_t *peak)
+{
+    uint64_t fr, tot;
+    if (hr_backend_device_mem_info(b, &fr, &tot) && tot - fr > *peak)
+        *peak = tot - fr;
+}
+
 static int run(const struct run_opts *o)
 {
     struct hr_err err = {{0}};
@@ -273,7 +292,8 @@ static int run(const struct run_opts *o)
             .kv_type = o->kv_type, .sampling = o->sp, .ignore_eos = o->ignore_eos,
             .json = o->json, .memory_limit = o->memory_limit,
             .soft_frac = o->memory_soft, .hard_frac = o->memory_hard,
-            .admit_beyond_memory = o->admit_beyond_memory};
+            .admit_beyond_memory = o->admit_beyond_memory,
+            .device = o->device, .vram_limit_bytes = o->vram_limit_bytes};
         int grc = hr_cli_run_governed(&g);
         hr_detok_free(detok);
         hr_tokenizer_free(tok);
@@ -281,18 +301,21 @@ static int run(const struct run_opts *o)
         free(prompt);
         return grc;
     }
-    struct hr_engine_config cfg = {
+    struct hr_backend_config cfg = {
         .n_threads = o->threads,
         .kv_type = o->kv_type,
         .max_step_tokens = batch,
         .max_step_logits = o->score ? batch : 1,
+        .max_step_seqs = 1,
+        .max_seq_tokens = ctx,
+        .device_limit_bytes = o->no_governor ? 0 : o->vram_limit_bytes,
     };
-    struct hr_kv_config kc = {.n_layer = model->hp.n_layer, .n_head_kv = model->hp.n_head_kv,
+    struct hr_kv_config kc = {.n_layer = model->n_attn_layers, .n_head_kv = model->hp.n_head_kv,
                               .head_dim = model->hp.head_dim_k, .type = o->kv_type};
     uint64_t block = hr_kv_block_bytes_for(&kc);
     cfg.kv_budget_bytes = ((uint64_t)ctx + HR_KV_DEFAULT_BLOCK_TOKENS - 1) /
                           HR_KV_DEFAULT_BLOCK_TOKENS * block;
-    struct hr_engine *eng = NULL;
+    struct hr_backend *eng = NULL;
     struct hr_sampler *smp = NULL;
     struct hr_kv_seq seq = {0};
     json_t *out = NULL, *gen_lp = NULL, *prompt_lp = NULL, *gen = NULL;
@@ -300,12 +323,22 @@ static int run(const struct run_opts *o)
     char *text_buf = NULL;
     size_t text_len = 0, text_cap = 0;
     int rc = 1;
-    if (hr_engine_init(model, &cfg, &eng, &err) != HR_OK ||
-        hr_engine_seq_init(eng, &seq, ctx, &err) != HR_OK ||
+    if (hr_backend_init(model, &o->device, &cfg, &eng, &err) != HR_OK ||
+        hr_backend_seq_init(eng, &seq, ctx, &err) != HR_OK ||
         hr_sampler_init(&o->sp, n_vocab, &smp, &err) != HR_OK) {
         fprintf(stderr, "headroom run: %s\n", err.msg);
         goto done;
     }
+    const struct hr_backend_info *dev = hr_backend_info(eng);
+    if (dev->kind != HR_DEVICE_CPU) {
+        fprintf(stderr, "device %s: %s\n", dev->name, dev->description);
+        /* A device ceiling may have sized the arena for smaller steps. */
+        if (dev->max_step_tokens && dev->max_step_tokens < batch && !o->score)
+            batch = dev->max_step_tokens;
+    } else if (o->device_arg && dev->fallback[0]) {
+        fprintf(stderr, "device cpu: CUDA not used: %s\n", dev->fallback);
+    }
+    uint64_t dev_peak = 0;
     if (o->logits_out && !(logits_f = fopen(o->logits_out, "wb"))) {
         fprintf(stderr, "headroom run: cannot create %s: %s\n", o->logits_out, strerror(errno));
         goto done;
@@ -334,13 +367,14 @@ static int run(const struct run_opts *o)
         struct hr_step_seq item = {.kv = &seq, .tokens = prompt + done_n, .n_tokens = n,
                                    .n_logits = o->score ? n : (last ? 1 : 0)};
         struct hr_step step = {.seqs = &item, .n_seqs = 1};
-        if (hr_engine_step(eng, &step, &err) != HR_OK) {
+        if (hr_backend_step(eng, &step, &err) != HR_OK) {
             fprintf(stderr, "headroom run: %s\n", err.msg);
             goto done;
         }
+        sample_device(eng, &dev_peak);
         if (o->score)
             for (uint32_t j = 0; j < n; j++) {
-                const float *lg = hr_engine_logits(eng, 0, j);
+                const float *lg = hr_backend_logits(eng, 0, j);
                 json_array_append_new(prompt_lp,
                                       logprob_entry(lg, n_vocab, o->logprobs ? o->logprobs : 10));
                 if (logits_f && fwrite(lg, sizeof(float), n_vocab, logits_f) != n_vocab) {
@@ -350,7 +384,7 @@ static int run(const struct run_opts *o)
                 }
             }
         if (last && n_predict > 0) {
-            const float *lg = hr_engine_logits(eng, 0, 0);
+            const float *lg = hr_backend_logits(eng, 0, 0);
             next = hr_sampler_sample(smp, lg);
             if (gen_lp && o->logprobs)
                 json_array_append_new(gen_lp, logprob_entry(lg, n_vocab, o->logprobs));
@@ -389,11 +423,12 @@ static int run(const struct run_opts *o)
             break;
         struct hr_step_seq item = {.kv = &seq, .tokens = &next, .n_tokens = 1, .n_logits = 1};
         struct hr_step step = {.seqs = &item, .n_seqs = 1};
-        if (hr_engine_step(eng, &step, &err) != HR_OK) {
+        if (hr_backend_step(eng, &step, &err) != HR_OK) {
             fprintf(stderr, "headroom run: %s\n", err.msg);
             goto done;
         }
-        const float *lg = hr_engine_logits(eng, 0, 0);
+        sample_device(eng, &dev_peak);
+        const float *lg = hr_backend_logits(eng, 0, 0);
         next = hr_sampler_sample(smp, lg);
         if (gen_lp && o->logprobs)
             json_array_append_new(gen_lp, logprob_entry(lg, n_vocab, o->logprobs));
@@ -437,11 +472,26 @@ static int run(const struct run_opts *o)
         printf("\n");
     }
     fflush(stdout); /* the timing line on stderr comes after the text */
-    fprintf(stderr, "prompt %u tokens, %.1f tokens/s; generated %u tokens, %.1f tokens/s; "
-                    "peak RSS %s (%d threads, %s, KV %s)\n",
-            n_prompt, pp, n_gen, tg, hr_cli_fmt_bytes((double)rss, b1, sizeof(b1)),
-            hr_engine_n_threads(eng), hr_kernels_isa(),
-            hr_kv_type_name(o->kv_type));
+    if (dev->kind == HR_DEVICE_CPU)
+        fprintf(stderr, "prompt %u tokens, %.1f tokens/s; generated %u tokens, %.1f tokens/s; "
+                        "peak RSS %s (%d threads, %s, KV %s)\n",
+                n_prompt, pp, n_gen, tg, hr_cli_fmt_bytes((double)rss, b1, sizeof(b1)),
+                dev->n_threads, hr_kernels_isa(), hr_kv_type_name(o->kv_type));
+    else {
+        char b2[32], b3[32];
+        fprintf(stderr, "prompt %u tokens, %.1f tokens/s; generated %u tokens, %.1f tokens/s; "
+                        "peak RSS %s; device %s peak %s of %s (%u-token chunks, KV %s)\n",
+                n_prompt, pp, n_gen, tg, hr_cli_fmt_bytes((double)rss, b1, sizeof(b1)),
+                dev->name, hr_cli_fmt_bytes((double)dev_peak, b2, sizeof(b2)),
+                o->vram_limit ? o->vram_limit : "the device",
+                batch, hr_kv_type_name(o->kv_type));
+        if (o->vram_limit_bytes)
+            fprintf(stderr, "device memory (%s): peak %s, limit %s: %s\n",
+                    o->no_governor ? "no governor" : "governed",
+                    hr_cli_fmt_bytes((double)dev_peak, b2, sizeof(b2)),
+                    hr_cli_fmt_bytes((double)o->vram_limit_bytes, b3, sizeof(b3)),
+                    dev_peak > o->vram_limit_bytes ? "CROSSED" : "below");
+    }
     if (o->memory_limit)
         hr_cli_report_limit(o->memory_limit, rss);
     rc = 0;
@@ -459,8 +509,8 @@ done:
     hr_detok_free(detok);
     hr_tokenizer_free(tok);
     if (eng)
-        hr_kv_seq_free(&seq, hr_engine_kv_pool(eng));
-    hr_engine_free(eng);
+        hr_backend_seq_free(eng, &seq);
+    hr_backend_free(eng);
     hr_model_close(model);
     free(prompt);
     return rc;
@@ -563,6 +613,23 @@ int hr_cmd_run(int argc, char **argv)
             o.logits_out = v;
         else if (strcmp(a, "--memory-limit") == 0)
             o.memory_limit = v;
+        else if (strcmp(a, "--device") == 0) {
+            struct hr_err derr = {{0}};
+            if (hr_device_parse(v, &o.device, &derr) != HR_OK) {
+                fprintf(stderr, "headroom run: %s\n", derr.msg);
+                return 2;
+            }
+            o.device_arg = v;
+        } else if (strcmp(a, "--vram-limit") == 0) {
+            struct hr_err verr = {{0}};
+            o.vram_limit = v;
+            if (hr_mem_parse_size(v, 0, &o.vram_limit_bytes, &verr) != HR_OK ||
+                !o.vram_limit_bytes) {
+                fprintf(stderr, "headroom run: --vram-limit: %s\n",
+                        verr.msg[0] ? verr.msg : "must be above zero");
+                return 2;
+            }
+        }
         else if (strcmp(a, "--memory-soft") == 0)
             bad = parse_float(v, &o.memory_soft) || !(o.memory_soft > 0 && o.memory_soft <= 1);
         else if (strcmp(a, "--memory-hard") == 0)

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "engine/backend.h"
 #include "engine/kv-cache.h"
 #include "mem/probe.h"
 #include "mem/size.h"
@@ -33,6 +34,11 @@ static const struct opt g_opts[] = {
     {"api-key", STR, "KEY", "require `Authorization: Bearer KEY` or `x-api-key: KEY`"},
     {"ctx", UINT, "N", "context of one request, prompt + output (default: the model's)"},
     {"threads", UINT, "N", "engine threads (default: physical cores)"},
+    {"device", STR, "DEV",
+     "cpu, cuda or cuda:N (default: cuda when this build has it, a GPU is\n"
+     "                             present and it runs the model, else cpu)"},
+    {"vram-limit", SIZE, "SIZE",
+     "device-memory ceiling on a GPU, e.g. 20G (default: the device's total)"},
     {"parallel", UINT, "N", "requests generating at once (default 4)"},
     {"memory-limit", STR, "SIZE",
      "memory ceiling, e.g. 12G or 80% (default: RAM, cgroup and MemAvailable decide)"},
@@ -41,6 +47,19 @@ static const struct opt g_opts[] = {
      "256M..2G)"},
     {"max-queue", UINT, "N", "requests waiting for a slot before 529/503 (default 64)"},
     {"queue-timeout", SECONDS, "S", "longest wait for a slot, then 529/503 (default: none)"},
+    {"queue-max-wait", SECONDS, "S",
+     "behind a balancer: a request still queued after S is refused with\n"
+     "                             529/503 before any byte of its response, streams too (their\n"
+     "                             headers wait for the start), so the balancer can retry it\n"
+     "                             elsewhere (default: none; streams start at once)"},
+    {"overload-status", UINT, "N",
+     "status of Anthropic's overload answer: 529 (default) or 503, which\n"
+     "                             HAProxy's retry-on can retry (the body stays overloaded_error)"},
+    {"agent-port", UINT, "N",
+     "HAProxy agent-check port: each connection gets `ready up P%`, `drain`\n"
+     "                             or `maint` (loading) and is closed (default: none)"},
+    {"ready-hold", SECONDS, "S",
+     "/ready stays 503 at least S once it turned (default 2)"},
     {"batch-tokens", UINT, "N", "tokens per engine step, decodes + prefill (default 512)"},
     {"cache-type", STR, "TYPE",
      "KV cache type: f16 (default), q8_0 or q4_0 (ggml's blocks, llama.cpp's -ctk/-ctv; "
@@ -79,7 +98,9 @@ static void usage(FILE *f)
     fprintf(f, "\nEach option can also come from the environment: --memory-limit 12G is\n"
                "HEADROOM_MEMORY_LIMIT=12G, --alias is HEADROOM_ALIAS=a,b. The command line wins.\n"
                "Clients: ANTHROPIC_BASE_URL=http://HOST:PORT, OPENAI_BASE_URL=http://HOST:PORT/v1.\n"
-               "SIGINT/SIGTERM: stop accepting, let running requests finish, exit 0.\n");
+               "SIGINT/SIGTERM: stop accepting, let running requests finish, exit 0.\n"
+               "Behind a balancer: GET /ready (200, or 503 with draining, memory or queue_full),\n"
+               "/metrics with vLLM's names; docs/deploy.md has an HAProxy configuration.\n");
 }
 
 struct values {
@@ -195,7 +216,7 @@ int hr_cmd_serve(int argc, char **argv)
         rc = set_value(&vals, i, v, false);
     }
 
-    struct hr_server_config cfg = {.port = 8080, .shutdown_timeout_s = -1,
+    struct hr_server_config cfg = {.port = 8080, .shutdown_timeout_s = -1, .ready_hold_s = -1,
                                    .kv_type = HR_GGML_F16};
     for (size_t i = 0; i < N_OPTS && !rc; i++) {
         const char *v = vals.v[i];
@@ -242,6 +263,15 @@ int hr_cmd_serve(int argc, char **argv)
             cfg.n_ctx = u;
         else if (!strcmp(n, "threads"))
             cfg.n_threads = (int)u;
+        else if (!strcmp(n, "device")) {
+            struct hr_device d;
+            if (hr_device_parse(v, &d, &err) != HR_OK) {
+                fprintf(stderr, "headroom serve: %s\n", err.msg);
+                rc = 2;
+            }
+            cfg.device = v;
+        } else if (!strcmp(n, "vram-limit"))
+            cfg.vram_limit_bytes = bytes;
         else if (!strcmp(n, "parallel"))
             cfg.parallel = u;
         else if (!strcmp(n, "memory-limit"))
@@ -261,6 +291,22 @@ int hr_cmd_serve(int argc, char **argv)
             cfg.max_queue = u;
         else if (!strcmp(n, "queue-timeout"))
             cfg.queue_timeout_s = sec;
+        else if (!strcmp(n, "queue-max-wait"))
+            cfg.queue_max_wait_s = sec;
+        else if (!strcmp(n, "overload-status")) {
+            if (u != 503 && u != 529) {
+                fprintf(stderr, "headroom serve: --overload-status %u: must be 503 or 529\n", u);
+                rc = 2;
+            }
+            cfg.overload_status = u;
+        } else if (!strcmp(n, "agent-port")) {
+            if (u == 0 || u > 65535) {
+                fprintf(stderr, "headroom serve: --agent-port %u: must be 1..65535\n", u);
+                rc = 2;
+            }
+            cfg.agent_port = u;
+        } else if (!strcmp(n, "ready-hold"))
+            cfg.ready_hold_s = sec;
         else if (!strcmp(n, "batch-tokens"))
             cfg.batch_tokens = u;
         else if (!strcmp(n, "cache-type")) {

@@ -163,7 +163,7 @@ int hr_cli_run_governed(const struct hr_cli_governed_run *g)
         return 1;
     }
     const struct hr_hparams *hp = &g->model->hp;
-    struct hr_kv_config kc = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv,
+    struct hr_kv_config kc = {.n_layer = g->model->n_attn_layers, .n_head_kv = hp->n_head_kv,
                               .head_dim = hp->head_dim_k, .type = g->kv_type};
     struct hr_sched_config sc = {
         .model = g->model,
@@ -179,6 +179,8 @@ int hr_cli_run_governed(const struct hr_cli_governed_run *g)
         .max_queue = 1,
         .gov = gov,
         .admit_beyond_memory = g->admit_beyond_memory,
+        .device = g->device,
+        .device_limit_bytes = g->vram_limit_bytes,
     };
     struct hr_sched *s = NULL;
     if (hr_sched_init(&sc, &s, &err) != HR_OK) {

@@ -34,6 +34,8 @@ static bool is_quant(enum hr_ggml_type t)
 /* Per row of a quantized cache: the query as Q8_0 split into arrays the
  * kernels load directly: qs [head_dim] int8, then per 32-block dq (f32) and
  * the sum of its quants (int32, for the unsigned-offset correction). */
+#define HR_ATTN_KEYS 32 /* keys per KV block of the tiled kernel */
+
 static size_t qrow_bytes(uint32_t head_dim)
 {
     return (size_t)head_dim + (size_t)head_dim / 32 * 2 * sizeof(float);
@@ -41,14 +43,16 @@ static size_t qrow_bytes(uint32_t head_dim)
 
 size_t hr_attn_scratch_bytes(enum hr_ggml_type kv_type, uint32_t head_dim, uint32_t group)
 {
-    /* K tile [head_dim][16] and V tile [16][head_dim] in f32, then per row:
-     * acc [head_dim], m, l. A quantized K tile (16 x head_dim bytes plus 16
-     * scales per 32-block) fits in the f32 K tile's room; the quantized
-     * query rows come after the running state. */
-    size_t floats = 2 * (size_t)HR_ATTN_TILE * head_dim + (size_t)max_rows(group) * (head_dim + 2);
-    size_t bytes = floats * sizeof(float);
+    /* The K block as two f32 halves [head_dim][16] and the V block
+     * [32][head_dim] (a quantized K block, 32 x head_dim bytes plus the
+     * block scales, fits in the f32 K block's room); per row: the scores /
+     * probabilities [32], a query pointer, acc [head_dim], m, l, corr; the
+     * quantized query rows last. */
+    const size_t rows = max_rows(group);
+    size_t bytes = (2 * (size_t)HR_ATTN_KEYS * head_dim + rows * HR_ATTN_KEYS) * sizeof(float) +
+                   rows * sizeof(const float *) + rows * (head_dim + 3) * sizeof(float);
     if (is_quant(kv_type))
-        bytes += (size_t)max_rows(group) * qrow_bytes(head_dim);
+        bytes += rows * qrow_bytes(head_dim);
     return bytes;
 }
 
@@ -382,131 +386,450 @@ static inline __m512 exp512(__m512 x)
 }
 #endif
 
+/* ---- the tiled kernel ----------------------------------------------------
+ *
+ * One call is a query tile: rows r = t x group + h (token t, head h of the
+ * group), at most 64. Keys go by KV blocks of HR_ATTN_KEYS = 32, aligned to
+ * absolute positions (k0 = 0, 32, 64, ...), each loaded once into f32 (or
+ * unsigned-byte, for quantized K) scratch and used by every row of the tile:
+ *
+ *   S [rows][32] = Q [rows][hd] . K^T [hd][32]      qk_block: R rows x 32 keys
+ *   online softmax per row: m, l, corr, P [rows][32] softmax_rows
+ *   acc [rows][hd] = acc x corr + P . V [32][hd]    pv_block: R rows x 64 dims
+ *
+ * The micro-kernels keep R x 2 (QK) or R x 4 (PV) 512-bit accumulators in
+ * registers, so each K or V vector loaded feeds R rows and each broadcast
+ * query or probability feeds 2-4 vectors: FMA-bound, not load- or
+ * latency-bound like a row at a time.
+ *
+ * Which blocks a row visits depends only on its position (causal: blocks
+ * starting after it are skipped; window: blocks wholly behind it are
+ * skipped), and within a block each row's arithmetic is the same sequence of
+ * operations whatever R is and whichever rows share the tile: QK sums over d
+ * in order, PV over all 32 keys in order (masked keys have p = 0 exactly and
+ * V rows past the sequence are zeroed, so they add exact zeros), and the
+ * softmax reductions are per row. Hence batch invariance, bit for bit. */
+
+#define QK_R 6 /* rows per QK micro-kernel: 12 accumulators */
+#define PV_R 4 /* rows per PV micro-kernel: 16 accumulators */
+
+#if defined(__AVX512F__)
+#define HR_AI static inline __attribute__((always_inline))
+
+/* The micro-kernels name their accumulators one by one (a<row><vector>)
+ * rather than as arrays: with R and W constants after inlining, the unused
+ * ones vanish and the rest live in registers (GCC -O2 keeps small arrays of
+ * vectors on the stack). */
+
+/* S[r][0..31] = sum over d, in order, of q_r[d] x K[d][j]; K as two halves
+ * [hd][16]. */
+HR_AI void qk_f32(const float *k0, const float *k1, uint32_t hd, const float *const *q, float *s,
+                  const int R)
+{
+    const __m512 z = _mm512_setzero_ps();
+    __m512 a00 = z, a01 = z, a10 = z, a11 = z, a20 = z, a21 = z, a30 = z, a31 = z, a40 = z,
+           a41 = z, a50 = z, a51 = z;
+    const float *q0 = q[0], *q1 = R > 1 ? q[1] : q0, *q2 = R > 2 ? q[2] : q0,
+                *q3 = R > 3 ? q[3] : q0, *q4 = R > 4 ? q[4] : q0, *q5 = R > 5 ? q[5] : q0;
+    for (uint32_t d = 0; d < hd; d++) {
+        const __m512 x0 = _mm512_load_ps(k0 + (size_t)d * 16), x1 = _mm512_load_ps(k1 + (size_t)d * 16);
+#define QK_ROW(r)                                                                                  \
+    if (R > r) {                                                                                   \
+        const __m512 b = _mm512_set1_ps(q##r[d]);                                                  \
+        a##r##0 = _mm512_fmadd_ps(b, x0, a##r##0);                                                 \
+        a##r##1 = _mm512_fmadd_ps(b, x1, a##r##1);                                                 \
+    }
+        QK_ROW(0) QK_ROW(1) QK_ROW(2) QK_ROW(3) QK_ROW(4) QK_ROW(5)
+#undef QK_ROW
+    }
+#define QK_STORE(r)                                                                                \
+    if (R > r) {                                                                                   \
+        _mm512_store_ps(s + (size_t)r * HR_ATTN_KEYS, a##r##0);                                    \
+        _mm512_store_ps(s + (size_t)r * HR_ATTN_KEYS + 16, a##r##1);                               \
+    }
+    QK_STORE(0) QK_STORE(1) QK_STORE(2) QK_STORE(3) QK_STORE(4) QK_STORE(5)
+#undef QK_STORE
+}
+
+/* acc_r[i0 .. i0 + 16W) = acc_r x corr_r + sum over j, in order, of
+ * p_r[j] x V[j][..]. */
+HR_AI void pv_f32(const float *vt, uint32_t hd, uint32_t i0, const float *p, const float *corr,
+                  float *acc, const int R, const int W)
+{
+    const __m512 z = _mm512_setzero_ps();
+    __m512 a00 = z, a01 = z, a02 = z, a03 = z, a10 = z, a11 = z, a12 = z, a13 = z, a20 = z,
+           a21 = z, a22 = z, a23 = z, a30 = z, a31 = z, a32 = z, a33 = z;
+    float *o = acc + i0;
+#define PV_LOAD(r, w)                                                                              \
+    if (R > r && W > w)                                                                            \
+        a##r##w = _mm512_mul_ps(_mm512_loadu_ps(o + (size_t)r * hd + 16 * w),                     \
+                                _mm512_set1_ps(corr[r]));
+#define PV_ROW(M, r) M(r, 0) M(r, 1) M(r, 2) M(r, 3)
+#define PV_ALL(M) PV_ROW(M, 0) PV_ROW(M, 1) PV_ROW(M, 2) PV_ROW(M, 3)
+    PV_ALL(PV_LOAD)
+    const float *v = vt + i0;
+    for (uint32_t j = 0; j < HR_ATTN_KEYS; j++, v += hd) {
+        const __m512 v0 = _mm512_loadu_ps(v), v1 = W > 1 ? _mm512_loadu_ps(v + 16) : z;
+        const __m512 v2 = W > 2 ? _mm512_loadu_ps(v + 32) : z, v3 = W > 3 ? _mm512_loadu_ps(v + 48) : z;
+        __m512 b0 = _mm512_set1_ps(p[j]), b1 = z, b2 = z, b3 = z;
+        if (R > 1)
+            b1 = _mm512_set1_ps(p[HR_ATTN_KEYS + j]);
+        if (R > 2)
+            b2 = _mm512_set1_ps(p[2 * HR_ATTN_KEYS + j]);
+        if (R > 3)
+            b3 = _mm512_set1_ps(p[3 * HR_ATTN_KEYS + j]);
+#define PV_FMA(r, w)                                                                               \
+    if (R > r && W > w)                                                                            \
+        a##r##w = _mm512_fmadd_ps(b##r, v##w, a##r##w);
+        PV_ALL(PV_FMA)
+#undef PV_FMA
+    }
+#define PV_STORE(r, w)                                                                             \
+    if (R > r && W > w)                                                                            \
+        _mm512_storeu_ps(o + (size_t)r * hd + 16 * w, a##r##w);
+    PV_ALL(PV_STORE)
+#undef PV_STORE
+#undef PV_LOAD
+#undef PV_ROW
+#undef PV_ALL
+}
+
+#if defined(__AVX512VNNI__)
+/* The quantized scores of R rows against both 16-key halves: per 32-block an
+ * exact integer dot (vpdpbusd, 8 per half and row), then in block order
+ * s = fma(sumi, d_k x d_q, s): hr_attn_score_ref's expression. */
+HR_AI void qk_quant(const uint8_t *ku0, const float *dk0, const uint8_t *ku1, const float *dk1,
+                    uint32_t hd, const uint8_t *const *qq, int32_t off, float *s, const int R)
+{
+    const __m512 z = _mm512_setzero_ps();
+    __m512 f00 = z, f01 = z, f10 = z, f11 = z, f20 = z, f21 = z, f30 = z, f31 = z, f40 = z,
+           f41 = z, f50 = z, f51 = z;
+    const uint8_t *q0 = qq[0], *q1 = R > 1 ? qq[1] : q0, *q2 = R > 2 ? qq[2] : q0,
+                  *q3 = R > 3 ? qq[3] : q0, *q4 = R > 4 ? qq[4] : q0, *q5 = R > 5 ? qq[5] : q0;
+    for (uint32_t b = 0; b < hd / 32; b++) {
+        const __m512i zi = _mm512_setzero_si512();
+        __m512i a00 = zi, a01 = zi, a10 = zi, a11 = zi, a20 = zi, a21 = zi, a30 = zi, a31 = zi,
+                a40 = zi, a41 = zi, a50 = zi, a51 = zi;
+        for (uint32_t g = 0; g < 8; g++) {
+            const __m512i x0 = _mm512_loadu_si512(ku0 + ((size_t)b * 8 + g) * 64);
+            const __m512i x1 = _mm512_loadu_si512(ku1 + ((size_t)b * 8 + g) * 64);
+#define QQ_ROW(r)                                                                                  \
+    if (R > r) {                                                                                   \
+        int32_t qd;                                                                                \
+        memcpy(&qd, q##r + b * 32 + g * 4, sizeof(qd));                                            \
+        const __m512i y = _mm512_set1_epi32(qd);                                                   \
+        a##r##0 = _mm512_dpbusd_epi32(a##r##0, x0, y);                                             \
+        a##r##1 = _mm512_dpbusd_epi32(a##r##1, x1, y);                                             \
+    }
+            QQ_ROW(0) QQ_ROW(1) QQ_ROW(2) QQ_ROW(3) QQ_ROW(4) QQ_ROW(5)
+#undef QQ_ROW
+        }
+        const __m512 d0 = _mm512_loadu_ps(dk0 + (size_t)b * 16), d1 = _mm512_loadu_ps(dk1 + (size_t)b * 16);
+#define QQ_SCALE(r)                                                                                \
+    if (R > r) {                                                                                   \
+        const float *dq = (const float *)(q##r + hd);                                              \
+        const int32_t *qsum = (const int32_t *)(dq + hd / 32);                                     \
+        const __m512i o = _mm512_set1_epi32(off * qsum[b]);                                        \
+        const __m512 e = _mm512_set1_ps(dq[b]);                                                    \
+        f##r##0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(a##r##0, o)),                \
+                                  _mm512_mul_ps(d0, e), f##r##0);                                  \
+        f##r##1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(a##r##1, o)),                \
+                                  _mm512_mul_ps(d1, e), f##r##1);                                  \
+    }
+        QQ_SCALE(0) QQ_SCALE(1) QQ_SCALE(2) QQ_SCALE(3) QQ_SCALE(4) QQ_SCALE(5)
+#undef QQ_SCALE
+    }
+#define QQ_STORE(r)                                                                                \
+    if (R > r) {                                                                                   \
+        _mm512_store_ps(s + (size_t)r * HR_ATTN_KEYS, f##r##0);                                    \
+        _mm512_store_ps(s + (size_t)r * HR_ATTN_KEYS + 16, f##r##1);                               \
+    }
+    QQ_STORE(0) QQ_STORE(1) QQ_STORE(2) QQ_STORE(3) QQ_STORE(4) QQ_STORE(5)
+#undef QQ_STORE
+}
+#endif
+#endif
+
+/* Geometry and scratch of one call. */
+struct tile {
+    const struct hr_attn_ctx *c;
+    enum hr_ggml_type type;
+    bool quant;
+    uint32_t hd, rows;
+    int32_t koff;
+    float *kt, *vt, *s, *acc, *m, *l, *corr; /* kt: 2 halves [hd][16]; vt [32][hd] */
+    uint8_t *ku, *qq;                        /* quantized K halves, Q8_0 query rows */
+    float *dk;
+};
+
+/* Scores of rows r0 .. r0 + n - 1 against the loaded block into t->s. */
+static void scores(const struct tile *t, const float *const *qr, uint32_t r0, uint32_t n)
+{
+    const uint32_t hd = t->hd;
+    float *s = t->s + (size_t)r0 * HR_ATTN_KEYS;
+    if (t->quant) {
+        const uint8_t *ku1 = t->ku + (size_t)HR_ATTN_TILE * hd;
+        const float *dk1 = t->dk + (size_t)hd / 32 * 16;
+#if defined(__AVX512F__) && defined(__AVX512VNNI__)
+        const uint8_t *qq[QK_R];
+        for (uint32_t i = 0; i < n; i += QK_R) {
+            const uint32_t k = n - i < QK_R ? n - i : QK_R;
+            for (uint32_t r = 0; r < k; r++)
+                qq[r] = t->qq + (size_t)(r0 + i + r) * qrow_bytes(hd);
+            float *dst = s + (size_t)i * HR_ATTN_KEYS;
+            switch (k) {
+            case 1: qk_quant(t->ku, t->dk, ku1, dk1, hd, qq, t->koff, dst, 1); break;
+            case 2: qk_quant(t->ku, t->dk, ku1, dk1, hd, qq, t->koff, dst, 2); break;
+            case 3: qk_quant(t->ku, t->dk, ku1, dk1, hd, qq, t->koff, dst, 3); break;
+            case 4: qk_quant(t->ku, t->dk, ku1, dk1, hd, qq, t->koff, dst, 4); break;
+            case 5: qk_quant(t->ku, t->dk, ku1, dk1, hd, qq, t->koff, dst, 5); break;
+            default: qk_quant(t->ku, t->dk, ku1, dk1, hd, qq, t->koff, dst, 6); break;
+            }
+        }
+#else
+        for (uint32_t r = 0; r < n; r++) {
+            const uint8_t *qq = t->qq + (size_t)(r0 + r) * qrow_bytes(hd);
+            scores_quant_ref(t->ku, t->dk, qq, hd, t->koff, s + (size_t)r * HR_ATTN_KEYS);
+            scores_quant_ref(ku1, dk1, qq, hd, t->koff, s + (size_t)r * HR_ATTN_KEYS + 16);
+        }
+#endif
+        return;
+    }
+    const float *k1 = t->kt + (size_t)HR_ATTN_TILE * hd;
+#if defined(__AVX512F__)
+    for (uint32_t i = 0; i < n; i += QK_R) {
+        const uint32_t k = n - i < QK_R ? n - i : QK_R;
+        const float *const *q = qr + r0 + i;
+        float *dst = s + (size_t)i * HR_ATTN_KEYS;
+        switch (k) {
+        case 1: qk_f32(t->kt, k1, hd, q, dst, 1); break;
+        case 2: qk_f32(t->kt, k1, hd, q, dst, 2); break;
+        case 3: qk_f32(t->kt, k1, hd, q, dst, 3); break;
+        case 4: qk_f32(t->kt, k1, hd, q, dst, 4); break;
+        case 5: qk_f32(t->kt, k1, hd, q, dst, 5); break;
+        default: qk_f32(t->kt, k1, hd, q, dst, 6); break;
+        }
+    }
+#else
+    for (uint32_t r = 0; r < n; r++)
+        for (uint32_t j = 0; j < HR_ATTN_KEYS; j++) {
+            const float *kh = j < 16 ? t->kt : k1;
+            float a = 0.0f;
+            for (uint32_t d = 0; d < hd; d++)
+                a = fmaf(qr[r0 + r][d], kh[(size_t)d * 16 + j % 16], a);
+            s[(size_t)r * HR_ATTN_KEYS + j] = a;
+        }
+#endif
+}
+
+/* The online softmax step of rows r0 .. r0 + n - 1 for the block at key k0:
+ * scale, mask (causal and window), new running maximum, P = exp(s - m) with
+ * exact zeros where masked, l and the rescale factor corr. */
+static void softmax_rows(const struct tile *t, int32_t pos0, uint32_t k0, uint32_t r0, uint32_t n)
+{
+    const struct hr_attn_ctx *c = t->c;
+    const uint32_t G = c->group;
+    for (uint32_t r = r0; r < r0 + n; r++) {
+        const int32_t pos = pos0 + (int32_t)(r / G);
+        /* Valid keys: lo <= key <= pos (lo from the window). */
+        int32_t lo = c->window ? pos - (int32_t)c->window + 1 : 0;
+        int64_t jlo = (int64_t)lo - k0, jhi = (int64_t)pos - k0; /* inclusive, in block */
+        if (jlo < 0)
+            jlo = 0;
+        if (jhi > HR_ATTN_KEYS - 1)
+            jhi = HR_ATTN_KEYS - 1;
+        float *s = t->s + (size_t)r * HR_ATTN_KEYS;
+#if defined(__AVX512F__)
+        const uint32_t bits = (uint32_t)(((2ull << jhi) - 1) & ~((1ull << jlo) - 1));
+        const __mmask16 v0 = (__mmask16)bits, v1 = (__mmask16)(bits >> 16);
+        const __m512 sc = _mm512_set1_ps(c->scale), ninf = _mm512_set1_ps(-INFINITY);
+        __m512 s0 = _mm512_mask_blend_ps(v0, ninf, _mm512_mul_ps(_mm512_load_ps(s), sc));
+        __m512 s1 = _mm512_mask_blend_ps(v1, ninf, _mm512_mul_ps(_mm512_load_ps(s + 16), sc));
+        const float mt = _mm512_reduce_max_ps(_mm512_max_ps(s0, s1));
+        const float m_new = mt > t->m[r] ? mt : t->m[r];
+        const __m512 mv = _mm512_set1_ps(m_new);
+        const __m512 p0 = _mm512_maskz_mov_ps(v0, exp512(_mm512_sub_ps(s0, mv)));
+        const __m512 p1 = _mm512_maskz_mov_ps(v1, exp512(_mm512_sub_ps(s1, mv)));
+        /* exp(0) is exactly 1: no call when the maximum stands (most blocks). */
+        const float corr = m_new == t->m[r] ? 1.0f : expf(t->m[r] - m_new);
+        t->l[r] = t->l[r] * corr + _mm512_reduce_add_ps(_mm512_add_ps(p0, p1));
+        _mm512_store_ps(s, p0);
+        _mm512_store_ps(s + 16, p1);
+#else
+        float mt = -INFINITY;
+        for (int64_t j = 0; j < HR_ATTN_KEYS; j++) {
+            s[j] = j >= jlo && j <= jhi ? s[j] * c->scale : -INFINITY;
+            mt = s[j] > mt ? s[j] : mt;
+        }
+        const float m_new = mt > t->m[r] ? mt : t->m[r];
+        float sum = 0.0f;
+        for (int64_t j = 0; j < HR_ATTN_KEYS; j++) {
+            s[j] = j >= jlo && j <= jhi ? expf(s[j] - m_new) : 0.0f;
+            sum += s[j];
+        }
+        const float corr = m_new == t->m[r] ? 1.0f : expf(t->m[r] - m_new);
+        t->l[r] = t->l[r] * corr + sum;
+#endif
+        t->corr[r] = corr;
+        t->m[r] = m_new;
+    }
+}
+
+/* acc of rows r0 .. r0 + n - 1 = acc x corr + P . V. */
+static void accumulate(const struct tile *t, uint32_t r0, uint32_t n)
+{
+    const uint32_t hd = t->hd;
+    uint32_t i0 = 0;
+#if defined(__AVX512F__)
+    for (; i0 + 16 <= hd; i0 += 64) {
+        const uint32_t W = (hd - i0) / 16 < 4 ? (hd - i0) / 16 : 4;
+        for (uint32_t i = 0; i < n; i += PV_R) {
+            const uint32_t k = n - i < PV_R ? n - i : PV_R, r = r0 + i;
+            const float *p = t->s + (size_t)r * HR_ATTN_KEYS, *cr = t->corr + r;
+            float *a = t->acc + (size_t)r * hd;
+#define PV_CASE(R)                                                                                 \
+    case R:                                                                                        \
+        if (W == 4)                                                                                \
+            pv_f32(t->vt, hd, i0, p, cr, a, R, 4);                                                 \
+        else if (W == 3)                                                                           \
+            pv_f32(t->vt, hd, i0, p, cr, a, R, 3);                                                 \
+        else if (W == 2)                                                                           \
+            pv_f32(t->vt, hd, i0, p, cr, a, R, 2);                                                 \
+        else                                                                                       \
+            pv_f32(t->vt, hd, i0, p, cr, a, R, 1);                                                 \
+        break;
+            switch (k) {
+                PV_CASE(1)
+                PV_CASE(2)
+                PV_CASE(3)
+            default:
+                PV_CASE(4)
+            }
+#undef PV_CASE
+        }
+        if (W < 4) {
+            i0 += 16 * W;
+            break;
+        }
+    }
+#endif
+    for (uint32_t r = r0; r < r0 + n; r++) /* plain C: the dims SIMD did not cover */
+        for (uint32_t i = i0; i < hd; i++) {
+            float a = t->acc[(size_t)r * hd + i] * t->corr[r];
+            for (uint32_t j = 0; j < HR_ATTN_KEYS; j++)
+                a = fmaf(t->s[(size_t)r * HR_ATTN_KEYS + j], t->vt[(size_t)j * hd + i], a);
+            t->acc[(size_t)r * hd + i] = a;
+        }
+}
+
+/* Loads keys k0 .. k0 + 31 (the part below n_keys; the rest is zeroed) of
+ * the call's KV head. */
+static void load_block(const struct tile *t, uint32_t kv_head, uint32_t k0, uint32_t n_keys)
+{
+    const struct hr_attn_ctx *c = t->c;
+    const uint32_t hd = t->hd, bt = c->block_tokens;
+    const size_t hb = hr_kv_head_bytes(c->kv), rb = hr_kv_row_bytes(t->type, hd);
+    const size_t esz = t->type == HR_GGML_F32 ? 4 : 2;
+    for (uint32_t h = 0; h < 2; h++) {
+        const uint32_t kh = k0 + h * HR_ATTN_TILE;
+        float *vt = t->vt + (size_t)h * HR_ATTN_TILE * hd;
+        const uint32_t n = kh >= n_keys ? 0 : n_keys - kh < HR_ATTN_TILE ? n_keys - kh : HR_ATTN_TILE;
+        if (n == 0) { /* scores are masked; V must be zeros, not garbage */
+            if (t->quant)
+                memset(t->ku + (size_t)h * HR_ATTN_TILE * hd, 0, (size_t)HR_ATTN_TILE * hd);
+            else
+                memset(t->kt + (size_t)h * HR_ATTN_TILE * hd, 0, (size_t)HR_ATTN_TILE * hd * 4);
+            memset(vt, 0, (size_t)HR_ATTN_TILE * hd * sizeof(float));
+            continue;
+        }
+        const int32_t b = c->blocks[kh / bt];
+        const uint32_t o = kh % bt;
+        const uint8_t *kbase = (const uint8_t *)hr_kv_block_k(c->kv, b, c->layer) + kv_head * hb;
+        const uint8_t *vbase = (const uint8_t *)hr_kv_block_v(c->kv, b, c->layer) + kv_head * hb;
+        if (t->quant) {
+            load_k_quant(kbase + o * rb, t->type, hd, rb, t->ku + (size_t)h * HR_ATTN_TILE * hd,
+                         t->dk + (size_t)h * hd / 32 * 16);
+            load_v_quant(vbase + o * rb, t->type, hd, rb, n, vt);
+        } else {
+            load_tiles(kbase + o * esz, vbase + (size_t)o * hd * esz, t->type == HR_GGML_F32, hd,
+                       bt, t->kt + (size_t)h * HR_ATTN_TILE * hd, vt);
+        }
+        if (n < HR_ATTN_TILE) /* slots not yet written may hold NaN bit patterns */
+            memset(vt + (size_t)n * hd, 0, (size_t)(HR_ATTN_TILE - n) * hd * sizeof(float));
+    }
+}
+
+/* The first key block a row at `pos` visits. */
+static uint32_t first_block(const struct hr_attn_ctx *c, int32_t pos)
+{
+    if (!c->window || pos < (int32_t)c->window)
+        return 0;
+    return (uint32_t)(pos - (int32_t)c->window + 1) / HR_ATTN_KEYS * HR_ATTN_KEYS;
+}
+
+uint64_t hr_attn_cost(const struct hr_attn_ctx *c, int32_t pos0, uint32_t nq)
+{
+    uint64_t keys = 0;
+    for (uint32_t t = 0; t < nq; t++) {
+        const int32_t pos = pos0 + (int32_t)t;
+        keys += (uint64_t)pos / HR_ATTN_KEYS * HR_ATTN_KEYS + HR_ATTN_KEYS - first_block(c, pos);
+    }
+    /* Per-call fixed work (query setup, output) counts as a few blocks. */
+    return (keys + 4 * HR_ATTN_KEYS) * c->group;
+}
+
 void hr_attention(const struct hr_attn_ctx *c, uint32_t kv_head, const float *q, size_t q_stride,
                   int32_t pos0, uint32_t nq, float *out, size_t out_stride, void *scratch)
 {
-    const uint32_t hd = c->head_dim, bt = c->block_tokens, G = c->group, rows = nq * G;
-    const enum hr_ggml_type type = hr_kv_type(c->kv);
-    const bool quant = is_quant(type);
-    const int f32 = type == HR_GGML_F32;
-    const size_t hb = hr_kv_head_bytes(c->kv), esz = f32 ? 4 : 2;
-    const size_t rb = hr_kv_row_bytes(type, hd); /* quantized: one token's row */
-    const int32_t koff = type == HR_GGML_Q8_0 ? 128 : 8;
-    float *kt = scratch, *vt = kt + (size_t)HR_ATTN_TILE * hd;
-    float *acc = vt + (size_t)HR_ATTN_TILE * hd, *m = acc + (size_t)rows * hd, *l = m + rows;
-    uint8_t *ku = (uint8_t *)kt, *qq = (uint8_t *)(l + rows);
-    float *dk = (float *)(ku + (size_t)HR_ATTN_TILE * hd);
+    const uint32_t hd = c->head_dim, G = c->group, rows = nq * G;
+    struct tile t = {.c = c, .type = hr_kv_type(c->kv), .hd = hd, .rows = rows};
+    t.quant = is_quant(t.type);
+    t.koff = t.type == HR_GGML_Q8_0 ? 128 : 8;
+    t.kt = scratch;
+    t.vt = t.kt + (size_t)HR_ATTN_KEYS * hd;
+    t.s = t.vt + (size_t)HR_ATTN_KEYS * hd;
+    const float **qr = (const float **)(t.s + (size_t)max_rows(G) * HR_ATTN_KEYS);
+    t.acc = (float *)(qr + max_rows(G));
+    t.m = t.acc + (size_t)max_rows(G) * hd;
+    t.l = t.m + max_rows(G);
+    t.corr = t.l + max_rows(G);
+    t.qq = (uint8_t *)(t.corr + max_rows(G));
+    t.ku = (uint8_t *)t.kt;
+    t.dk = (float *)(t.ku + (size_t)HR_ATTN_KEYS * hd);
+
     for (uint32_t r = 0; r < rows; r++) {
-        m[r] = -INFINITY;
-        l[r] = 0.0f;
-        if (quant)
-            quantize_query(q + (size_t)(r / G) * q_stride + (size_t)(r % G) * hd, hd,
-                           qq + (size_t)r * qrow_bytes(hd));
+        qr[r] = q + (size_t)(r / G) * q_stride + (size_t)(r % G) * hd;
+        /* A sink is the softmax's initial state: m = sink, l = exp(0). */
+        const float *sink = c->sinks ? c->sinks + (size_t)kv_head * G + r % G : NULL;
+        t.m[r] = sink ? *sink : -INFINITY;
+        t.l[r] = sink ? 1.0f : 0.0f;
+        if (t.quant)
+            quantize_query(qr[r], hd, t.qq + (size_t)r * qrow_bytes(hd));
     }
-    memset(acc, 0, (size_t)rows * hd * sizeof(float));
-    const uint32_t n_keys = (uint32_t)pos0 + nq;
-    for (uint32_t k0 = 0; k0 < n_keys; k0 += HR_ATTN_TILE) {
-        const int32_t b = c->blocks[k0 / bt];
-        const uint32_t o = k0 % bt;
-        const uint8_t *kbase = (const uint8_t *)hr_kv_block_k(c->kv, b, c->layer) + kv_head * hb;
-        const uint8_t *vbase = (const uint8_t *)hr_kv_block_v(c->kv, b, c->layer) + kv_head * hb;
-        if (quant) {
-            const uint32_t n_tile = n_keys - k0 < HR_ATTN_TILE ? n_keys - k0 : HR_ATTN_TILE;
-            load_k_quant(kbase + o * rb, type, hd, rb, ku, dk);
-            load_v_quant(vbase + o * rb, type, hd, rb, n_tile, vt);
-        } else {
-            load_tiles(kbase + o * esz, vbase + (size_t)o * hd * esz, f32, hd, bt, kt, vt);
+    memset(t.acc, 0, (size_t)rows * hd * sizeof(float));
+
+    const int32_t last = pos0 + (int32_t)nq - 1;
+    const uint32_t n_keys = (uint32_t)last + 1;
+    for (uint32_t k0 = first_block(c, pos0); k0 < n_keys; k0 += HR_ATTN_KEYS) {
+        /* Rows with some valid key here: tokens from the first at or after
+         * k0 (causal) to the last whose window still reaches k0 + 31. */
+        uint32_t t_lo = (int32_t)k0 > pos0 ? k0 - (uint32_t)pos0 : 0, t_hi = nq;
+        if (c->window) {
+            const int64_t reach = (int64_t)k0 + HR_ATTN_KEYS - 1 + c->window - 1 - pos0;
+            t_hi = reach < 0 ? 0 : reach + 1 < (int64_t)nq ? (uint32_t)(reach + 1) : nq;
         }
-        for (uint32_t r = 0; r < rows; r++) {
-            const uint32_t t = r / G, h = r % G;
-            const int32_t pos = pos0 + (int32_t)t;
-            if ((int32_t)k0 > pos)
-                continue; /* wholly past this row: contributes nothing */
-            uint32_t n_valid = (uint32_t)pos + 1 - k0;
-            if (n_valid > HR_ATTN_TILE)
-                n_valid = HR_ATTN_TILE;
-            const float *qr = q + (size_t)t * q_stride + (size_t)h * hd;
-            float *ar = acc + (size_t)r * hd;
-            const uint8_t *qqr = quant ? qq + (size_t)r * qrow_bytes(hd) : NULL;
-#if defined(__AVX512F__)
-            __m512 s = _mm512_setzero_ps();
-            if (quant) {
-#if defined(__AVX512VNNI__)
-                s = scores_quant_vnni(ku, dk, qqr, hd, koff);
-#else
-                float sq[HR_ATTN_TILE];
-                scores_quant_ref(ku, dk, qqr, hd, koff, sq);
-                s = _mm512_loadu_ps(sq);
-#endif
-            } else {
-                for (uint32_t d = 0; d < hd; d++)
-                    s = _mm512_fmadd_ps(_mm512_set1_ps(qr[d]), _mm512_loadu_ps(kt + (size_t)d * 16),
-                                        s);
-            }
-            s = _mm512_mul_ps(s, _mm512_set1_ps(c->scale));
-            const __mmask16 valid = (__mmask16)((1u << n_valid) - 1u);
-            s = _mm512_mask_blend_ps(valid, _mm512_set1_ps(-INFINITY), s);
-            const float mt = _mm512_reduce_max_ps(s);
-            const float m_new = mt > m[r] ? mt : m[r];
-            const float corr = expf(m[r] - m_new);
-            __m512 p = _mm512_maskz_mov_ps(valid, exp512(_mm512_sub_ps(s, _mm512_set1_ps(m_new))));
-            l[r] = l[r] * corr + _mm512_reduce_add_ps(p);
-            float pj[16];
-            _mm512_storeu_ps(pj, p);
-            const __m512 cv = _mm512_set1_ps(corr);
-            uint32_t i = 0;
-            for (; i + 16 <= hd; i += 16) {
-                __m512 a = _mm512_mul_ps(_mm512_loadu_ps(ar + i), cv);
-                for (uint32_t j = 0; j < n_valid; j++)
-                    a = _mm512_fmadd_ps(_mm512_set1_ps(pj[j]),
-                                        _mm512_loadu_ps(vt + (size_t)j * hd + i), a);
-                _mm512_storeu_ps(ar + i, a);
-            }
-            for (; i < hd; i++) { /* head dims that are not a multiple of 16 */
-                float a = ar[i] * corr;
-                for (uint32_t j = 0; j < n_valid; j++)
-                    a = fmaf(pj[j], vt[(size_t)j * hd + i], a);
-                ar[i] = a;
-            }
-            m[r] = m_new;
-#else
-            float s[HR_ATTN_TILE], mt = -INFINITY;
-            if (quant)
-                scores_quant_ref(ku, dk, qqr, hd, koff, s);
-            for (uint32_t j = 0; j < HR_ATTN_TILE; j++) {
-                float dot = 0.0f;
-                if (quant)
-                    dot = s[j];
-                else
-                    for (uint32_t d = 0; d < hd; d++)
-                        dot += qr[d] * kt[(size_t)d * HR_ATTN_TILE + j];
-                s[j] = j < n_valid ? dot * c->scale : -INFINITY;
-                if (s[j] > mt)
-                    mt = s[j];
-            }
-            const float m_new = mt > m[r] ? mt : m[r];
-            const float corr = expf(m[r] - m_new);
-            float sum = 0.0f;
-            for (uint32_t j = 0; j < HR_ATTN_TILE; j++) {
-                s[j] = j < n_valid ? expf(s[j] - m_new) : 0.0f;
-                sum += s[j];
-            }
-            l[r] = l[r] * corr + sum;
-            for (uint32_t i = 0; i < hd; i++) {
-                float a = ar[i] * corr;
-                for (uint32_t j = 0; j < n_valid; j++)
-                    a += s[j] * vt[(size_t)j * hd + i];
-                ar[i] = a;
-            }
-            m[r] = m_new;
-#endif
-        }
+        if (t_lo >= t_hi)
+            continue;
+        load_block(&t, kv_head, k0, n_keys);
+        const uint32_t r0 = t_lo * G, n = (t_hi - t_lo) * G;
+        scores(&t, qr, r0, n);
+        softmax_rows(&t, pos0, k0, r0, n);
+        accumulate(&t, r0, n);
     }
     for (uint32_t r = 0; r < rows; r++) {
-        const uint32_t t = r / G, h = r % G;
-        float *dst = out + (size_t)t * out_stride + (size_t)h * hd;
-        const float inv = 1.0f / l[r];
+        float *dst = out + (size_t)(r / G) * out_stride + (size_t)(r % G) * hd;
+        const float inv = 1.0f / t.l[r];
         for (uint32_t i = 0; i < hd; i++)
-            dst[i] = acc[(size_t)r * hd + i] * inv;
+            dst[i] = t.acc[(size_t)r * hd + i] * inv;
     }
 }

@@ -1,19 +1,26 @@
 /*
- * attention.h - causal attention over the paged KV cache, flash style.
+ * attention.h - causal attention over the paged KV cache as a tiled GEMM.
  *
- * One call handles a block of consecutive query tokens of one sequence and
- * the `group` query heads that share one KV head (GQA), so every K/V tile
- * loaded from the cache is used by all of those rows. Keys are streamed in
- * tiles of 16 with an online softmax: per row, a running maximum m, a
- * running sum l of exp(s - m) and a running output acc; when a tile raises
- * the maximum, l and acc are rescaled by exp(m_old - m_new). The
- * [heads x q_len x kv_len] score matrix never exists: scratch is
- * O(rows x (16 + head_dim)) per thread, independent of the KV length.
+ * One call handles a query tile: a block of consecutive query tokens of one
+ * sequence times the `group` query heads that share one KV head (GQA), up to
+ * 64 rows. Keys are streamed in KV blocks of 32 (aligned to absolute
+ * positions), each loaded once and used by every row of the tile:
+ * S = Q K^T and acc += P V are register-blocked micro-kernels (6 rows x 32
+ * keys, 4 rows x 64 dims of accumulators), with an online softmax between
+ * them: per row, a running maximum m, a running sum l of exp(s - m) and a
+ * running output acc; when a block raises the maximum, l and acc are
+ * rescaled by exp(m_old - m_new). The [heads x q_len x kv_len] score matrix
+ * never exists: scratch is O(rows x (32 + head_dim)) per thread, independent
+ * of the KV length (hr_attn_scratch_bytes, part of the plan). Blocks wholly
+ * after a row (causal) or wholly behind its window are skipped.
  *
- * Exactness: a row's result depends only on its own query and keys, never
- * on which other rows share the call (tiles past a row's position are
- * skipped, masked lanes contribute exact zeros), so ragged batches and
- * chunked prefill give bit-identical results to a sequence run alone.
+ * Exactness: a row's result depends only on its own query, position and
+ * keys, never on which other rows share the call: the blocks it visits are
+ * fixed by its position, and inside a block its arithmetic is the same
+ * sequence of operations whatever rows are blocked with it (masked keys
+ * carry p = 0 exactly; V rows past the sequence are zeroed), so ragged
+ * batches and chunked prefill give bit-identical results to a sequence run
+ * alone. The thread split (hr_attn_cost) therefore cannot change results.
  *
  * Quantized caches (Q8_0, Q4_0) follow ggml-cpu's flash attention: each
  * query row is quantized to Q8_0 once per call, scores are integer block dot
@@ -34,8 +41,10 @@
  * so both engines quantize the same numbers.
  *
  * Cost per row: (pos + 1) x head_dim x 2 multiply-adds plus one exp per key;
- * AVX-512 when the build has it (VNNI for the quantized scores), plain C
- * otherwise (same algorithm, same results for the quantized scores).
+ * f32 FMAs on K and V converted from f16 once per block (exact), i.e. more
+ * precise than ggml-cpu's f16 accumulation. AVX-512 when the build has it
+ * (VNNI for the quantized scores), plain C otherwise (same algorithm, same
+ * results for the quantized scores).
  */
 #ifndef HR_ENGINE_ATTENTION_H
 #define HR_ENGINE_ATTENTION_H
@@ -46,7 +55,7 @@
 #include "engine/kv-cache.h"
 #include "gguf/ggml-types.h"
 
-#define HR_ATTN_TILE 16
+#define HR_ATTN_TILE 16 /* keys per load (half a KV block); block_tokens % 16 == 0 */
 
 struct hr_attn_ctx {
     struct hr_kv_pool *kv;
@@ -56,11 +65,26 @@ struct hr_attn_ctx {
     uint32_t block_tokens;
     uint32_t group;        /* query heads per KV head */
     float scale;           /* 1 / sqrt(head_dim) */
+    /* 0: full causal. Else a sliding window (llama.cpp's
+     * LLAMA_SWA_TYPE_STANDARD): the query at position p sees keys
+     * max(0, p - window + 1) .. p, i.e. key p0 is masked iff p - p0 >= window. */
+    uint32_t window;
+    /* NULL, or the layer's n_head sink logits (attention sinks, gpt-oss),
+     * indexed by the global query head kv_head x group + g: each row's
+     * softmax denominator gains exp(sink - m); the sink carries no value.
+     * Borrowed; must outlive the call. */
+    const float *sinks;
 };
 
 /* Query tokens per call for a GQA group size (rows = tokens x group <= 64,
  * at least one token). */
 uint32_t hr_attn_block_tokens(uint32_t group);
+
+/* The work of one hr_attention call, in arbitrary units proportional to its
+ * multiply-adds (rows x keys visited, plus a fixed part): the engine splits
+ * calls over threads by this, since causal tiles late in a sequence cost
+ * far more than early ones. */
+uint64_t hr_attn_cost(const struct hr_attn_ctx *c, int32_t pos0, uint32_t nq);
 
 /* Scratch bytes one thread needs for a cache of `kv_type`. */
 size_t hr_attn_scratch_bytes(enum hr_ggml_type kv_type, uint32_t head_dim, uint32_t group);

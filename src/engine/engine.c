@@ -2,8 +2,12 @@
  * engine.c - the forward pass of llama-family models on the CPU; see engine.h.
  *
  * One step is one hr_pool_run: every thread walks the same list of
- * operations (embedding, then per layer: norm, Q/K/V, RoPE, KV store,
- * attention, output projection, norm, gate/up, SwiGLU, down projection;
+ * operations (embedding, then per layer: norm, the layer's token-mixer kind
+ * - attention: Q/K/V, RoPE, KV store, attention, output projection; or, in
+ * hybrid models, the Gated DeltaNet over the sequence's state slot
+ * (deltanet_mixer, deltanet.h) - then norm, then the layer's FFN kind - dense
+ * (gate/up, SwiGLU, down) or a mixture of experts (moe_ffn: router, top-k,
+ * one GEMM per chosen expert over its tokens, optional shared expert);
  * then the final norm and the logits), splitting each by rows and meeting
  * at a barrier between operations, the way ggml walks its graph. All
  * buffers are views into the step arena at offsets from hr_plan_layout.
@@ -30,6 +34,8 @@
 #include "base/fp16.h"
 #include "base/log.h"
 #include "engine/attention.h"
+#include "engine/deltanet.h"
+#include "engine/state-pool.h"
 #include "engine/threadpool.h"
 #include "kernels/matmul.h"
 
@@ -45,6 +51,7 @@ struct seq_info {
     uint32_t pos0;        /* position of its first token (= KV length before the step) */
     uint32_t first_logit; /* its first logit row */
     uint32_t n_logits;
+    float *state;         /* its recurrent state slot (hybrid models), else NULL */
 };
 
 struct hr_engine {
@@ -53,13 +60,17 @@ struct hr_engine {
     struct hr_plan_dims dims;
     struct hr_pool *pool;
     struct hr_kv_pool *kv;
+    struct hr_state_pool *state; /* recurrent state slots (empty without recurrent layers) */
     uint8_t *arena;
     uint64_t arena_cap;
     uint64_t high_water;
     struct seq_info *seqs; /* max_step_tokens entries, fixed at init */
     int32_t *logit_rows;   /* token index of each logit row; max_step_logits entries */
     float theta_scale;     /* powf(rope_base, -2 / n_rot) */
-    float freq_scale;      /* 1 / linear factor */
+    float freq_scale;      /* 1 / linear or YaRN factor */
+    float ext_factor;      /* YaRN: extrapolation mix (0: plain RoPE) */
+    float attn_factor;     /* YaRN: magnitude scale of cos/sin (before the mscale) */
+    float corr_dims[2];    /* YaRN: the ramp's start and end dimension pairs */
     /* The step being run (valid inside hr_engine_step only). */
     struct hr_plan plan;
     uint32_t n_seqs, n_tokens, n_logits;
@@ -79,6 +90,39 @@ static void *view(struct hr_engine *e, uint64_t off, uint64_t bytes)
 }
 
 /* ---- init -------------------------------------------------------------- */
+
+/* ggml_rope_yarn_corr_dim: the dimension whose wavelength fits n_rot_turns
+ * turns into the original context. */
+static float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot_turns, float base)
+{
+    return n_dims * logf(n_ctx_orig / (n_rot_turns * 2 * (float)M_PI)) / (2 * logf(base));
+}
+
+/* YaRN's constants as llama.cpp derives them (llama-context.cpp: ext_factor 1
+ * for yarn scaling unless the metadata sets it; attn_factor = mscale(factor)
+ * / (1 + 0.1 ln factor) x rope.scaling.attn_factor, so that ggml's rope,
+ * which multiplies by (1 + 0.1 ln factor) again, scales by mscale; ggml's
+ * corr dims from beta_fast and beta_slow). */
+static void yarn_init(struct hr_engine *e)
+{
+    const struct hr_hparams *hp = &e->m->hp;
+    e->ext_factor = hp->yarn_ext_factor >= 0.0f ? hp->yarn_ext_factor
+                    : hp->rope_scaling == HR_ROPE_SCALING_YARN ? 1.0f
+                                                                : 0.0f;
+    e->attn_factor = 1.0f;
+    if (e->ext_factor != 0.0f) {
+        const float factor = 1.0f / e->freq_scale;
+        e->attn_factor = factor <= 1.0f ? 1.0f : 0.1f * 1.0f * logf(factor) + 1.0f;
+        e->attn_factor *= 1.0f / (1.0f + 0.1f * logf(factor));
+    }
+    e->attn_factor *= hp->yarn_attn_factor;
+    const int n_dims = (int)hp->n_rot, n_ctx_orig = (int)hp->rope_orig_ctx;
+    const float base = hp->rope_base;
+    const float start = floorf(yarn_corr_dim(n_dims, n_ctx_orig, hp->yarn_beta_fast, base));
+    const float end = ceilf(yarn_corr_dim(n_dims, n_ctx_orig, hp->yarn_beta_slow, base));
+    e->corr_dims[0] = start > 0.0f ? start : 0.0f;
+    e->corr_dims[1] = end < (float)(n_dims - 1) ? end : (float)(n_dims - 1);
+}
 
 /* Records `t` in a set of at most 4 distinct weight types; false when full. */
 static bool add_type(enum hr_ggml_type *set, uint32_t *n, enum hr_ggml_type t)
@@ -115,8 +159,10 @@ enum hr_status hr_engine_init(const struct hr_model *m, const struct hr_engine_c
     e->m = m;
     e->cfg = cfg;
     const struct hr_hparams *hp = &m->hp;
+    /* KV only for the attention layers: a hybrid model's recurrent layers
+     * keep their state in the state pool instead. */
     struct hr_kv_config kc = {
-        .n_layer = hp->n_layer,
+        .n_layer = m->n_attn_layers,
         .n_head_kv = hp->n_head_kv,
         .head_dim = hp->head_dim_k,
         .block_tokens = cfg.kv_block_tokens,
@@ -129,8 +175,16 @@ enum hr_status hr_engine_init(const struct hr_model *m, const struct hr_engine_c
     d->n_head_kv = hp->n_head_kv;
     d->head_dim = hp->head_dim_k;
     d->n_rot = hp->n_rot;
-    d->n_ff = hp->n_ff;
+    const struct hr_moe *mo = &m->moe;
+    d->n_ff = mo->n_expert ? mo->n_ff_shexp : hp->n_ff; /* width of the gate/up buffers */
+    d->n_expert = mo->n_expert;
+    d->n_expert_used = mo->n_expert_used;
+    d->n_ff_exp = mo->n_ff_exp;
     d->n_vocab = hp->n_vocab;
+    d->attn_gated = m->attn_gated;
+    d->dn_conv_dim = m->dn.conv_dim;
+    d->dn_value_dim = m->dn.value_dim;
+    d->dn_n_v_heads = m->dn.n_v_heads;
     d->n_threads = (uint32_t)cfg.n_threads;
     d->attn_scratch_bytes = hr_attn_scratch_bytes(cfg.kv_type, hp->head_dim_k,
                                                   hp->n_head / hp->n_head_kv);
@@ -138,11 +192,30 @@ enum hr_status hr_engine_init(const struct hr_model *m, const struct hr_engine_c
     bool types_ok = true;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const struct hr_layer *L = &m->layers[l];
-        const struct hr_weight *in_embd[] = {&L->wq, &L->wk, &L->wv, &L->w_gate, &L->w_up};
-        for (size_t i = 0; i < 5; i++)
-            types_ok &= add_type(d->types_embd, &d->n_types_embd, in_embd[i]->type);
-        types_ok &= add_type(d->types_q, &d->n_types_q, L->wo.type);
-        types_ok &= add_type(d->types_ff, &d->n_types_ff, L->w_down.type);
+        const struct hr_weight *in_embd[] = {&L->wq,         &L->wk,        &L->wv,
+                                             &L->w_gate,     &L->w_up,      &L->gate_inp,
+                                             &L->gate_shexp, &L->up_shexp,  &L->ssm_qkv,
+                                             &L->ssm_z,      &L->ssm_beta,  &L->ssm_alpha,
+                                             &L->ssm_ba};
+        for (size_t i = 0; i < sizeof(in_embd) / sizeof(in_embd[0]); i++)
+            if (in_embd[i]->data)
+                types_ok &= add_type(d->types_embd, &d->n_types_embd, in_embd[i]->type);
+        if (L->wo.data)
+            types_ok &= add_type(d->types_q, &d->n_types_q, L->wo.type);
+        if (L->ssm_out.data)
+            types_ok &= add_type(d->types_dn_out, &d->n_types_dn_out, L->ssm_out.type);
+        if (L->w_down.data)
+            types_ok &= add_type(d->types_ff, &d->n_types_ff, L->w_down.type);
+        if (L->down_shexp.data)
+            types_ok &= add_type(d->types_ff, &d->n_types_ff, L->down_shexp.type);
+        if (L->ffn_kind == HR_FFN_MOE) {
+            types_ok &= add_type(d->types_exp_in, &d->n_types_exp_in, L->gate_exps.type);
+            if (L->up_exps.data) {
+                types_ok &= add_type(d->types_exp_in, &d->n_types_exp_in, L->up_exps.type);
+                d->exp_up_own_act |= L->up_exps.type != L->gate_exps.type;
+            }
+            types_ok &= add_type(d->types_exp_ff, &d->n_types_exp_ff, L->down_exps.type);
+        }
     }
     if (!types_ok) {
         free(e);
@@ -152,11 +225,22 @@ enum hr_status hr_engine_init(const struct hr_model *m, const struct hr_engine_c
     d->type_out = m->output.type;
 
     e->theta_scale = powf(hp->rope_base, -2.0f / (float)hp->n_rot);
-    e->freq_scale = hp->rope_scaling == HR_ROPE_SCALING_LINEAR ? 1.0f / hp->rope_factor : 1.0f;
+    e->freq_scale = hp->rope_scaling == HR_ROPE_SCALING_LINEAR ||
+                            hp->rope_scaling == HR_ROPE_SCALING_YARN
+                        ? 1.0f / hp->rope_factor
+                        : 1.0f;
+    yarn_init(e);
 
+    /* One state slot per sequence that may run at once (the state category). */
+    if (!cfg.n_state_slots)
+        cfg.n_state_slots = cfg.max_step_logits;
+    e->cfg.n_state_slots = cfg.n_state_slots;
+    const uint64_t slot_floats = (uint64_t)m->dn.n_layers * (m->dn.conv_floats + m->dn.ssm_floats);
     enum hr_status st;
     if ((st = hr_pool_init(cfg.n_threads, &e->pool, err)) != HR_OK ||
-        (st = hr_kv_pool_init(&kc, &e->kv, err)) != HR_OK) {
+        (st = hr_kv_pool_init(&kc, &e->kv, err)) != HR_OK ||
+        (st = hr_state_pool_init(slot_floats ? cfg.n_state_slots : 0, slot_floats, &e->state,
+                                 err)) != HR_OK) {
         hr_engine_free(e);
         return st;
     }
@@ -185,6 +269,7 @@ void hr_engine_free(struct hr_engine *e)
         return;
     hr_pool_free(e->pool);
     hr_kv_pool_free(e->kv);
+    hr_state_pool_free(e->state);
     if (e->arena)
         munmap(e->arena, e->arena_cap);
     free(e->seqs);
@@ -194,6 +279,11 @@ void hr_engine_free(struct hr_engine *e)
 
 const struct hr_model *hr_engine_model(const struct hr_engine *e) { return e->m; }
 struct hr_kv_pool *hr_engine_kv_pool(struct hr_engine *e) { return e->kv; }
+struct hr_state_pool *hr_engine_state_pool(struct hr_engine *e) { return e->state; }
+uint64_t hr_engine_state_bytes(const struct hr_engine *e)
+{
+    return hr_state_pool_bytes(e->state);
+}
 const struct hr_plan_dims *hr_engine_plan_dims(const struct hr_engine *e) { return &e->dims; }
 int hr_engine_n_threads(const struct hr_engine *e) { return e->cfg.n_threads; }
 uint64_t hr_engine_arena_high_water(const struct hr_engine *e) { return e->high_water; }
@@ -216,6 +306,12 @@ enum hr_status hr_engine_seq_init(struct hr_engine *e, struct hr_kv_seq *seq, ui
                                   struct hr_err *err)
 {
     return hr_kv_seq_init(seq, max_tokens, e->cfg.kv_block_tokens, err);
+}
+
+void hr_engine_seq_free(struct hr_engine *e, struct hr_kv_seq *seq)
+{
+    hr_state_release(e->state, seq);
+    hr_kv_seq_free(seq, e->kv);
 }
 
 void hr_engine_step_shape(const struct hr_engine *e, const struct hr_step *step,
@@ -258,7 +354,10 @@ static void rms_norm_row(const float *x, const float *w, float *y, uint32_t n, f
         y[i] = (x[i] * scale) * w[i];
 }
 
-/* cos/sin pairs for one position, as ggml_rope_cache_init computes them. */
+/* cos/sin pairs for one position, as ggml_rope_cache_init computes them
+ * (rope_yarn: with YaRN, each pair's angle mixes the interpolated and the
+ * extrapolated one along a ramp over the dimension pairs, and cos/sin are
+ * scaled by the magnitude correction). */
 static void rope_cache_row(const struct hr_engine *e, int32_t pos, float *cache)
 {
     const struct hr_model *m = e->m;
@@ -266,9 +365,18 @@ static void rope_cache_row(const struct hr_engine *e, int32_t pos, float *cache)
     float theta = (float)pos;
     for (uint32_t i0 = 0; i0 < m->hp.n_rot; i0 += 2) {
         const float f = ff ? ff[i0 / 2] : 1.0f;
-        const float t = e->freq_scale * (theta / f);
-        cache[i0] = cosf(t);
-        cache[i0 + 1] = sinf(t);
+        const float extrap = theta / f;
+        float t = e->freq_scale * extrap, mscale = e->attn_factor;
+        if (e->ext_factor != 0.0f) {
+            const float lo = e->corr_dims[0], hi = e->corr_dims[1];
+            float y = ((float)(i0 / 2) - lo) / (hi - lo > 0.001f ? hi - lo : 0.001f);
+            y = y < 0.0f ? 0.0f : y > 1.0f ? 1.0f : y;
+            const float ramp_mix = (1 - y) * e->ext_factor;
+            t = t * (1 - ramp_mix) + extrap * ramp_mix;
+            mscale *= 1.0f + 0.1f * logf(1.0f / e->freq_scale);
+        }
+        cache[i0] = cosf(t) * mscale;
+        cache[i0 + 1] = sinf(t) * mscale;
         theta *= e->theta_scale;
     }
 }
@@ -305,6 +413,13 @@ struct fwd {
     float *rope, *x, *xn, *q, *k, *v, *attn, *gate, *up, *out_x, *logits;
     void *act;
     uint8_t *attn_scr;
+    /* MoE (plan.h) */
+    float *moe_logits, *moe_w, *moe_shg, *moe_x, *moe_gu, *moe_h;
+    int32_t *moe_sel, *moe_row, *moe_tok;
+    uint32_t *moe_off;
+    uint8_t *moe_act;
+    /* gated attention and the Gated DeltaNet (plan.h) */
+    float *qg, *qgate, *dn_qkv, *dn_z, *dn_beta, *dn_g, *dn_conv, *dn_o;
 };
 
 /* Y = X W^T over m rows: both phases, with the barrier between them. */
@@ -338,17 +453,609 @@ static void add_bias(float *y, const struct hr_weight *b, uint32_t n)
         y[i] += bb[i];
 }
 
+/* ---- the FFN layer kinds ----------------------------------------------- */
+
+/* xn <- down(silu(gate xn) * up xn) over the step's T rows, F wide: the dense
+ * FFN, and the shared expert of a MoE layer. Ends after a barrier. */
+static void dense_ffn(struct fwd *f, const struct hr_weight *w_gate, const struct hr_weight *w_up,
+                      const struct hr_weight *w_down, uint32_t F, int ith, int nth)
+{
+    struct hr_engine *e = f->e;
+    const uint32_t T = e->n_tokens;
+    matmul(e, w_gate, f->xn, T, f->act, f->gate, ith, nth, false);
+    bool prepared = same_act(w_gate, w_up);
+    if (!prepared)
+        hr_pool_barrier(e->pool);
+    matmul(e, w_up, f->xn, T, f->act, f->up, ith, nth, prepared);
+    hr_pool_barrier(e->pool);
+    /* Element-wise: split over all T x F values, not by token, so a decode
+     * step's one token does not leave the other threads idle. */
+    uint32_t i0, i1;
+    rows_of(T * F, ith, nth, &i0, &i1);
+    for (uint32_t i = i0; i < i1; i++)
+        f->gate[i] = silu(f->gate[i]) * f->up[i];
+    hr_pool_barrier(e->pool);
+    matmul(e, w_down, f->gate, T, f->act, f->xn, ith, nth, false);
+    hr_pool_barrier(e->pool);
+}
+
+/*
+ * One token's routing: the router's logits (n_expert) to k experts in
+ * top-k order and their weights, as llama.cpp's build_moe_ffn computes them
+ * (probabilities, selection, the weights gathered from the unbiased
+ * probabilities, renormalisation with the sum clamped at f16's smallest
+ * normal, then the scale). Ties go to the lower expert index.
+ */
+static void moe_route(const struct hr_moe *mo, const struct hr_layer *L, float *logits,
+                      int32_t *sel, float *w)
+{
+    const uint32_t NX = mo->n_expert, K = mo->n_expert_used;
+    float probs[HR_MOE_MAX_EXPERTS], score[HR_MOE_MAX_EXPERTS];
+    bool taken[HR_MOE_MAX_EXPERTS] = {false};
+    if (L->gate_inp_b.data)
+        for (uint32_t i = 0; i < NX; i++)
+            logits[i] += ((const float *)L->gate_inp_b.data)[i];
+    switch (mo->gating) {
+    case HR_MOE_GATING_SOFTMAX: {
+        float mx = -INFINITY;
+        for (uint32_t i = 0; i < NX; i++)
+            mx = logits[i] > mx ? logits[i] : mx;
+        double sum = 0.0;
+        for (uint32_t i = 0; i < NX; i++) {
+            probs[i] = expf(logits[i] - mx);
+            sum += (double)probs[i];
+        }
+        const float inv = (float)(1.0 / sum);
+        for (uint32_t i = 0; i < NX; i++)
+            probs[i] *= inv;
+        break;
+    }
+    case HR_MOE_GATING_SIGMOID:
+        for (uint32_t i = 0; i < NX; i++)
+            probs[i] = 1.0f / (1.0f + expf(-logits[i]));
+        break;
+    case HR_MOE_GATING_SOFTMAX_WEIGHT:
+        memcpy(probs, logits, NX * sizeof(float));
+        break;
+    }
+    /* Selection may see a bias the weights do not (DeepSeek V3's exp_probs_b). */
+    for (uint32_t i = 0; i < NX; i++)
+        score[i] = probs[i] + (L->exp_probs_b.data ? ((const float *)L->exp_probs_b.data)[i] : 0);
+    for (uint32_t j = 0; j < K; j++) { /* k passes: k x n_expert compares, ~1k for 8 of 128 */
+        uint32_t best = UINT32_MAX;
+        float bv = -INFINITY;
+        for (uint32_t i = 0; i < NX; i++)
+            if (!taken[i] && (best == UINT32_MAX || score[i] > bv))
+                bv = score[i], best = i;
+        taken[best] = true;
+        sel[j] = (int32_t)best;
+        w[j] = probs[best]; /* the unbiased value */
+    }
+    if (mo->gating == HR_MOE_GATING_SOFTMAX_WEIGHT) {
+        float mx = -INFINITY;
+        for (uint32_t j = 0; j < K; j++)
+            mx = w[j] > mx ? w[j] : mx;
+        double sum = 0.0;
+        for (uint32_t j = 0; j < K; j++) {
+            w[j] = expf(w[j] - mx);
+            sum += (double)w[j];
+        }
+        const float inv = (float)(1.0 / sum);
+        for (uint32_t j = 0; j < K; j++)
+            w[j] *= inv;
+    }
+    if (mo->norm_w) {
+        float sum = 0.0f;
+        for (uint32_t j = 0; j < K; j++)
+            sum += w[j];
+        if (sum < 6.103515625e-5f)
+            sum = 6.103515625e-5f;
+        for (uint32_t j = 0; j < K; j++)
+            w[j] /= sum;
+    }
+    if (mo->w_scale != 0.0f && mo->w_scale != 1.0f)
+        for (uint32_t j = 0; j < K; j++)
+            w[j] *= mo->w_scale;
+}
+
+/* Thread ith's share of expert `ex`'s output rows (all n_out of its slice
+ * of `stack`) for the m rows prepared in `act`. */
+static void expert_compute(const struct hr_weight *stack, uint32_t ex, uint64_t n_out,
+                           const void *act, uint32_t m, float *y, uint64_t ldy, int ith, int nth)
+{
+    const struct hr_weight w = hr_weight_expert(stack, ex);
+    if (w.packed)
+        hr_matmul_compute_packed(w.type, w.packed, w.ne0, n_out, act, m, y, ldy, ith, nth);
+    else
+        hr_matmul_compute(w.type, w.data, w.ne0, n_out, act, m, y, ldy, ith, nth);
+}
+
+/* Converts expert group g's m rows of `x` (width k) into `act`. A small
+ * group (decode: one row) goes whole to one thread, round-robin over the
+ * groups, instead of leaving every thread but the first idle. */
+static void expert_prepare(enum hr_ggml_type type, const float *x, uint32_t m, uint32_t k,
+                           void *act, uint32_t g, int ith, int nth)
+{
+    if (m < 4 * (uint32_t)nth) {
+        if (g % (uint32_t)nth == (uint32_t)ith)
+            hr_matmul_prepare(type, x, m, k, act, 0, 1);
+    } else {
+        hr_matmul_prepare(type, x, m, k, act, ith, nth);
+    }
+}
+
+/* Adds row `ex` of a [n, n_expert] F32 bias (one bias per expert) to y. */
+static void add_bias_row(float *y, const struct hr_weight *b, uint32_t ex, uint32_t n)
+{
+    const float *bb = (const float *)b->data + (size_t)ex * n;
+    for (uint32_t i = 0; i < n; i++)
+        y[i] += bb[i];
+}
+
+/* The expert of grouped row r: the group whose end (moe_off, after the
+ * grouping) is the first past r. */
+static uint32_t row_expert(const uint32_t *off, uint32_t n_expert, uint32_t r)
+{
+    uint32_t lo = 0, hi = n_expert - 1;
+    while (lo < hi) {
+        const uint32_t mid = (lo + hi) / 2;
+        if (off[mid] > r)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+/* gpt-oss's expert activation over values i0 .. i1 of the TK x FX grouped
+ * rows: each expert's gate and up biases, then ggml_swiglu_oai (alpha
+ * 1.702, limit 7) with ggml-cpu's arithmetic. */
+static void swiglu_oai_rows(struct fwd *f, const struct hr_layer *L, uint32_t i0, uint32_t i1)
+{
+    const struct hr_moe *mo = &f->e->m->moe;
+    const uint32_t FX = mo->n_ff_exp;
+    const float alpha = 1.702f, limit = 7.0f;
+    const float *gb = L->gate_exps_b.data, *ub = L->up_exps_b.data;
+    uint32_t r_cur = UINT32_MAX, ex = 0;
+    for (uint32_t i = i0; i < i1; i++) {
+        const uint32_t r = i / FX, c = i % FX;
+        if (r != r_cur) {
+            r_cur = r;
+            ex = row_expert(f->moe_off, mo->n_expert, r);
+        }
+        const float *gu = f->moe_gu + (size_t)r * 2 * FX;
+        float g = gu[c], u = gu[FX + c];
+        if (gb)
+            g += gb[(size_t)ex * FX + c];
+        if (ub)
+            u += ub[(size_t)ex * FX + c];
+        const float x = g < limit ? g : limit;
+        const float y = u < -limit ? -limit : u > limit ? limit : u;
+        f->moe_h[i] = x / (1.f + expf(alpha * (-x))) * (y + 1.f);
+    }
+}
+
+/*
+ * The MoE FFN: xn (normed rows) -> x += sum over the k chosen experts of
+ * weight x expert(xn) [+ the shared expert].
+ *
+ * The step's T x k (token, expert) pairs are grouped by expert, so each
+ * expert with work runs once, as one GEMM over all its tokens (prefill), or
+ * as a GEMV (decode: k experts of one row). Every thread walks every group
+ * and computes its share of the group's output rows, so in decode both
+ * threads stream each chosen expert's weights; phases meet at barriers (a
+ * fixed nine per layer, however many experts run). A token's result depends
+ * only on its own row in each expert's GEMM (the kernels are batch
+ * invariant) and on its own weights, summed in slot order, so what it was
+ * batched with changes nothing.
+ */
+static void moe_ffn(struct fwd *f, const struct hr_layer *L, int ith, int nth)
+{
+    struct hr_engine *e = f->e;
+    const struct hr_model *m = e->m;
+    const struct hr_moe *mo = &m->moe;
+    const uint32_t T = e->n_tokens, E = m->hp.n_embd, K = mo->n_expert_used;
+    const uint32_t NX = mo->n_expert, FX = mo->n_ff_exp, TK = T * K;
+    const struct hr_weight *wg = &L->gate_exps, *wu = L->gate_up_fused ? NULL : &L->up_exps;
+    const bool up_own_act = wu && wu->type != wg->type;
+    uint32_t r0, r1;
+
+    /* 1. Router logits, then each token's experts and weights. */
+    matmul(e, &L->gate_inp, f->xn, T, f->act, f->moe_logits, ith, nth, false);
+    hr_pool_barrier(e->pool);
+    rows_of(T, ith, nth, &r0, &r1);
+    for (uint32_t t = r0; t < r1; t++) {
+        moe_route(mo, L, f->moe_logits + (size_t)t * NX, f->moe_sel + (size_t)t * K,
+                  f->moe_w + (size_t)t * K);
+        if (mo->shexp == HR_SHEXP_SIGMOID) {
+            /* llama.cpp forms this sigmoid as silu(g) / g; so do we */
+            const float *gw = L->gate_inp_shexp.data, *xn = f->xn + (size_t)t * E;
+            float g = 0.0f;
+            for (uint32_t i = 0; i < E; i++)
+                g += gw[i] * xn[i];
+            f->moe_shg[t] = silu(g) / g;
+        }
+    }
+    hr_pool_barrier(e->pool);
+
+    /* 2. Group the (token, slot) pairs by expert, in token order within a
+     * group: a counting sort, O(T k + n_expert), on one thread. After it,
+     * group e is rows [e ? off[e-1] : 0, off[e]). */
+    if (ith == 0) {
+        memset(f->moe_off, 0, NX * sizeof(uint32_t));
+        for (uint32_t i = 0; i < TK; i++)
+            f->moe_off[f->moe_sel[i]]++;
+        uint32_t acc = 0;
+        for (uint32_t x = 0; x < NX; x++) {
+            uint32_t c = f->moe_off[x];
+            f->moe_off[x] = acc; /* start, advanced to the end as rows are placed */
+            acc += c;
+        }
+        for (uint32_t i = 0; i < TK; i++) {
+            uint32_t r = f->moe_off[f->moe_sel[i]]++;
+            f->moe_row[i] = (int32_t)r;
+            f->moe_tok[r] = (int32_t)(i / K);
+        }
+    }
+    hr_pool_barrier(e->pool);
+
+    /* 3. Gather each group's input rows. */
+    rows_of(TK, ith, nth, &r0, &r1);
+    for (uint32_t r = r0; r < r1; r++)
+        memcpy(f->moe_x + (size_t)r * E, f->xn + (size_t)f->moe_tok[r] * E, E * sizeof(float));
+    hr_pool_barrier(e->pool);
+
+    /* 4. Gate and up: activations of every group, then every group's GEMM.
+     * Group g's activations sit after those of the groups before it. */
+    uint64_t aoff = 0;
+    for (uint32_t x = 0, g = 0, start = 0; x < NX; start = f->moe_off[x], x++) {
+        const uint32_t n = f->moe_off[x] - start;
+        if (!n)
+            continue;
+        expert_prepare(wg->type, f->moe_x + (size_t)start * E, n, E, f->moe_act + aoff, g, ith,
+                       nth);
+        aoff += hr_matmul_act_bytes(wg->type, n, E);
+        if (up_own_act) {
+            expert_prepare(wu->type, f->moe_x + (size_t)start * E, n, E, f->moe_act + aoff, g,
+                           ith, nth);
+            aoff += hr_matmul_act_bytes(wu->type, n, E);
+        }
+        g++;
+    }
+    hr_pool_barrier(e->pool);
+    aoff = 0;
+    for (uint32_t x = 0, start = 0; x < NX; start = f->moe_off[x], x++) {
+        const uint32_t n = f->moe_off[x] - start;
+        if (!n)
+            continue;
+        float *y = f->moe_gu + (size_t)start * 2 * FX;
+        const uint8_t *ag = f->moe_act + aoff;
+        aoff += hr_matmul_act_bytes(wg->type, n, E);
+        if (!wu) { /* fused: one matrix, gate rows then up rows */
+            expert_compute(wg, x, 2 * (uint64_t)FX, ag, n, y, 2 * FX, ith, nth);
+            continue;
+        }
+        expert_compute(wg, x, FX, ag, n, y, 2 * FX, ith, nth);
+        const uint8_t *au = ag;
+        if (up_own_act) {
+            au = f->moe_act + aoff;
+            aoff += hr_matmul_act_bytes(wu->type, n, E);
+        }
+        expert_compute(wu, x, FX, au, n, y + FX, 2 * FX, ith, nth);
+    }
+    hr_pool_barrier(e->pool);
+
+    /* 5. The activation, split over all TK x FX values. */
+    rows_of(TK * FX, ith, nth, &r0, &r1);
+    if (mo->act == HR_FFN_ACT_SWIGLU) {
+        for (uint32_t i = r0; i < r1; i++) {
+            const uint32_t r = i / FX, c = i % FX;
+            const float *gu = f->moe_gu + (size_t)r * 2 * FX;
+            f->moe_h[i] = silu(gu[c]) * gu[FX + c];
+        }
+    } else {
+        swiglu_oai_rows(f, L, r0, r1);
+    }
+    hr_pool_barrier(e->pool);
+
+    /* 6. Down: activations, then GEMMs into moe_x (its inputs are dead). */
+    const struct hr_weight *wd = &L->down_exps;
+    aoff = 0;
+    for (uint32_t x = 0, g = 0, start = 0; x < NX; start = f->moe_off[x], x++) {
+        const uint32_t n = f->moe_off[x] - start;
+        if (!n)
+            continue;
+        expert_prepare(wd->type, f->moe_h + (size_t)start * FX, n, FX, f->moe_act + aoff, g++,
+                       ith, nth);
+        aoff += hr_matmul_act_bytes(wd->type, n, FX);
+    }
+    hr_pool_barrier(e->pool);
+    aoff = 0;
+    for (uint32_t x = 0, start = 0; x < NX; start = f->moe_off[x], x++) {
+        const uint32_t n = f->moe_off[x] - start;
+        if (!n)
+            continue;
+        expert_compute(wd, x, E, f->moe_act + aoff, n, f->moe_x + (size_t)start * E, E, ith,
+                       nth);
+        aoff += hr_matmul_act_bytes(wd->type, n, FX);
+    }
+    hr_pool_barrier(e->pool);
+
+    /* 7. The shared expert, on xn, into xn (dense_ffn ends on a barrier). */
+    if (mo->shexp != HR_SHEXP_NONE)
+        dense_ffn(f, &L->gate_shexp, &L->up_shexp, &L->down_shexp, mo->n_ff_shexp, ith, nth);
+
+    /* 8. Per token: the weighted experts summed in slot order (llama.cpp
+     * adds expert 0's weighted output to expert 1's, and so on), plus the
+     * shared expert, then the residual. */
+    rows_of(T, ith, nth, &r0, &r1);
+    for (uint32_t t = r0; t < r1; t++) {
+        float *x = f->x + (size_t)t * E;
+        const float *xs = f->xn + (size_t)t * E, *w = f->moe_w + (size_t)t * K;
+        const int32_t *row = f->moe_row + (size_t)t * K;
+        const float sg = mo->shexp == HR_SHEXP_SIGMOID ? f->moe_shg[t] : 1.0f;
+        if (L->down_exps_b.data) /* each expert's down bias, before its weight */
+            for (uint32_t j = 0; j < K; j++)
+                add_bias_row(f->moe_x + (size_t)row[j] * E, &L->down_exps_b,
+                             (uint32_t)f->moe_sel[(size_t)t * K + j], E);
+        for (uint32_t i = 0; i < E; i++) {
+            float o = f->moe_x[(size_t)row[0] * E + i] * w[0];
+            for (uint32_t j = 1; j < K; j++)
+                o += f->moe_x[(size_t)row[j] * E + i] * w[j];
+            if (mo->shexp != HR_SHEXP_NONE)
+                o += xs[i] * sg;
+            x[i] += o;
+        }
+    }
+}
+
+/*
+ * The attention of layer l: units of (sequence, KV head, query tile), split
+ * over threads by cost (hr_attn_cost, ~ multiply-adds), not by count: causal
+ * tiles late in a long prompt cost far more than early ones. With total = 0
+ * it only returns the sum of the costs (the same on every thread); else
+ * thread ith runs the units whose cost midpoint falls in its equal share of
+ * that total, consecutive units (same KV head, neighbouring tiles) staying
+ * together. Results do not depend on the split (attention.h, exactness).
+ */
+static uint64_t attention_units(struct fwd *f, const struct hr_layer *L, int ith, int nth,
+                                uint64_t total)
+{
+    struct hr_engine *e = f->e;
+    const struct hr_hparams *hp = &e->m->hp;
+    const uint32_t hd = hp->head_dim_k, q_dim = hp->n_head * hd;
+    const uint32_t group = hp->n_head / hp->n_head_kv, bq = hr_attn_block_tokens(group);
+    void *scr = f->attn_scr + (size_t)ith * e->plan.attn_scr_stride;
+    uint64_t done = 0;
+    for (uint32_t si = 0; si < e->n_seqs; si++) {
+        const struct seq_info *s = &e->seqs[si];
+        struct hr_attn_ctx ac = {.kv = e->kv, .blocks = s->kv->blocks, .layer = L->kv_layer,
+                                 .head_dim = hd, .block_tokens = e->cfg.kv_block_tokens,
+                                 .group = group, .scale = 1.0f / sqrtf((float)hd),
+                                 .window = L->window, .sinks = L->sinks.data};
+        for (uint32_t g = 0; g < hp->n_head_kv; g++) {
+            for (uint32_t t0 = 0; t0 < s->n_tokens; t0 += bq) {
+                const uint32_t nq = s->n_tokens - t0 < bq ? s->n_tokens - t0 : bq;
+                const int32_t pos0 = (int32_t)(s->pos0 + t0);
+                const uint64_t cost = hr_attn_cost(&ac, pos0, nq), mid = done + cost / 2;
+                done += cost;
+                if (!total || mid * (uint64_t)nth / total != (uint64_t)ith)
+                    continue;
+                const size_t row = (size_t)(s->first_token + t0) * q_dim + (size_t)g * group * hd;
+                hr_attention(&ac, g, f->q + row, q_dim, pos0, nq, f->attn + row, q_dim, scr);
+            }
+        }
+    }
+    return done;
+}
+
+/* ---- the mixer layer kinds --------------------------------------------- */
+
+/* Attention: xn (normed rows) -> Q/K/V, RoPE, the new K/V into the paged
+ * cache, attention over it, then Wo into xn. With attn_gated (qwen35) Wq
+ * also yields a per-head gate and the output is scaled by its sigmoid. Ends
+ * after Wo, without a barrier. */
+static void attention_mixer(struct fwd *f, const struct hr_layer *L, int ith, int nth)
+{
+    struct hr_engine *e = f->e;
+    const struct hr_model *m = e->m;
+    const struct hr_hparams *hp = &m->hp;
+    const uint32_t T = e->n_tokens, hd = hp->head_dim_k, kl = L->kv_layer;
+    const uint32_t q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd;
+    const uint32_t rot_k = hr_attn_rot_k_dim(e->cfg.kv_type, hd);
+    const uint32_t rot_v = hr_attn_rot_v_dim(e->cfg.kv_type, hd);
+    const bool gated = m->attn_gated;
+    uint32_t r0, r1;
+    rows_of(T, ith, nth, &r0, &r1);
+
+    /* A gated layer's Wq gives per head its query then its gate: into qg,
+     * split below. */
+    matmul(e, &L->wq, f->xn, T, f->act, gated ? f->qg : f->q, ith, nth, false);
+    bool prepared = same_act(&L->wq, &L->wk);
+    if (!prepared)
+        hr_pool_barrier(e->pool);
+    matmul(e, &L->wk, f->xn, T, f->act, f->k, ith, nth, prepared);
+    prepared = same_act(&L->wk, &L->wv);
+    if (!prepared)
+        hr_pool_barrier(e->pool);
+    matmul(e, &L->wv, f->xn, T, f->act, f->v, ith, nth, prepared);
+    hr_pool_barrier(e->pool);
+
+    /* Biases, Q/K norms, RoPE, and the new K/V rows into the cache. */
+    for (uint32_t t = r0; t < r1; t++) {
+        float *q = f->q + (size_t)t * q_dim, *k = f->k + (size_t)t * kv_dim;
+        if (gated)
+            for (uint32_t h = 0; h < hp->n_head; h++) {
+                const float *qg = f->qg + (size_t)t * 2 * q_dim + (size_t)h * 2 * hd;
+                memcpy(q + h * hd, qg, hd * sizeof(float));
+                memcpy(f->qgate + (size_t)t * q_dim + h * hd, qg + hd, hd * sizeof(float));
+            }
+        float *v = f->v + (size_t)t * kv_dim;
+        add_bias(q, &L->bq, q_dim);
+        add_bias(k, &L->bk, kv_dim);
+        add_bias(v, &L->bv, kv_dim);
+        const float *rc = f->rope + (size_t)t * hp->n_rot;
+        for (uint32_t h = 0; h < hp->n_head; h++) {
+            if (L->q_norm.data)
+                rms_norm_row(q + h * hd, L->q_norm.data, q + h * hd, hd, hp->rms_eps);
+            rope_head(q + h * hd, rc, hp->n_rot, m->rope_neox);
+        }
+        for (uint32_t h = 0; h < hp->n_head_kv; h++) {
+            if (L->k_norm.data)
+                rms_norm_row(k + h * hd, L->k_norm.data, k + h * hd, hd, hp->rms_eps);
+            rope_head(k + h * hd, rc, hp->n_rot, m->rope_neox);
+        }
+        /* Quantized caches see Q, K and V in the Hadamard basis (see
+         * attention.h): scores are unchanged, quantization error is not. */
+        if (rot_k)
+            for (uint32_t i = 0; i < q_dim; i += rot_k)
+                hr_attn_rotate(q + i, rot_k);
+        if (rot_k)
+            for (uint32_t i = 0; i < kv_dim; i += rot_k)
+                hr_attn_rotate(k + i, rot_k);
+        if (rot_v)
+            for (uint32_t i = 0; i < kv_dim; i += rot_v)
+                hr_attn_rotate(v + i, rot_v);
+        hr_attn_store(e->kv, e->seqs[f->seq_of[t]].kv->blocks, kl, hp->n_head_kv, hd,
+                      f->pos[t], k, v);
+    }
+    hr_pool_barrier(e->pool);
+
+    /* Attention, split over threads by cost (see attention_units). */
+    attention_units(f, L, ith, nth, attention_units(f, L, ith, nth, 0));
+    hr_pool_barrier(e->pool);
+    if (rot_v) { /* back from the Hadamard basis of V (H x H = I) */
+        for (uint32_t t = r0; t < r1; t++)
+            for (uint32_t i = 0; i < q_dim; i += rot_v)
+                hr_attn_rotate(f->attn + (size_t)t * q_dim + i, rot_v);
+        hr_pool_barrier(e->pool);
+    }
+    if (gated) { /* the output times sigmoid(gate), before Wo */
+        for (uint32_t t = r0; t < r1; t++) {
+            float *a = f->attn + (size_t)t * q_dim;
+            const float *g = f->qgate + (size_t)t * q_dim;
+            for (uint32_t i = 0; i < q_dim; i++)
+                a[i] *= 1.0f / (1.0f + expf(-g[i]));
+        }
+        hr_pool_barrier(e->pool);
+    }
+
+    matmul(e, &L->wo, f->attn, T, f->act, f->xn, ith, nth, false);
+}
+
+/*
+ * The Gated DeltaNet (deltanet.h): xn -> the q|k|v, z, beta and alpha
+ * projections; per sequence the conv and the recurrence over its state slot;
+ * the gated RMSNorm; then ssm_out into xn. Work splits: the conv by
+ * channels, the recurrence by (sequence, v head) units round-robin, the
+ * rest by token rows. Ends after ssm_out, without a barrier.
+ */
+static void deltanet_mixer(struct fwd *f, const struct hr_layer *L, int ith, int nth)
+{
+    struct hr_engine *e = f->e;
+    const struct hr_model *m = e->m;
+    const struct hr_deltanet *dn = &m->dn;
+    const uint32_t T = e->n_tokens, CD = dn->conv_dim, VD = dn->value_dim, HV = dn->n_v_heads;
+    const uint32_t HK = dn->n_k_heads, d = dn->head_k_dim;
+    const uint64_t layer_off = (uint64_t)L->dn_layer * (dn->conv_floats + dn->ssm_floats);
+    uint32_t r0, r1;
+    rows_of(T, ith, nth, &r0, &r1);
+
+    matmul(e, &L->ssm_qkv, f->xn, T, f->act, f->dn_qkv, ith, nth, false);
+    bool prepared = same_act(&L->ssm_qkv, &L->ssm_z);
+    if (!prepared)
+        hr_pool_barrier(e->pool);
+    matmul(e, &L->ssm_z, f->xn, T, f->act, f->dn_z, ith, nth, prepared);
+    if (L->ssm_ba.data) {
+        /* qwen3next: beta and alpha in one matrix, per k head its r = HV/HK
+         * betas then its r alphas, into dn_conv (free until the conv), then
+         * split into v-head order. */
+        prepared = same_act(&L->ssm_z, &L->ssm_ba);
+        if (!prepared)
+            hr_pool_barrier(e->pool);
+        matmul(e, &L->ssm_ba, f->xn, T, f->act, f->dn_conv, ith, nth, prepared);
+        hr_pool_barrier(e->pool);
+        const uint32_t r = HV / HK;
+        for (uint32_t t = r0; t < r1; t++) {
+            const float *ba = f->dn_conv + (size_t)t * 2 * HV;
+            for (uint32_t h = 0; h < HV; h++) {
+                f->dn_beta[(size_t)t * HV + h] = ba[(h / r) * 2 * r + h % r];
+                f->dn_g[(size_t)t * HV + h] = ba[(h / r) * 2 * r + r + h % r];
+            }
+        }
+    } else {
+        prepared = same_act(&L->ssm_z, &L->ssm_beta);
+        if (!prepared)
+            hr_pool_barrier(e->pool);
+        matmul(e, &L->ssm_beta, f->xn, T, f->act, f->dn_beta, ith, nth, prepared);
+        prepared = same_act(&L->ssm_beta, &L->ssm_alpha);
+        if (!prepared)
+            hr_pool_barrier(e->pool);
+        matmul(e, &L->ssm_alpha, f->xn, T, f->act, f->dn_g, ith, nth, prepared);
+    }
+    hr_pool_barrier(e->pool);
+
+    /* The conv (by channels, each sequence's tokens in order) and the gates. */
+    uint32_t c0, c1;
+    rows_of(CD, ith, nth, &c0, &c1);
+    for (uint32_t si = 0; si < e->n_seqs; si++) {
+        const struct seq_info *s = &e->seqs[si];
+        const size_t row = (size_t)s->first_token * CD;
+        hr_deltanet_conv(f->dn_qkv + row, f->dn_conv + row, s->n_tokens, CD,
+                         s->state + layer_off, L->ssm_conv1d.data, dn->conv_kernel, c0, c1);
+    }
+    for (uint32_t t = r0; t < r1; t++)
+        hr_deltanet_gates(f->dn_beta + (size_t)t * HV, f->dn_g + (size_t)t * HV,
+                          L->ssm_dt.data, L->ssm_a.data, HV);
+    hr_pool_barrier(e->pool);
+
+    /* q and k L2-normalised per k head. */
+    for (uint32_t t = r0; t < r1; t++)
+        for (uint32_t h = 0; h < 2 * HK; h++)
+            hr_deltanet_l2_norm(f->dn_conv + (size_t)t * CD + (size_t)h * d, d,
+                                m->hp.rms_eps);
+    hr_pool_barrier(e->pool);
+
+    /* The recurrence: one unit per (sequence, v head). */
+    float delta[1024]; /* head_k_dim <= 1024 (model.c) */
+    uint32_t unit = 0;
+    for (uint32_t si = 0; si < e->n_seqs; si++) {
+        const struct seq_info *s = &e->seqs[si];
+        float *S0 = s->state + layer_off + dn->conv_floats;
+        for (uint32_t h = 0; h < HV; h++, unit++) {
+            if (unit % (uint32_t)nth != (uint32_t)ith)
+                continue;
+            const uint32_t hk = dn->k_blocked ? h / (HV / HK) : h % HK;
+            const float *c = f->dn_conv + (size_t)s->first_token * CD;
+            hr_deltanet_recur(S0 + (uint64_t)h * d * d, c + (size_t)hk * d,
+                              c + dn->key_dim + (size_t)hk * d, CD, c + 2 * dn->key_dim + h * d,
+                              CD, f->dn_g + (size_t)s->first_token * HV + h,
+                              f->dn_beta + (size_t)s->first_token * HV + h, HV, s->n_tokens, d,
+                              f->dn_o + (size_t)s->first_token * VD + h * d, VD, delta);
+        }
+    }
+    hr_pool_barrier(e->pool);
+
+    /* RMSNorm per v head times SiLU(z). */
+    for (uint32_t t = r0; t < r1; t++) {
+        float *o = f->dn_o + (size_t)t * VD;
+        const float *z = f->dn_z + (size_t)t * VD;
+        for (uint32_t h = 0; h < HV; h++)
+            rms_norm_row(o + h * d, L->ssm_norm.data, o + h * d, d, m->hp.rms_eps);
+        for (uint32_t i = 0; i < VD; i++)
+            o[i] *= silu(z[i]);
+    }
+    hr_pool_barrier(e->pool);
+    matmul(e, &L->ssm_out, f->dn_o, T, f->act, f->xn, ith, nth, false);
+}
+
 static void forward_worker(void *ctx, int ith, int nth)
 {
     struct fwd *f = ctx;
     struct hr_engine *e = f->e;
     const struct hr_model *m = e->m;
     const struct hr_hparams *hp = &m->hp;
-    const uint32_t T = e->n_tokens, E = hp->n_embd, hd = hp->head_dim_k;
-    const uint32_t q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd, F = hp->n_ff;
-    const uint32_t group = hp->n_head / hp->n_head_kv;
-    const uint32_t rot_k = hr_attn_rot_k_dim(e->cfg.kv_type, hd);
-    const uint32_t rot_v = hr_attn_rot_v_dim(e->cfg.kv_type, hd);
+    const uint32_t T = e->n_tokens, E = hp->n_embd, F = e->dims.n_ff;
     uint32_t r0, r1;
     rows_of(T, ith, nth, &r0, &r1);
 
@@ -373,110 +1080,29 @@ static void forward_worker(void *ctx, int ith, int nth)
                          hp->rms_eps);
         hr_pool_barrier(e->pool);
 
-        matmul(e, &L->wq, f->xn, T, f->act, f->q, ith, nth, false);
-        bool prepared = same_act(&L->wq, &L->wk);
-        if (!prepared)
-            hr_pool_barrier(e->pool);
-        matmul(e, &L->wk, f->xn, T, f->act, f->k, ith, nth, prepared);
-        prepared = same_act(&L->wk, &L->wv);
-        if (!prepared)
-            hr_pool_barrier(e->pool);
-        matmul(e, &L->wv, f->xn, T, f->act, f->v, ith, nth, prepared);
-        hr_pool_barrier(e->pool);
-
-        /* Biases, Q/K norms, RoPE, and the new K/V rows into the cache. */
-        for (uint32_t t = r0; t < r1; t++) {
-            float *q = f->q + (size_t)t * q_dim, *k = f->k + (size_t)t * kv_dim;
-            float *v = f->v + (size_t)t * kv_dim;
-            add_bias(q, &L->bq, q_dim);
-            add_bias(k, &L->bk, kv_dim);
-            add_bias(v, &L->bv, kv_dim);
-            const float *rc = f->rope + (size_t)t * hp->n_rot;
-            for (uint32_t h = 0; h < hp->n_head; h++) {
-                if (L->q_norm.data)
-                    rms_norm_row(q + h * hd, L->q_norm.data, q + h * hd, hd, hp->rms_eps);
-                rope_head(q + h * hd, rc, hp->n_rot, m->rope_neox);
-            }
-            for (uint32_t h = 0; h < hp->n_head_kv; h++) {
-                if (L->k_norm.data)
-                    rms_norm_row(k + h * hd, L->k_norm.data, k + h * hd, hd, hp->rms_eps);
-                rope_head(k + h * hd, rc, hp->n_rot, m->rope_neox);
-            }
-            /* Quantized caches see Q, K and V in the Hadamard basis (see
-             * attention.h): scores are unchanged, quantization error is not. */
-            if (rot_k)
-                for (uint32_t i = 0; i < q_dim; i += rot_k)
-                    hr_attn_rotate(q + i, rot_k);
-            if (rot_k)
-                for (uint32_t i = 0; i < kv_dim; i += rot_k)
-                    hr_attn_rotate(k + i, rot_k);
-            if (rot_v)
-                for (uint32_t i = 0; i < kv_dim; i += rot_v)
-                    hr_attn_rotate(v + i, rot_v);
-            hr_attn_store(e->kv, e->seqs[f->seq_of[t]].kv->blocks, l, hp->n_head_kv, hd,
-                          f->pos[t], k, v);
-        }
-        hr_pool_barrier(e->pool);
-
-        /* Attention: units of (sequence, KV head, block of query tokens), dealt
-         * round-robin so early (cheap) and late (long) blocks mix on every
-         * thread. */
-        void *scr = f->attn_scr + (size_t)ith * e->plan.attn_scr_stride;
-        const uint32_t bq = hr_attn_block_tokens(group);
-        uint32_t unit = 0;
-        for (uint32_t si = 0; si < e->n_seqs; si++) {
-            const struct seq_info *s = &e->seqs[si];
-            struct hr_attn_ctx ac = {.kv = e->kv, .blocks = s->kv->blocks, .layer = l,
-                                     .head_dim = hd, .block_tokens = e->cfg.kv_block_tokens,
-                                     .group = group, .scale = 1.0f / sqrtf((float)hd)};
-            for (uint32_t g = 0; g < hp->n_head_kv; g++) {
-                for (uint32_t t0 = 0; t0 < s->n_tokens; t0 += bq, unit++) {
-                    if (unit % (uint32_t)nth != (uint32_t)ith)
-                        continue;
-                    uint32_t nq = s->n_tokens - t0 < bq ? s->n_tokens - t0 : bq;
-                    size_t row = (size_t)(s->first_token + t0) * q_dim + (size_t)g * group * hd;
-                    hr_attention(&ac, g, f->q + row, q_dim, (int32_t)(s->pos0 + t0), nq,
-                                 f->attn + row, q_dim, scr);
-                }
-            }
-        }
-        hr_pool_barrier(e->pool);
-        if (rot_v) { /* back from the Hadamard basis of V (H x H = I) */
-            for (uint32_t t = r0; t < r1; t++)
-                for (uint32_t i = 0; i < q_dim; i += rot_v)
-                    hr_attn_rotate(f->attn + (size_t)t * q_dim + i, rot_v);
-            hr_pool_barrier(e->pool);
-        }
-
-        matmul(e, &L->wo, f->attn, T, f->act, f->xn, ith, nth, false);
+        if (L->mixer == HR_MIXER_DELTANET)
+            deltanet_mixer(f, L, ith, nth);
+        else
+            attention_mixer(f, L, ith, nth);
         hr_pool_barrier(e->pool);
         for (uint32_t t = r0; t < r1; t++) {
             float *x = f->x + (size_t)t * E, *xn = f->xn + (size_t)t * E;
+            add_bias(xn, &L->bo, E);
             for (uint32_t i = 0; i < E; i++)
                 x[i] += xn[i];
             rms_norm_row(x, L->ffn_norm.data, xn, E, hp->rms_eps);
         }
         hr_pool_barrier(e->pool);
 
-        matmul(e, &L->w_gate, f->xn, T, f->act, f->gate, ith, nth, false);
-        prepared = same_act(&L->w_gate, &L->w_up);
-        if (!prepared)
-            hr_pool_barrier(e->pool);
-        matmul(e, &L->w_up, f->xn, T, f->act, f->up, ith, nth, prepared);
-        hr_pool_barrier(e->pool);
-        /* Element-wise: split over all T x F values, not by token, so a
-         * decode step's one token does not leave the other threads idle. */
-        uint32_t i0, i1;
-        rows_of(T * F, ith, nth, &i0, &i1);
-        for (uint32_t i = i0; i < i1; i++)
-            f->gate[i] = silu(f->gate[i]) * f->up[i];
-        hr_pool_barrier(e->pool);
-
-        matmul(e, &L->w_down, f->gate, T, f->act, f->xn, ith, nth, false);
-        hr_pool_barrier(e->pool);
-        rows_of(T * E, ith, nth, &i0, &i1);
-        for (uint32_t i = i0; i < i1; i++)
-            f->x[i] += f->xn[i];
+        if (L->ffn_kind == HR_FFN_MOE) {
+            moe_ffn(f, L, ith, nth);
+        } else {
+            dense_ffn(f, &L->w_gate, &L->w_up, &L->w_down, F, ith, nth);
+            uint32_t i0, i1;
+            rows_of(T * E, ith, nth, &i0, &i1);
+            for (uint32_t i = i0; i < i1; i++)
+                f->x[i] += f->xn[i];
+        }
         hr_pool_barrier(e->pool);
     }
 
@@ -525,6 +1151,26 @@ enum hr_status hr_engine_step(struct hr_engine *e, struct hr_step *step, struct 
     if (shape.new_blocks > hr_kv_n_free(e->kv))
         return hr_err_set(err, HR_ERR_NOMEM, "the step needs %u KV blocks, %u are free",
                           shape.new_blocks, hr_kv_n_free(e->kv));
+    /* Recurrent state: a sequence at position 0 binds (or keeps) a slot; one
+     * further on must have the slot its earlier steps advanced. */
+    const bool recurrent = e->m->dn.n_layers > 0;
+    if (recurrent) {
+        uint32_t need = 0;
+        for (uint32_t i = 0; i < step->n_seqs; i++) {
+            const struct hr_kv_seq *kv = step->seqs[i].kv;
+            const bool bound = hr_state_find(e->state, kv) >= 0;
+            if (kv->n_tokens == 0 && !bound)
+                need++;
+            else if (kv->n_tokens > 0 && !bound)
+                return hr_err_set(err, HR_ERR_INVALID, "sequence %u continues at position %u "
+                                  "without its recurrent state (a hybrid model's KV alone "
+                                  "cannot resume it)", i, kv->n_tokens);
+        }
+        const uint32_t n_free = hr_state_n_slots(e->state) - hr_state_n_used(e->state);
+        if (need > n_free)
+            return hr_err_set(err, HR_ERR_NOMEM, "the step needs %u recurrent state slots, %u "
+                              "are free", need, n_free);
+    }
     /* From here on nothing can fail. */
     for (uint32_t i = 0; i < step->n_seqs; i++) {
         enum hr_status st = hr_kv_seq_reserve(step->seqs[i].kv, e->kv, step->seqs[i].n_tokens, err);
@@ -555,6 +1201,33 @@ enum hr_status hr_engine_step(struct hr_engine *e, struct hr_step *step, struct 
     f.gate = view(e, p->off_gate, (uint64_t)T * e->dims.n_ff * sizeof(float));
     f.up = view(e, p->off_up, (uint64_t)T * e->dims.n_ff * sizeof(float));
     f.attn_scr = view(e, p->off_attn_scr, p->attn_scr_stride * e->dims.n_threads);
+    const uint64_t NX = e->dims.n_expert, TK = (uint64_t)T * e->dims.n_expert_used;
+    const uint64_t FX = e->dims.n_ff_exp;
+    f.moe_logits = view(e, p->off_moe_logits, T * NX * sizeof(float));
+    f.moe_sel = view(e, p->off_moe_sel, TK * sizeof(int32_t));
+    f.moe_w = view(e, p->off_moe_w, TK * sizeof(float));
+    f.moe_shg = view(e, p->off_moe_shg, NX ? T * sizeof(float) : 0);
+    f.moe_off = view(e, p->off_moe_off, NX * sizeof(uint32_t));
+    f.moe_row = view(e, p->off_moe_row, TK * sizeof(int32_t));
+    f.moe_tok = view(e, p->off_moe_tok, TK * sizeof(int32_t));
+    f.moe_x = view(e, p->off_moe_x, TK * e->dims.n_embd * sizeof(float));
+    f.moe_gu = view(e, p->off_moe_gu, TK * 2 * FX * sizeof(float));
+    f.moe_h = view(e, p->off_moe_h, TK * FX * sizeof(float));
+    f.moe_act = view(e, p->off_moe_act, p->moe_act_bytes);
+    if (e->dims.attn_gated) {
+        f.qg = view(e, p->off_qg, (uint64_t)T * 2 * q_dim * sizeof(float));
+        f.qgate = view(e, p->off_qgate, (uint64_t)T * q_dim * sizeof(float));
+    }
+    if (e->dims.dn_conv_dim) {
+        const uint64_t CD = e->dims.dn_conv_dim, VD = e->dims.dn_value_dim;
+        const uint64_t HV = e->dims.dn_n_v_heads;
+        f.dn_qkv = view(e, p->off_dn_qkv, T * CD * sizeof(float));
+        f.dn_z = view(e, p->off_dn_z, T * VD * sizeof(float));
+        f.dn_beta = view(e, p->off_dn_beta, T * HV * sizeof(float));
+        f.dn_g = view(e, p->off_dn_g, T * HV * sizeof(float));
+        f.dn_conv = view(e, p->off_dn_conv, T * CD * sizeof(float));
+        f.dn_o = view(e, p->off_dn_o, T * VD * sizeof(float));
+    }
     f.out_x = view(e, p->off_out_x, (uint64_t)L * e->dims.n_embd * sizeof(float));
     f.logits = view(e, p->off_logits, (uint64_t)L * n_vocab * sizeof(float));
 
@@ -568,6 +1241,14 @@ enum hr_status hr_engine_step(struct hr_engine *e, struct hr_step *step, struct 
         si->pos0 = s->kv->n_tokens;
         si->first_logit = row;
         si->n_logits = s->n_logits;
+        si->state = NULL;
+        if (recurrent) {
+            const int32_t slot = hr_state_acquire(e->state, s->kv);
+            HR_ASSERT(slot >= 0);
+            si->state = hr_state_slot(e->state, slot);
+            if (si->pos0 == 0) /* a sequence (re)starting: zero state */
+                memset(si->state, 0, hr_state_slot_bytes(e->state));
+        }
         for (uint32_t j = 0; j < s->n_tokens; j++, t++) {
             f.tokens[t] = s->tokens[j];
             f.pos[t] = (int32_t)(si->pos0 + j);

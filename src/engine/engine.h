@@ -44,6 +44,8 @@ struct hr_engine_config {
     uint32_t kv_block_tokens;   /* 0: 32 */
     uint32_t max_step_tokens;   /* largest T a step may have (the arena is sized for it) */
     uint32_t max_step_logits;   /* largest L */
+    uint32_t n_state_slots;     /* hybrid models: sequences that may hold recurrent state at
+                                   once (0: max_step_logits); allocated at init */
 };
 
 struct hr_step_seq {
@@ -73,6 +75,16 @@ int hr_engine_n_threads(const struct hr_engine *e);
 enum hr_status hr_engine_seq_init(struct hr_engine *e, struct hr_kv_seq *seq, uint32_t max_tokens,
                                   struct hr_err *err);
 
+/* Frees the sequence's KV table and blocks and gives back its recurrent
+ * state slot (hybrid models). Use this, not hr_kv_seq_free, for sequences
+ * that ran on a hybrid model, or the slot stays bound. */
+void hr_engine_seq_free(struct hr_engine *e, struct hr_kv_seq *seq);
+
+/* The recurrent state pool (engine/state-pool.h; empty for a model without
+ * recurrent layers) and its bytes: the `state` memory category. */
+struct hr_state_pool *hr_engine_state_pool(struct hr_engine *e);
+uint64_t hr_engine_state_bytes(const struct hr_engine *e);
+
 /* The shape of a step (tokens, logits, new KV blocks) and its exact plan. */
 void hr_engine_step_shape(const struct hr_engine *e, const struct hr_step *step,
                           struct hr_step_shape *shape);
@@ -82,7 +94,16 @@ void hr_engine_plan(const struct hr_engine *e, const struct hr_step *step, struc
  * Runs the step: reserves the KV blocks, lays out the arena, computes.
  * Errors (before anything runs): HR_ERR_INVALID for a malformed step,
  * HR_ERR_LIMIT when it exceeds the configured maxima or a sequence's table,
- * HR_ERR_NOMEM when the KV pool lacks blocks. On error no KV is changed.
+ * HR_ERR_NOMEM when the KV pool lacks blocks or (hybrid models) a sequence
+ * starting at position 0 finds no free state slot. HR_ERR_INVALID also when
+ * a hybrid model's sequence continues past position 0 without the state its
+ * earlier steps left (e.g. KV taken from a prefix cache: the state at the
+ * end of those tokens is not there). On error no KV or state is changed.
+ *
+ * Recurrent state (hybrid models): a sequence's slot is bound by its first
+ * step at position 0 and zeroed there (also when the same sequence starts
+ * over at 0, as a preempted request recomputing does); each step advances
+ * it; hr_engine_seq_free gives it back.
  */
 enum hr_status hr_engine_step(struct hr_engine *e, struct hr_step *step, struct hr_err *err);
 

@@ -51,6 +51,8 @@ void hr_plan_layout(const struct hr_plan_dims *d, const struct hr_step_shape *s,
         act = max64(act, hr_matmul_act_bytes(d->types_q[i], T, q_dim));
     for (uint32_t i = 0; i < d->n_types_ff; i++)
         act = max64(act, hr_matmul_act_bytes(d->types_ff[i], T, d->n_ff));
+    for (uint32_t i = 0; i < d->n_types_dn_out; i++)
+        act = max64(act, hr_matmul_act_bytes(d->types_dn_out[i], T, d->dn_value_dim));
     if (L)
         act = max64(act, hr_matmul_act_bytes(d->type_out, L, d->n_embd));
     if (!T)
@@ -60,14 +62,42 @@ void hr_plan_layout(const struct hr_plan_dims *d, const struct hr_step_shape *s,
 
     /* The attention buffers and the FFN buffers are never live at once: lay
      * both out from the same base and take the larger extent. */
-    uint64_t base = c, ca = base, cf = base;
+    uint64_t base = c, ca = base, cf = base, cd = base;
     p->off_q = place(&ca, T * q_dim * f);
     p->off_k = place(&ca, T * kv_dim * f);
     p->off_v = place(&ca, T * kv_dim * f);
     p->off_attn = place(&ca, T * q_dim * f);
+    p->off_qg = place(&ca, d->attn_gated ? T * 2 * q_dim * f : 0);
+    p->off_qgate = place(&ca, d->attn_gated ? T * q_dim * f : 0);
+    /* The Gated DeltaNet's buffers: a third member of the union. */
+    p->off_dn_qkv = place(&cd, T * d->dn_conv_dim * f);
+    p->off_dn_z = place(&cd, T * d->dn_value_dim * f);
+    p->off_dn_beta = place(&cd, T * d->dn_n_v_heads * f);
+    p->off_dn_g = place(&cd, T * d->dn_n_v_heads * f);
+    p->off_dn_conv = place(&cd, T * d->dn_conv_dim * f);
+    p->off_dn_o = place(&cd, T * d->dn_value_dim * f);
     p->off_gate = place(&cf, T * d->n_ff * f);
     p->off_up = place(&cf, T * d->n_ff * f);
-    c = max64(ca, cf);
+    /* MoE: sizes in T x k only (see the layout above). */
+    const uint64_t NX = d->n_expert, K = d->n_expert_used, TK = T * K, FX = d->n_ff_exp;
+    uint64_t a_in = 0, a_ff = 0;
+    for (uint32_t i = 0; i < d->n_types_exp_in; i++)
+        a_in = max64(a_in, hr_matmul_act_bytes(d->types_exp_in[i], 1, d->n_embd));
+    for (uint32_t i = 0; i < d->n_types_exp_ff; i++)
+        a_ff = max64(a_ff, hr_matmul_act_bytes(d->types_exp_ff[i], 1, FX));
+    p->moe_act_bytes = TK * max64(a_in * (d->exp_up_own_act ? 2 : 1), a_ff);
+    p->off_moe_logits = place(&cf, T * NX * f);
+    p->off_moe_sel = place(&cf, TK * sizeof(int32_t));
+    p->off_moe_w = place(&cf, TK * f);
+    p->off_moe_shg = place(&cf, NX ? T * f : 0);
+    p->off_moe_off = place(&cf, T ? NX * sizeof(uint32_t) : 0);
+    p->off_moe_row = place(&cf, TK * sizeof(int32_t));
+    p->off_moe_tok = place(&cf, TK * sizeof(int32_t));
+    p->off_moe_x = place(&cf, TK * d->n_embd * f);
+    p->off_moe_gu = place(&cf, TK * 2 * FX * f);
+    p->off_moe_h = place(&cf, TK * FX * f);
+    p->off_moe_act = place(&cf, p->moe_act_bytes);
+    c = max64(max64(ca, cf), cd);
 
     /* Per thread: a K and a V tile in f32 and the running state of the rows
      * of one attention call; independent of the KV length. */

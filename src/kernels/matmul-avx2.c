@@ -33,6 +33,7 @@
 #define HR_GEMV_TARGET T2
 #define HR_GEMV_VNNI 0
 #include "kernels/matmul-gemv-x86.h"
+#include "kernels/matmul-k2k3-x86.h"
 
 #define ROW_BLOCK 16 /* weight rows kept in cache while every token group passes */
 
@@ -40,7 +41,7 @@
  * maximum in SIMD order, 127 / amax, vroundps to nearest even, saturating
  * packs), so the bytes are the reference's. */
 T2 static void prep_q8_0_row(const float *x, size_t nb, int8_t *qs, float *d, int32_t *comp,
-                             int32_t *comp4)
+                             int32_t *comp4, int32_t *comp5)
 {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     for (size_t b = 0; b < nb; b++) {
@@ -73,6 +74,7 @@ T2 static void prep_q8_0_row(const float *x, size_t nb, int8_t *qs, float *d, in
         }
         comp[b] = -128 * s;
         comp4[b] = -8 * s;
+        comp5[b] = -16 * s;
     }
 }
 
@@ -94,7 +96,8 @@ T2 static void prepare_avx2(const struct hr_mm_layout *l, const float *x, size_t
             int8_t *qs = (int8_t *)(base + l->qs_off + i * l->qs_stride);
             prep_q8_0_row(xi, l->nb, qs, (float *)(base + l->d_off) + i * l->nb,
                           (int32_t *)(base + l->comp_off) + i * l->nb,
-                          (int32_t *)(base + l->comp4_off) + i * l->nb);
+                          (int32_t *)(base + l->comp4_off) + i * l->nb,
+                          (int32_t *)(base + l->comp5_off) + i * l->nb);
             memset(qs + k, 0, l->qs_stride - k);
         } else {
             uint16_t *row = (uint16_t *)(base + l->qs_off + i * l->qs_stride);
@@ -179,6 +182,10 @@ INLINE T2 void gemv_float(const struct hr_mm_layout *l, const void *w, size_t r0
 T2 static void compute_avx2(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
                             const void *act, float *y, size_t ldy)
 {
+    if (k2k3_type(l->wtype)) { /* Q2_K, Q3_K, IQ4_XS: matmul-k2k3-x86.h */
+        compute_k2k3(l, w, r0, r1, act, y, ldy);
+        return;
+    }
     const size_t m = l->m;
     const bool quant = l->wtype != HR_GGML_F32 && l->wtype != HR_GGML_F16 &&
                        l->wtype != HR_GGML_BF16;

@@ -4,6 +4,9 @@
  *
  * Two shapes of work, chosen by the number of tokens m (gemm_min_m below):
  *
+ * Q2_K, Q3_K and IQ4_XS follow the other K-quants' plan with their own
+ * panel and tile (gemm_k2k3) and decode kernel (matmul-k2k3-x86.h).
+ *
  * GEMV (decode, m below 2-16): memory-bound. Each thread streams its slice
  * of the weight rows once per pass of up to 4 tokens, the k loop innermost,
  * every token's accumulators in registers (matmul-gemv-x86.h, and
@@ -92,10 +95,18 @@ static size_t gemm_min_m(enum hr_ggml_type t)
 #else
     switch (t) {
     case HR_GGML_Q8_0:
-    case HR_GGML_Q4_0: return hr_kernels_batch_invariant() ? 2 : 6;
+    case HR_GGML_Q4_0:
+    case HR_GGML_Q4_1:
+    case HR_GGML_Q5_0:
+    case HR_GGML_Q5_1:
+    case HR_GGML_IQ4_NL:
+    case HR_GGML_MXFP4: return hr_kernels_batch_invariant() ? 2 : 6;
     case HR_GGML_Q4_K:
     case HR_GGML_Q5_K:
-    case HR_GGML_Q6_K: return 16;
+    case HR_GGML_Q6_K:
+    case HR_GGML_Q2_K:
+    case HR_GGML_Q3_K:
+    case HR_GGML_IQ4_XS: return 16;
     default: return 12;
     }
 #endif
@@ -114,7 +125,7 @@ T512 static float hmax512(__m512 v) { return _mm512_reduce_max_ps(v); }
  * reduction order, vcvtps2dq rounds half to even like vroundps + cvt, and
  * vpmovsdb saturates like the two packs. */
 T512 static void prep_q8_0_row(const float *x, size_t nb, int8_t *qs, float *d, int32_t *comp,
-                               int32_t *comp4)
+                               int32_t *comp4, int32_t *comp5)
 {
     const __m512 sign = _mm512_set1_ps(-0.0f);
     for (size_t b = 0; b < nb; b++) {
@@ -135,6 +146,7 @@ T512 static void prep_q8_0_row(const float *x, size_t nb, int8_t *qs, float *d, 
         const int32_t sum = _mm512_reduce_add_epi32(s);
         comp[b] = -128 * sum;
         comp4[b] = -8 * sum;
+        comp5[b] = -16 * sum;
     }
 }
 
@@ -201,8 +213,12 @@ T512 static void prepare_avx512(const struct hr_mm_layout *l, const float *x, si
             int8_t *qs = (int8_t *)(base + l->qs_off + i * l->qs_stride);
             prep_q8_0_row(xi, l->nb, qs, (float *)(base + l->d_off) + i * l->nb,
                           (int32_t *)(base + l->comp_off) + i * l->nb,
-                          (int32_t *)(base + l->comp4_off) + i * l->nb);
+                          (int32_t *)(base + l->comp4_off) + i * l->nb,
+                          (int32_t *)(base + l->comp5_off) + i * l->nb);
             memset(qs + k, 0, l->qs_stride - k);
+        } else if (vt == HR_GGML_Q8_1) {
+            /* Q4_1 / Q5_1 only: the plain C conversion (O(k) per row) */
+            hr_mm_prepare_generic(l, x, i, i + 1, act);
         } else if (vt == HR_GGML_Q8_K) {
             int8_t *qs = (int8_t *)(base + l->qs_off + i * l->qs_stride);
             prep_q8_K_row(xi, l->nb, qs, (float *)(base + l->d_off) + i * l->nb,
@@ -254,6 +270,7 @@ T512 static void prepare_avx512(const struct hr_mm_layout *l, const float *x, si
 #define HR_GEMV_TARGET T512
 #define HR_GEMV_VNNI 1
 #include "kernels/matmul-gemv-x86.h"
+#include "kernels/matmul-k2k3-x86.h"
 
 /* F16/F32/BF16 rows stream well with the hardware prefetcher alone; software
  * prefetch measured slower (see HR_PREFETCH). */
@@ -389,21 +406,27 @@ T512 static void gemv_avx512(const struct hr_mm_layout *l, const void *w, size_t
 {
     const size_t m = l->m;
     switch (l->wtype) {
-    case HR_GGML_Q8_0:
-    case HR_GGML_Q4_0:
-        if (hr_kernels_batch_invariant()) {
-            for (size_t i = 0; i < m; i++) {
-                if (l->wtype == HR_GGML_Q4_0)
-                    gemv1_q80_rows8(l, w, r0, r1, act, i, y, ldy, true);
-                else
-                    gemv1_q80_rows8(l, w, r0, r1, act, i, y, ldy, false);
-            }
-        } else {
-#define C(M) gemv_q80(l, w, r0, r1, act, i0, M, y, ldy, l->wtype == HR_GGML_Q4_0)
-            GEMV_DISPATCH(C)
-#undef C
-        }
-        break;
+#define B32(T)                                                                                     \
+    case T: {                                                                                      \
+        const enum hr_ggml_type tt = T;                                                            \
+        if (hr_kernels_batch_invariant()) {                                                        \
+            for (size_t i = 0; i < m; i++)                                                         \
+                gemv1_q80_rows8(l, w, r0, r1, act, i, y, ldy, tt);                                 \
+        } else {                                                                                   \
+            GEMV_DISPATCH(C_B32)                                                                   \
+        }                                                                                          \
+        break;                                                                                     \
+    }
+#define C_B32(M) gemv_q80(l, w, r0, r1, act, i0, M, y, ldy, tt)
+        B32(HR_GGML_Q8_0)
+        B32(HR_GGML_Q4_0)
+        B32(HR_GGML_Q4_1)
+        B32(HR_GGML_Q5_0)
+        B32(HR_GGML_Q5_1)
+        B32(HR_GGML_IQ4_NL)
+        B32(HR_GGML_MXFP4)
+#undef C_B32
+#undef B32
     case HR_GGML_Q4_K:
     case HR_GGML_Q5_K:
     case HR_GGML_Q6_K:
@@ -458,6 +481,7 @@ T512BF static void gemv_bf16_avx512(const struct hr_mm_layout *l, const void *w,
 struct panel_q8 {
     __m512i w[KB_Q8][8][2];
     float d[KB_Q8][2][16];
+    float m[KB_Q8][2][16]; /* Q4_1 / Q5_1 block offsets */
 };
 
 /* [super-block][group of 4 k][vector] bytes, per sub-block scales as i32,
@@ -500,21 +524,7 @@ INLINE T512 void load_row(const float *src, __m512 *c0, __m512 *c1, size_t nr)
     *c1 = _mm512_maskz_loadu_ps(m1, src + 16);
 }
 
-/* ---- Q8_0 / Q4_0 ---- */
-
-/* The 32 quants of one Q8_0/Q4_0 block as unsigned bytes (Q8_0: w + 128,
- * Q4_0: the nibbles 0..15), in value order. */
-INLINE T512 __m256i q80_unsigned(const uint8_t *blk, bool q4)
-{
-    if (q4) {
-        const __m128i q = _mm_loadu_si128((const __m128i *)(blk + 2));
-        return _mm256_and_si256(
-            _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1),
-            _mm256_set1_epi8(0x0F));
-    }
-    return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)),
-                            _mm256_set1_epi8((char)0x80));
-}
+/* ---- Q8_0, Q4_0 and the other 32-value block types ---- */
 
 /*
  * 16 rows x 8 dwords -> 8 vectors of 16 dwords (vector t = dword t of every
@@ -557,25 +567,42 @@ INLINE T512 __m512i row_offsets(size_t row_bytes)
                               _mm512_set1_epi32((int)row_bytes));
 }
 
+/* 16 f32 block scales (off 0) or offsets (off 2) gathered from 16 rows. */
+INLINE T512 __m512 b32_scales16(enum hr_ggml_type t, const uint8_t *base, __m512i roff,
+                                __mmask16 rows, int off)
+{
+    const __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), rows, roff, base + off, 1);
+    if (t == HR_GGML_MXFP4) {
+        const __m512i e = _mm512_and_si512(g, _mm512_set1_epi32(0xff));
+        const __m512i norm = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+        const __m512i sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+        const __mmask16 small = _mm512_cmplt_epi32_mask(e, _mm512_set1_epi32(2));
+        return _mm512_maskz_mov_ps(rows, _mm512_castsi512_ps(_mm512_mask_mov_epi32(norm, small, sub)));
+    }
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
+}
+
 /*
  * Packs rows [0, nr) of a 32-row panel, blocks [kb0, kb0 + kbn): per 16 rows
- * and block, 16 loads, one transpose16x8 and a masked gather of the 16
- * scales; about 50 vector ops per 512 bytes, a quarter of a scalar
- * transpose. Rows past nr are zero.
+ * and block, 16 loads (b32_weights: unsigned bytes in value order), one
+ * transpose16x8 and a masked gather of the 16 scales (and offsets); about 50
+ * vector ops per 512 bytes, a quarter of a scalar transpose. Rows past nr
+ * are zero.
  */
 T512 static void pack_q8_0(struct panel_q8 *p, const uint8_t *w, size_t row_bytes, size_t nr,
-                           size_t kb0, size_t kbn, bool q4)
+                           size_t kb0, size_t kbn, const enum hr_ggml_type t)
 {
-    const size_t bb = q4 ? 18 : 34;
+    const size_t bb = hr_mm_b32_bytes(t);
     const __m512i roff = row_offsets(row_bytes);
     for (size_t v = 0; v < 2; v++) {
         const size_t rv = 16 * v;
         const __mmask16 rows = rv >= nr ? 0 : nr - rv >= 16 ? 0xffff : (__mmask16)((1u << (nr - rv)) - 1);
         for (size_t b = 0; b < kbn; b++) {
             if (rv >= nr) { /* an empty half panel */
-                for (int t = 0; t < 8; t++)
-                    _mm512_store_si512(&p->w[b][t][v], _mm512_setzero_si512());
+                for (int u = 0; u < 8; u++)
+                    _mm512_store_si512(&p->w[b][u][v], _mm512_setzero_si512());
                 _mm512_store_ps(p->d[b][v], _mm512_setzero_ps());
+                _mm512_store_ps(p->m[b][v], _mm512_setzero_ps());
                 continue;
             }
             const uint8_t *base = w + rv * row_bytes + (kb0 + b) * bb;
@@ -583,14 +610,15 @@ T512 static void pack_q8_0(struct panel_q8 *p, const uint8_t *w, size_t row_byte
             __m512i out[8];
             UNROLL
             for (int r = 0; r < 16; r++)
-                q[r] = rv + (size_t)r < nr ? q80_unsigned(base + (size_t)r * row_bytes, q4)
+                q[r] = rv + (size_t)r < nr ? b32_weights(t, base + (size_t)r * row_bytes)
                                            : _mm256_setzero_si256();
             transpose16x8(q, out);
             UNROLL
-            for (int t = 0; t < 8; t++)
-                _mm512_store_si512(&p->w[b][t][v], out[t]);
-            const __m512i d32 = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), rows, roff, base, 1);
-            _mm512_store_ps(p->d[b][v], _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d32)));
+            for (int u = 0; u < 8; u++)
+                _mm512_store_si512(&p->w[b][u][v], out[u]);
+            _mm512_store_ps(p->d[b][v], b32_scales16(t, base, roff, rows, 0));
+            if (hr_mm_b32_has_min(t))
+                _mm512_store_ps(p->m[b][v], b32_scales16(t, base, roff, rows, 2));
         }
     }
 }
@@ -601,12 +629,13 @@ T512 static void pack_q8_0(struct panel_q8 *p, const uint8_t *w, size_t row_byte
  * scales are d[b][v][16], f32 (panels packed here) or f16 (d16: weights
  * packed at load, hr_matmul_pack; widened here to the same f32 values).
  */
-INLINE T512 void tile_q8_0(const __m512i (*q)[8][2], const void *d, const bool d16, size_t kbn,
-                           size_t kb0, const struct hr_mm_layout *l, const void *act, size_t i0,
-                           const int I, float *y, size_t ldy, size_t r, size_t nr, bool first)
+INLINE T512 void tile_q8_0(const __m512i (*q)[8][2], const void *d, const bool d16,
+                           const float *mn, size_t kbn, size_t kb0,
+                           const struct hr_mm_layout *l, const void *act, size_t i0, const int I,
+                           float *y, size_t ldy, size_t r, size_t nr, bool first)
 {
     const int8_t *qs[TILE_Q8_MAX];
-    const float *da[TILE_Q8_MAX];
+    const float *da[TILE_Q8_MAX], *sa[TILE_Q8_MAX];
     const int32_t *comp[TILE_Q8_MAX];
     __m512 c[TILE_Q8_MAX][2];
     UNROLL
@@ -614,6 +643,7 @@ INLINE T512 void tile_q8_0(const __m512i (*q)[8][2], const void *d, const bool d
         qs[i] = hr_mm_qs(l, act, i0 + i) + 32 * kb0;
         da[i] = hr_mm_d(l, act, i0 + i) + kb0;
         comp[i] = hr_mm_comp(l, act, i0 + i) + kb0;
+        sa[i] = mn ? hr_mm_s(l, act, i0 + i) + kb0 : NULL;
         if (first)
             c[i][0] = c[i][1] = _mm512_setzero_ps();
         else
@@ -658,6 +688,15 @@ INLINE T512 void tile_q8_0(const __m512i (*q)[8][2], const void *d, const bool d
             c[i][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][0]), _mm512_mul_ps(d0, ad), c[i][0]);
             c[i][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][1]), _mm512_mul_ps(d1, ad), c[i][1]);
         }
+        if (mn) { /* Q4_1 / Q5_1: + m_w * s_a, after the block's d term */
+            const __m512 m0 = _mm512_load_ps(mn + 32 * b), m1 = _mm512_load_ps(mn + 32 * b + 16);
+            UNROLL
+            for (int i = 0; i < I; i++) {
+                const __m512 s_ = _mm512_set1_ps(sa[i][b]);
+                c[i][0] = _mm512_fmadd_ps(m0, s_, c[i][0]);
+                c[i][1] = _mm512_fmadd_ps(m1, s_, c[i][1]);
+            }
+        }
     }
     UNROLL
     for (int i = 0; i < I; i++)
@@ -665,37 +704,41 @@ INLINE T512 void tile_q8_0(const __m512i (*q)[8][2], const void *d, const bool d
 }
 
 /* All m tokens of one panel chunk, 6 at a time. */
-INLINE T512 void tiles_q8_0(const __m512i (*q)[8][2], const void *d, const bool d16, size_t kbn,
-                            size_t kb0, const struct hr_mm_layout *l, const void *act, float *y,
-                            size_t ldy, size_t r, size_t nr)
+INLINE T512 void tiles_q8_0(const __m512i (*q)[8][2], const void *d, const bool d16,
+                            const float *mn, size_t kbn, size_t kb0,
+                            const struct hr_mm_layout *l, const void *act, float *y, size_t ldy,
+                            size_t r, size_t nr)
 {
     const size_t m = l->m;
     const bool first = kb0 == 0;
     size_t i0 = 0;
     for (; i0 + 6 <= m; i0 += 6)
-        tile_q8_0(q, d, d16, kbn, kb0, l, act, i0, 6, y, ldy, r, nr, first);
+        tile_q8_0(q, d, d16, mn, kbn, kb0, l, act, i0, 6, y, ldy, r, nr, first);
     switch (m - i0) {
-    case 5: tile_q8_0(q, d, d16, kbn, kb0, l, act, i0, 5, y, ldy, r, nr, first); break;
-    case 4: tile_q8_0(q, d, d16, kbn, kb0, l, act, i0, 4, y, ldy, r, nr, first); break;
-    case 3: tile_q8_0(q, d, d16, kbn, kb0, l, act, i0, 3, y, ldy, r, nr, first); break;
-    case 2: tile_q8_0(q, d, d16, kbn, kb0, l, act, i0, 2, y, ldy, r, nr, first); break;
-    case 1: tile_q8_0(q, d, d16, kbn, kb0, l, act, i0, 1, y, ldy, r, nr, first); break;
+    case 5: tile_q8_0(q, d, d16, mn, kbn, kb0, l, act, i0, 5, y, ldy, r, nr, first); break;
+    case 4: tile_q8_0(q, d, d16, mn, kbn, kb0, l, act, i0, 4, y, ldy, r, nr, first); break;
+    case 3: tile_q8_0(q, d, d16, mn, kbn, kb0, l, act, i0, 3, y, ldy, r, nr, first); break;
+    case 2: tile_q8_0(q, d, d16, mn, kbn, kb0, l, act, i0, 2, y, ldy, r, nr, first); break;
+    case 1: tile_q8_0(q, d, d16, mn, kbn, kb0, l, act, i0, 1, y, ldy, r, nr, first); break;
     default: break;
     }
 }
 
-T512 static void gemm_q8_0(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
-                           const void *act, float *y, size_t ldy)
+/* The GEMM for every 32-value block type t (a constant where it is called:
+ * one specialized copy per type). */
+INLINE T512 void gemm_q8_0_t(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
+                             const void *act, float *y, size_t ldy, const enum hr_ggml_type t)
 {
-    const bool q4 = l->wtype == HR_GGML_Q4_0;
-    const size_t nb = l->nb, row_bytes = nb * (q4 ? 18 : 34);
+    const size_t nb = l->nb, row_bytes = nb * hr_mm_b32_bytes(t);
     struct panel_q8 p __attribute__((aligned(64)));
     for (size_t r = r0; r < r1; r += NR) {
         const size_t nr = min_sz(NR, r1 - r);
         for (size_t kb0 = 0; kb0 < nb; kb0 += KB_Q8) {
             const size_t kbn = min_sz(KB_Q8, nb - kb0);
-            pack_q8_0(&p, (const uint8_t *)w + r * row_bytes, row_bytes, nr, kb0, kbn, q4);
-            tiles_q8_0((const __m512i (*)[8][2])p.w, p.d, false, kbn, kb0, l, act, y, ldy, r, nr);
+            pack_q8_0(&p, (const uint8_t *)w + r * row_bytes, row_bytes, nr, kb0, kbn, t);
+            tiles_q8_0((const __m512i (*)[8][2])p.w, p.d, false,
+                       hr_mm_b32_has_min(t) ? &p.m[0][0][0] : NULL, kbn, kb0, l, act, y, ldy, r,
+                       nr);
         }
     }
 }
@@ -718,8 +761,8 @@ T512 static void gemm_q8_0_packed(const struct hr_mm_layout *l, const void *w, s
         const __m512i (*q)[8][2] = (const __m512i (*)[8][2])pw;
         const uint16_t *d = (const uint16_t *)(pw + hr_mm_q8p_scales_off(nb));
         for (size_t kb0 = 0; kb0 < nb; kb0 += KB_Q8)
-            tiles_q8_0(q + kb0, d + 32 * kb0, true, min_sz(KB_Q8, nb - kb0), kb0, l, act, y, ldy,
-                       r, nr);
+            tiles_q8_0(q + kb0, d + 32 * kb0, true, NULL, min_sz(KB_Q8, nb - kb0), kb0, l, act, y,
+                       ldy, r, nr);
     }
 }
 
@@ -935,6 +978,234 @@ T512 static void gemm_k(const struct hr_mm_layout *l, const void *w, size_t r0, 
                 TILE_K_SWITCH(16);
             else
                 TILE_K_SWITCH(8);
+        }
+    }
+}
+
+/* ---- Q2_K, Q3_K, IQ4_XS ---- */
+
+/*
+ * The tiles of tile_k for the low-bit types (T: 0 Q2_K, 1 Q3_K, 2 IQ4_XS;
+ * block layouts in quant.h). The panel holds the quants as unsigned bytes:
+ * Q2_K's 0..3, Q3_K's q = value + 4 (0..7), IQ4_XS's grid value + 128
+ * (1..241); each sub-block's vpdpbusd chain starts at the offset that
+ * removes the +4 (-4 * bsum) or +128 (-128 * sum32), then is multiplied by
+ * the sub-block's signed scale. Q2_K's 16 mins go in pairs through vpdpwssd
+ * against the bsums, scaled by dmin. The float operations per block are
+ * those of gemv_k2k3_rows8 (matmul-k2k3-x86.h), so decode and prefill give
+ * the same bits.
+ */
+struct panel_k2k3 {
+    __m512i w[KB_K][64][2];
+    int32_t sc[KB_K][16][2][16]; /* signed sub-block scales (Q3_K: sc - 32; IQ4_XS: ls - 32) */
+    int32_t mp[KB_K][8][2][16];  /* Q2_K: min pairs m_2p | m_2p+1 << 16 */
+    float d[KB_K][2][16];
+    float dmin[KB_K][2][16];
+};
+
+/* Values 32c .. 32c + 31 of a block of type T as the panel's unsigned bytes. */
+INLINE T512 __m256i k2k3_chunk(const int T, const uint8_t *blk, int c)
+{
+    if (T == 2) {
+        const struct hr_block_iq4_xs *x = (const struct hr_block_iq4_xs *)blk;
+        const __m128i q = _mm_loadu_si128((const __m128i *)(x->qs + 16 * c));
+        const __m256i idx = _mm256_and_si256(
+            _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1),
+            _mm256_set1_epi8(0x0F));
+        const __m256i grid = _mm256_xor_si256(
+            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)hr_iq4nl_values)),
+            _mm256_set1_epi8((char)0x80)); /* v + 128 */
+        return _mm256_shuffle_epi8(grid, idx);
+    }
+    /* Q2_K / Q3_K: the low 2 bits from qs (qs at 16 / 32 bytes into the block) */
+    const uint8_t *qs = blk + (T == 0 ? 16 : 32);
+    const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * (c / 4)));
+    __m256i v = _mm256_and_si256(_mm256_srli_epi16(q, 2 * (c % 4)), _mm256_set1_epi8(3));
+    if (T == 1) {
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)blk);
+        const __m256i bit = _mm256_and_si256(_mm256_srli_epi16(hm, c), _mm256_set1_epi8(1));
+        v = _mm256_or_si256(v, _mm256_slli_epi16(bit, 2));
+    }
+    return v;
+}
+
+/* Packs rows [0, nr) of a 32-row panel, super-blocks [kb0, kb0 + kbn), as pack_k. */
+T512 static void pack_k2k3(struct panel_k2k3 *p, const int T, const uint8_t *w, size_t row_bytes,
+                           size_t nr, size_t kb0, size_t kbn)
+{
+    const size_t bb = T == 0 ? 84 : T == 1 ? 110 : 136;
+    for (size_t v = 0; v < 2; v++) {
+        const size_t rv = 16 * v;
+        for (size_t b = 0; b < kbn; b++) {
+            const uint8_t *base = w + rv * row_bytes + (kb0 + b) * bb;
+            for (int c = 0; c < 8; c++) {
+                __m256i q[16];
+                __m512i out[8];
+                UNROLL
+                for (int r = 0; r < 16; r++)
+                    q[r] = rv + (size_t)r < nr ? k2k3_chunk(T, base + (size_t)r * row_bytes, c)
+                                               : _mm256_setzero_si256();
+                transpose16x8(q, out);
+                UNROLL
+                for (int g = 0; g < 8; g++)
+                    _mm512_store_si512(&p->w[b][8 * c + g][v], out[g]);
+            }
+            for (size_t lane = 0; lane < 16; lane++) {
+                int32_t sc[16] = {0}, mn[16] = {0};
+                float d = 0, dmin = 0;
+                if (rv + lane < nr) {
+                    const uint8_t *blk = base + lane * row_bytes;
+                    if (T == 0) {
+                        const struct hr_block_q2_K *x = (const struct hr_block_q2_K *)blk;
+                        for (int j = 0; j < 16; j++)
+                            sc[j] = x->scales[j] & 0xF, mn[j] = x->scales[j] >> 4;
+                        d = hr_f16_to_f32(x->d), dmin = hr_f16_to_f32(x->dmin);
+                    } else if (T == 1) {
+                        const struct hr_block_q3_K *x = (const struct hr_block_q3_K *)blk;
+                        for (int j = 0; j < 16; j++)
+                            sc[j] = hr_q3_K_scale(x->scales, j) - 32;
+                        d = hr_f16_to_f32(x->d);
+                    } else {
+                        const struct hr_block_iq4_xs *x = (const struct hr_block_iq4_xs *)blk;
+                        for (int j = 0; j < 8; j++)
+                            sc[j] = hr_iq4_xs_scale(x, j) - 32;
+                        d = hr_f16_to_f32(x->d);
+                    }
+                }
+                for (int j = 0; j < 16; j++)
+                    p->sc[b][j][v][lane] = sc[j];
+                for (int j = 0; j < 8; j++)
+                    p->mp[b][j][v][lane] =
+                        (int32_t)((uint32_t)mn[2 * j] | ((uint32_t)mn[2 * j + 1] << 16));
+                p->d[b][v][lane] = d;
+                p->dmin[b][v][lane] = dmin;
+            }
+        }
+    }
+}
+
+/* I tokens x 32 rows over the panel's kbn super-blocks (see tile_k). */
+INLINE T512 void tile_k2k3(const struct panel_k2k3 *p, size_t kbn, size_t kb0,
+                           const struct hr_mm_layout *l, const void *act, size_t i0, const int I,
+                           float *y, size_t ldy, size_t r, size_t nr, bool first, const int T)
+{
+    const int NS = T == 2 ? 8 : 16, G = 64 / NS; /* sub-blocks; groups of 4 k per sub-block */
+    const int8_t *qs[TILE_K_MAX];
+    const float *da[TILE_K_MAX];
+    const int16_t *bs[TILE_K_MAX], *s32[TILE_K_MAX];
+    __m512 c[TILE_K_MAX][2];
+    UNROLL
+    for (int i = 0; i < I; i++) {
+        qs[i] = hr_mm_qs(l, act, i0 + i) + 256 * kb0;
+        da[i] = hr_mm_d(l, act, i0 + i) + kb0;
+        bs[i] = hr_mm_bsum(l, act, i0 + i) + 16 * kb0;
+        s32[i] = hr_mm_sum32(l, act, i0 + i) + 8 * kb0;
+        if (first)
+            c[i][0] = c[i][1] = _mm512_setzero_ps();
+        else
+            load_row(y + (i0 + i) * ldy + r, &c[i][0], &c[i][1], nr);
+    }
+    for (size_t b = 0; b < kbn; b++) {
+        __m512i isum[TILE_K_MAX][2];
+        UNROLL
+        for (int i = 0; i < I; i++)
+            isum[i][0] = isum[i][1] = _mm512_setzero_si512();
+        UNROLL
+        for (int s = 0; s < NS; s++) {
+            __m512i acc[TILE_K_MAX][2];
+            UNROLL
+            for (int i = 0; i < I; i++) {
+                const int32_t off = T == 0   ? 0
+                                    : T == 1 ? -4 * bs[i][16 * b + (size_t)s]
+                                             : -128 * s32[i][8 * b + (size_t)s];
+                acc[i][0] = acc[i][1] = _mm512_set1_epi32(off);
+            }
+            UNROLL
+            for (int g = 0; g < G; g++) {
+                const __m512i w0 = _mm512_load_si512(&p->w[b][s * G + g][0]);
+                const __m512i w1 = _mm512_load_si512(&p->w[b][s * G + g][1]);
+                UNROLL
+                for (int i = 0; i < I; i++) {
+                    int32_t a4;
+                    memcpy(&a4, qs[i] + 256 * b + (size_t)(4 * (s * G + g)), 4);
+                    const __m512i a = _mm512_set1_epi32(a4);
+                    acc[i][0] = _mm512_dpbusd_epi32(acc[i][0], w0, a);
+                    acc[i][1] = _mm512_dpbusd_epi32(acc[i][1], w1, a);
+                }
+            }
+            const __m512i sc0 = _mm512_load_si512(p->sc[b][s][0]);
+            const __m512i sc1 = _mm512_load_si512(p->sc[b][s][1]);
+            UNROLL
+            for (int i = 0; i < I; i++) {
+                isum[i][0] = _mm512_add_epi32(isum[i][0], _mm512_mullo_epi32(acc[i][0], sc0));
+                isum[i][1] = _mm512_add_epi32(isum[i][1], _mm512_mullo_epi32(acc[i][1], sc1));
+            }
+        }
+        const __m512 d0 = _mm512_load_ps(p->d[b][0]), d1 = _mm512_load_ps(p->d[b][1]);
+        UNROLL
+        for (int i = 0; i < I; i++) {
+            const __m512 ad = _mm512_set1_ps(da[i][b]);
+            c[i][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i][0]), _mm512_mul_ps(d0, ad), c[i][0]);
+            c[i][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i][1]), _mm512_mul_ps(d1, ad), c[i][1]);
+        }
+        if (T == 0) {
+            const __m512 m0 = _mm512_load_ps(p->dmin[b][0]), m1 = _mm512_load_ps(p->dmin[b][1]);
+            UNROLL
+            for (int i = 0; i < I; i++) {
+                __m512i ms0 = _mm512_setzero_si512(), ms1 = _mm512_setzero_si512();
+                UNROLL
+                for (int j = 0; j < 8; j++) {
+                    int32_t pair;
+                    memcpy(&pair, bs[i] + 16 * b + 2 * (size_t)j, 4);
+                    const __m512i sp = _mm512_set1_epi32(pair);
+                    ms0 = _mm512_dpwssd_epi32(ms0, _mm512_load_si512(p->mp[b][j][0]), sp);
+                    ms1 = _mm512_dpwssd_epi32(ms1, _mm512_load_si512(p->mp[b][j][1]), sp);
+                }
+                const __m512 ad = _mm512_set1_ps(da[i][b]);
+                c[i][0] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(ms0), _mm512_mul_ps(m0, ad), c[i][0]);
+                c[i][1] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(ms1), _mm512_mul_ps(m1, ad), c[i][1]);
+            }
+        }
+    }
+    UNROLL
+    for (int i = 0; i < I; i++)
+        store_row(y + (i0 + i) * ldy + r, c[i][0], c[i][1], nr);
+}
+
+#define TILE_K2K3_SWITCH(TV)                                                                       \
+    do {                                                                                           \
+        size_t i0 = 0;                                                                             \
+        for (; i0 + 4 <= m; i0 += 4)                                                               \
+            tile_k2k3(&p, kbn, kb0, l, act, i0, 4, y, ldy, r, nr, kb0 == 0, TV);                   \
+        switch (m - i0) {                                                                          \
+        case 3: tile_k2k3(&p, kbn, kb0, l, act, i0, 3, y, ldy, r, nr, kb0 == 0, TV); break;        \
+        case 2: tile_k2k3(&p, kbn, kb0, l, act, i0, 2, y, ldy, r, nr, kb0 == 0, TV); break;        \
+        case 1: tile_k2k3(&p, kbn, kb0, l, act, i0, 1, y, ldy, r, nr, kb0 == 0, TV); break;        \
+        default: break;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+T512 static void gemm_k2k3(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
+                           const void *act, float *y, size_t ldy)
+{
+    const int T = l->wtype == HR_GGML_Q2_K ? 0 : l->wtype == HR_GGML_Q3_K ? 1 : 2;
+    const size_t nb = l->nb, m = l->m, row_bytes = nb * (T == 0 ? 84 : T == 1 ? 110 : 136);
+    struct panel_k2k3 p __attribute__((aligned(64)));
+    for (size_t r = r0; r < r1; r += NR) {
+        const size_t nr = min_sz(NR, r1 - r);
+        for (size_t kb0 = 0; kb0 < nb; kb0 += KB_K) {
+            const size_t kbn = min_sz(KB_K, nb - kb0);
+            const uint8_t *wr = (const uint8_t *)w + r * row_bytes;
+            if (T == 0) {
+                pack_k2k3(&p, 0, wr, row_bytes, nr, kb0, kbn);
+                TILE_K2K3_SWITCH(0);
+            } else if (T == 1) {
+                pack_k2k3(&p, 1, wr, row_bytes, nr, kb0, kbn);
+                TILE_K2K3_SWITCH(1);
+            } else {
+                pack_k2k3(&p, 2, wr, row_bytes, nr, kb0, kbn);
+                TILE_K2K3_SWITCH(2);
+            }
         }
     }
 }
@@ -1380,6 +1651,15 @@ T512BF static void float_mm_bf16(const struct hr_mm_layout *l, const void *w, si
 T512 static void compute_avx512(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
                                 const void *act, float *y, size_t ldy)
 {
+    if (k2k3_type(l->wtype)) { /* Q2_K, Q3_K, IQ4_XS */
+        if (l->m >= gemm_min_m(l->wtype))
+            gemm_k2k3(l, w, r0, r1, act, y, ldy);
+        else if (hr_kernels_batch_invariant())
+            gemv_k2k3_invariant(l, w, r0, r1, act, y, ldy); /* the GEMM's float order */
+        else
+            compute_k2k3(l, w, r0, r1, act, y, ldy); /* free-running */
+        return;
+    }
     const bool is_float = l->wtype == HR_GGML_F32 || l->wtype == HR_GGML_F16 ||
                           l->wtype == HR_GGML_BF16;
     if (is_float && hr_kernels_batch_invariant()) {
@@ -1397,8 +1677,13 @@ T512 static void compute_avx512(const struct hr_mm_layout *l, const void *w, siz
         return;
     }
     switch (l->wtype) {
-    case HR_GGML_Q8_0:
-    case HR_GGML_Q4_0: gemm_q8_0(l, w, r0, r1, act, y, ldy); break;
+    case HR_GGML_Q8_0: gemm_q8_0_t(l, w, r0, r1, act, y, ldy, HR_GGML_Q8_0); break;
+    case HR_GGML_Q4_0: gemm_q8_0_t(l, w, r0, r1, act, y, ldy, HR_GGML_Q4_0); break;
+    case HR_GGML_Q4_1: gemm_q8_0_t(l, w, r0, r1, act, y, ldy, HR_GGML_Q4_1); break;
+    case HR_GGML_Q5_0: gemm_q8_0_t(l, w, r0, r1, act, y, ldy, HR_GGML_Q5_0); break;
+    case HR_GGML_Q5_1: gemm_q8_0_t(l, w, r0, r1, act, y, ldy, HR_GGML_Q5_1); break;
+    case HR_GGML_IQ4_NL: gemm_q8_0_t(l, w, r0, r1, act, y, ldy, HR_GGML_IQ4_NL); break;
+    case HR_GGML_MXFP4: gemm_q8_0_t(l, w, r0, r1, act, y, ldy, HR_GGML_MXFP4); break;
     case HR_GGML_Q4_K:
     case HR_GGML_Q5_K:
     case HR_GGML_Q6_K: gemm_k(l, w, r0, r1, act, y, ldy); break;

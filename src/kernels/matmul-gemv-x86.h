@@ -94,53 +94,147 @@ HR_GEMV_TARGET static inline float hsum256(__m256 v)
     } while (0)
 #define GEMV_MAX_M 4 /* tokens per GEMV pass; arrays are sized for it, M <= it is used */
 
+/* Weights of 32-value blocks that the non-VNNI kernels keep signed (the
+ * sign trick; their |w| * |a| pairs fit int16): Q8_0, IQ4_NL, MXFP4. The
+ * others are unsigned quants with an offset in comp (Q4_1 / Q5_1: none). */
+static inline bool b32_signed(enum hr_ggml_type t)
+{
+    return !HR_GEMV_VNNI && (t == HR_GGML_Q8_0 || t == HR_GGML_IQ4_NL || t == HR_GGML_MXFP4);
+}
+
+/* 0x10 in byte j where bit j of h is set (Q5_0 / Q5_1's fifth bits). */
+INLINE HR_GEMV_TARGET __m256i b32_bit4(uint32_t h)
+{
+#if HR_GEMV_VNNI
+    return _mm256_maskz_mov_epi8((__mmask32)h, _mm256_set1_epi8(0x10));
+#else
+    /* byte j takes byte j / 8 of h, then tests bit j % 8 */
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h),
+                                    _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                                     2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+#endif
+}
+
 /*
- * Q8_0 and Q4_0 rows. Per block, 32 unsigned weight bytes against each
- * token's 32 activation bytes (vpdpbusd); the block's sum is spread over 8
- * lanes, so each lane starts at comp / 8 (exact: comp is a multiple of 8).
- * Scales are prepared 8 blocks at a time (f16 -> f32 of the weight scales
- * times the activation scales, one vector op per token) and broadcast from
- * the stack, so a block costs one load + one xor (weights) and per token a
- * vpdpbusd, a convert and an fma. Two accumulators per token break the fma
+ * The 32 quants of a 32-value block in value order, as the byte operand of
+ * the dot product: unsigned for vpdpbusd (Q8_0 w + 128, IQ4_NL / MXFP4 their
+ * table + 128, the rest their stored q), or, without VNNI, signed for the
+ * types b32_signed names. Nibble types: 16 bytes, low nibbles are values
+ * 0-15 and high nibbles 16-31; IQ4_NL / MXFP4 map them through their table
+ * with one vpshufb; Q5_x add the fifth bit from qh.
+ */
+INLINE HR_GEMV_TARGET __m256i b32_weights(enum hr_ggml_type t, const uint8_t *blk)
+{
+    const uint8_t *q = blk + hr_mm_b32_qs_off(t);
+    if (t == HR_GGML_Q8_0)
+        return HR_Q8_WEIGHTS(_mm256_loadu_si256((const __m256i *)q));
+    const __m128i q16 = _mm_loadu_si128((const __m128i *)q);
+    __m256i n = _mm256_and_si256(
+        _mm256_inserti128_si256(_mm256_castsi128_si256(q16), _mm_srli_epi16(q16, 4), 1),
+        _mm256_set1_epi8(0x0F));
+    if (t == HR_GGML_IQ4_NL || t == HR_GGML_MXFP4) {
+        const void *tab = HR_GEMV_VNNI ? (t == HR_GGML_IQ4_NL ? (const void *)hr_mm_iq4nl_u8
+                                                                : (const void *)hr_mm_mxfp4_u8)
+                                       : (t == HR_GGML_IQ4_NL ? (const void *)hr_iq4nl_values
+                                                                : (const void *)hr_mxfp4_values);
+        return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)tab)), n);
+    }
+    if (t == HR_GGML_Q5_0 || t == HR_GGML_Q5_1) {
+        uint32_t h;
+        memcpy(&h, blk + hr_mm_b32_qh_off(t), 4);
+        n = _mm256_or_si256(n, b32_bit4(h));
+    }
+    return n;
+}
+
+/* 8 lanes of E8M0 exponents (0..255) as f32 2^(e - 128) (hr_e8m0_to_f32_half). */
+INLINE HR_GEMV_TARGET __m256 e8m0_half8(__m256i e)
+{
+    const __m256i norm = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    const __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    const __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(norm, sub, small));
+}
+
+/* The f32 scales (off 0) or offsets (off 2, Q4_1 / Q5_1) of n <= 8
+ * consecutive blocks starting at `first` (bb bytes apart); lanes past n are
+ * 0. Assembled in general registers (a vector load of 16-bit stack stores
+ * would miss store forwarding; a vpgatherdd measured slower). */
+INLINE HR_GEMV_TARGET __m256 b32_scales8(enum hr_ggml_type t, const uint8_t *first, size_t bb,
+                                         size_t n, size_t off)
+{
+    if (t == HR_GGML_MXFP4) {
+        uint64_t e = 0;
+        UNROLL
+        for (int j = 0; j < 8; j++)
+            if ((size_t)j < n)
+                e |= (uint64_t)first[(size_t)j * bb] << (8 * j);
+        const __m256 v = e8m0_half8(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)e)));
+        return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_cmpgt_epi32(
+                                    _mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))));
+    }
+    uint64_t dlo = 0, dhi = 0;
+    UNROLL
+    for (int j = 0; j < 8; j++) {
+        uint16_t h = 0;
+        if ((size_t)j < n)
+            memcpy(&h, first + (size_t)j * bb + off, 2);
+        if (j < 4)
+            dlo |= (uint64_t)h << (16 * j);
+        else
+            dhi |= (uint64_t)h << (16 * (j - 4));
+    }
+    return _mm256_cvtph_ps(_mm_set_epi64x((long long)dhi, (long long)dlo));
+}
+
+/*
+ * The 32-value block types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4).
+ * Per block, 32 weight bytes (b32_weights) against each token's 32
+ * activation bytes (vpdpbusd); the block's sum is spread over 8 lanes, so
+ * each lane starts at comp / 8 (exact: comp is a multiple of 8). Scales are
+ * prepared 8 blocks at a time (the weight scales times the activation
+ * scales, one vector op per token) and broadcast from the stack, so a block
+ * costs one load and one to three unpacking ops (weights) and per token a
+ * vpdpbusd, a convert and an fma. Q4_1 / Q5_1 add m_w * s_a per block in a
+ * separate vector (lanes = blocks). Two accumulators per token break the fma
  * latency chain. Checked against hr_mm_dot_ref in test-kernels.c.
  */
 INLINE HR_GEMV_TARGET void gemv_q80(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
                           const void *act, size_t i0, const int M, float *y, size_t ldy,
-                          const bool q4)
+                          const enum hr_ggml_type t)
 {
-    const size_t nb = l->nb, blk_bytes = q4 ? 18 : 34, row_bytes = nb * blk_bytes;
+    const size_t nb = l->nb, blk_bytes = hr_mm_b32_bytes(t), row_bytes = nb * blk_bytes;
+    const bool has_min = hr_mm_b32_has_min(t);
     const int8_t *qs[GEMV_MAX_M];
-    const float *da[GEMV_MAX_M];
+    const float *da[GEMV_MAX_M], *sa[GEMV_MAX_M];
     const int32_t *comp[GEMV_MAX_M];
     UNROLL
     for (int i = 0; i < M; i++) {
         qs[i] = hr_mm_qs(l, act, i0 + i);
         da[i] = hr_mm_d(l, act, i0 + i);
         comp[i] = hr_mm_comp(l, act, i0 + i);
+        sa[i] = has_min ? hr_mm_s(l, act, i0 + i) : NULL;
     }
-    const __m256i lo4 = _mm256_set1_epi8(0x0F);
     for (size_t r = r0; r < r1; r++) {
         const uint8_t *wr = (const uint8_t *)w + r * row_bytes;
-        __m256 acc[GEMV_MAX_M][4];
+        __m256 acc[GEMV_MAX_M][4], accm[GEMV_MAX_M];
         UNROLL
-        for (int i = 0; i < M; i++)
+        for (int i = 0; i < M; i++) {
             acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = _mm256_setzero_ps();
+            accm[i] = _mm256_setzero_ps();
+        }
         /* Groups of G = 8 blocks, then 4, 2, 1 for the tail: every group is
          * unrolled with compile-time indices (28 blocks, k = 896, are 8+8+8+4). */
 #define Q80_BLOCK(J, A)                                                                            \
     do {                                                                                           \
         const uint8_t *blk = wr + (b0 + (J)) * blk_bytes;                                          \
-        __m256i wq;                                                                                \
-        if (q4) {                                                                                  \
-            const __m128i q = _mm_loadu_si128((const __m128i *)(blk + 2));                         \
-            wq = _mm256_and_si256(                                                                 \
-                _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1), lo4); \
-        } else {                                                                                   \
-            wq = HR_Q8_WEIGHTS(_mm256_loadu_si256((const __m256i *)(blk + 2)));                    \
-        }                                                                                          \
+        const __m256i wq = b32_weights(t, blk);                                                    \
         UNROLL                                                                                     \
         for (int i = 0; i < M; i++) {                                                              \
-            const __m256i s_ = HR_Q80_DOT(q4, blk + 2, wq, &cc[i][J],                              \
+            const __m256i s_ = HR_Q80_DOT(!b32_signed(t), blk, wq, &cc[i][J],                      \
                 _mm256_load_si256((const __m256i *)(qs[i] + 32 * (b0 + (J)))));                    \
             acc[i][A] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s_), bcast_ps_mem(&sc[i][J]),          \
                                         acc[i][A]);                                                \
@@ -148,19 +242,7 @@ INLINE HR_GEMV_TARGET void gemv_q80(const struct hr_mm_layout *l, const void *w,
     } while (0)
 #define Q80_GROUP(G)                                                                               \
     do {                                                                                           \
-        /* the G f16 scales assembled in general registers (a vector load of                       \
-         * 16-bit stack stores would miss store forwarding) */                                     \
-        uint64_t dlo = 0, dhi = 0;                                                                 \
-        UNROLL                                                                                     \
-        for (int j = 0; j < (G); j++) {                                                            \
-            uint16_t h;                                                                            \
-            memcpy(&h, wr + (b0 + (size_t)j) * blk_bytes, 2);                                      \
-            if (j < 4)                                                                             \
-                dlo |= (uint64_t)h << (16 * j);                                                    \
-            else                                                                                   \
-                dhi |= (uint64_t)h << (16 * (j - 4));                                              \
-        }                                                                                          \
-        const __m256 dw = _mm256_cvtph_ps(_mm_set_epi64x((long long)dhi, (long long)dlo));         \
+        const __m256 dw = b32_scales8(t, wr + b0 * blk_bytes, blk_bytes, (G), 0);                  \
         const __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32(G),                                \
                                               _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));          \
         float sc[GEMV_MAX_M][8] __attribute__((aligned(32)));                                      \
@@ -173,6 +255,12 @@ INLINE HR_GEMV_TARGET void gemv_q80(const struct hr_mm_layout *l, const void *w,
                                         : _mm256_maskload_epi32(comp[i] + b0, mk);                 \
             _mm256_store_ps(sc[i], _mm256_mul_ps(dw, da8));                                        \
             _mm256_store_si256((__m256i *)cc[i], _mm256_srai_epi32(c8, 3));                        \
+        }                                                                                          \
+        if (has_min) {                                                                             \
+            const __m256 mw = b32_scales8(t, wr + b0 * blk_bytes, blk_bytes, (G), 2);              \
+            UNROLL                                                                                 \
+            for (int i = 0; i < M; i++)                                                            \
+                accm[i] = _mm256_fmadd_ps(mw, _mm256_maskload_ps(sa[i] + b0, mk), accm[i]);        \
         }                                                                                          \
         if (PF_Q80) /* one prefetch per cache line */                                              \
             for (size_t off = 0; off < (G) * blk_bytes; off += 64)                                 \
@@ -194,9 +282,13 @@ INLINE HR_GEMV_TARGET void gemv_q80(const struct hr_mm_layout *l, const void *w,
 #undef Q80_GROUP
 #undef Q80_BLOCK
         UNROLL
-        for (int i = 0; i < M; i++)
-            y[(i0 + i) * ldy + r] = hsum256(
-                _mm256_add_ps(_mm256_add_ps(acc[i][0], acc[i][1]), _mm256_add_ps(acc[i][2], acc[i][3])));
+        for (int i = 0; i < M; i++) {
+            float v = hsum256(_mm256_add_ps(_mm256_add_ps(acc[i][0], acc[i][1]),
+                                            _mm256_add_ps(acc[i][2], acc[i][3])));
+            if (has_min)
+                v += hsum256(accm[i]);
+            y[(i0 + i) * ldy + r] = v;
+        }
     }
 }
 
@@ -491,20 +583,42 @@ INLINE HR_GEMV_TARGET __m256 f16x8_rows(const uint8_t *first, size_t row_bytes, 
 #endif
 #define K_CHUNK 32 /* K-quant blocks per chunk: k up to 8192; 2 x 8 KiB of buffers at M = 4 */
 
-/* Q8_0 / Q4_0, one token, rows [r0, r1) in groups of 8. Pass 1 also
- * gathers each row's f16 block scales (8 blocks per gather) and forms
- * d_w * d_a there, so pass 2 only transposes and issues the fmas. */
+/* Q4_1 / Q5_1: the f32 scales d and offsets m of n <= 8 consecutive blocks
+ * (bb bytes apart) from one 32-bit load per block (d and m are adjacent);
+ * lanes past n are 0. Half the work of two b32_scales8 calls. */
+INLINE HR_GEMV_TARGET void b32_dm8(const uint8_t *first, size_t bb, size_t n, __m256 *d, __m256 *m)
+{
+    uint32_t u[8];
+    UNROLL
+    for (int j = 0; j < 8; j++) {
+        u[j] = 0;
+        if ((size_t)j < n)
+            memcpy(&u[j], first + (size_t)j * bb, 4);
+    }
+    const __m256i v = _mm256_setr_epi32((int)u[0], (int)u[1], (int)u[2], (int)u[3], (int)u[4],
+                                        (int)u[5], (int)u[6], (int)u[7]);
+    *d = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(v));
+    *m = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32(v, 16)));
+}
+
+/* The 32-value block types, one token, rows [r0, r1) in groups of 8. Pass 1
+ * also assembles each row's block scales (8 blocks at a time) and forms
+ * d_w * d_a there (and keeps Q4_1 / Q5_1's offsets m_w), so pass 2 only
+ * transposes and issues the fmas: per block d * isum, then m_w * s_a, the
+ * order of tile_q8_0. */
 INLINE HR_GEMV_TARGET void gemv1_q80_rows8(const struct hr_mm_layout *l, const void *w, size_t r0,
                                            size_t r1, const void *act, size_t i, float *y,
-                                           size_t ldy, const bool q4)
+                                           size_t ldy, const enum hr_ggml_type t)
 {
-    const size_t nb = l->nb, bb = q4 ? 18 : 34, rb = nb * bb;
+    const size_t nb = l->nb, bb = hr_mm_b32_bytes(t), rb = nb * bb;
+    const bool has_min = hr_mm_b32_has_min(t);
     const int8_t *qs = hr_mm_qs(l, act, i);
     const float *da = hr_mm_d(l, act, i);
+    const float *sa = has_min ? hr_mm_s(l, act, i) : NULL;
     const int32_t *comp = hr_mm_comp(l, act, i);
-    const __m256i lo4 = _mm256_set1_epi8(0x0F);
     int32_t S[8][Q80_CHUNK] __attribute__((aligned(32)));
     float SC[8][Q80_CHUNK] __attribute__((aligned(32)));
+    float MW[8][Q80_CHUNK] __attribute__((aligned(32))); /* Q4_1 / Q5_1 offsets m_w */
     int32_t c8[Q80_CHUNK] __attribute__((aligned(32)));
     for (size_t r = r0; r < r1; r += 8) {
         const size_t nr = r1 - r < 8 ? r1 - r : 8;
@@ -514,13 +628,12 @@ INLINE HR_GEMV_TARGET void gemv1_q80_rows8(const struct hr_mm_layout *l, const v
         for (size_t b0 = 0; b0 < nb; b0 += Q80_CHUNK) {
             const size_t nbc = nb - b0 < Q80_CHUNK ? nb - b0 : Q80_CHUNK;
             /* each of the 8 lanes of a block starts at comp / 8 (comp is a multiple of 8) */
-            for (size_t t = 0; t < nbc; t++)
-                c8[t] = comp[b0 + t] >> 3;
+            for (size_t u = 0; u < nbc; u++)
+                c8[u] = comp[b0 + u] >> 3;
             /* pass 1: exact block sums and scale products, row by row */
             for (size_t j = 0; j < 8; j++) {
                 for (size_t t0 = 0; t0 < nbc; t0 += 8) {
                     const size_t nu = nbc - t0 < 8 ? nbc - t0 : 8;
-                    const __mmask8 blocks = j < nr ? (__mmask8)((1u << nu) - 1) : 0;
                     /* rows, then groups, are adjacent: pass 1 is one stream; keep it
                      * in flight across pass 2, which loads no weights */
                     for (size_t o = 0; o < 8 * bb; o += 64)
@@ -531,15 +644,7 @@ INLINE HR_GEMV_TARGET void gemv1_q80_rows8(const struct hr_mm_layout *l, const v
     do {                                                                                           \
         const size_t b_ = b0 + t0 + (size_t)(U);                                                   \
         const uint8_t *blk = wr + j * rb + b_ * bb;                                                \
-        __m256i wq;                                                                                \
-        if (q4) {                                                                                  \
-            const __m128i q = _mm_loadu_si128((const __m128i *)(blk + 2));                         \
-            wq = _mm256_and_si256(                                                                 \
-                _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1), lo4); \
-        } else {                                                                                   \
-            wq = HR_Q8_WEIGHTS(_mm256_loadu_si256((const __m256i *)(blk + 2)));                    \
-        }                                                                                          \
-        p[U] = _mm256_dpbusd_epi32(_mm256_set1_epi32(c8[t0 + (size_t)(U)]), wq,                    \
+        p[U] = _mm256_dpbusd_epi32(_mm256_set1_epi32(c8[t0 + (size_t)(U)]), b32_weights(t, blk),   \
                                    _mm256_load_si256((const __m256i *)(qs + 32 * b_)));            \
     } while (0)
                     if (nu == 8 && j < nr) { /* the common case, branch-free */
@@ -556,46 +661,41 @@ INLINE HR_GEMV_TARGET void gemv1_q80_rows8(const struct hr_mm_layout *l, const v
                     }
 #undef Q80_SUM
                     _mm256_store_si256((__m256i *)&S[j][t0], hsum8x8(p));
-                    /* the 8 f16 scales assembled in general registers (a vpgatherdd
-                     * here measured a third of the kernel's time) */
-                    uint64_t dlo = 0, dhi = 0;
-                    if (blocks) {
-                        const uint8_t *d0 = wr + j * rb + (b0 + t0) * bb;
-                        UNROLL
-                        for (int u = 0; u < 8; u++) {
-                            uint16_t h = 0;
-                            if ((size_t)u < nu)
-                                memcpy(&h, d0 + (size_t)u * bb, 2);
-                            if (u < 4)
-                                dlo |= (uint64_t)h << (16 * u);
-                            else
-                                dhi |= (uint64_t)h << (16 * (u - 4));
-                        }
-                    }
-                    const __m256 dw = _mm256_cvtph_ps(_mm_set_epi64x((long long)dhi, (long long)dlo));
+                    const uint8_t *d0 = wr + j * rb + (b0 + t0) * bb;
+                    const size_t nv = j < nr ? nu : 0;
+                    __m256 dw, mw = _mm256_setzero_ps();
+                    if (has_min)
+                        b32_dm8(d0, bb, nv, &dw, &mw);
+                    else
+                        dw = b32_scales8(t, d0, bb, nv, 0);
                     _mm256_store_ps(&SC[j][t0],
                                     _mm256_mul_ps(dw, _mm256_maskz_loadu_ps((__mmask8)((1u << nu) - 1), da + b0 + t0)));
+                    if (has_min)
+                        _mm256_store_ps(&MW[j][t0], mw);
                 }
             }
             /* pass 2: lanes = rows, the GEMM's fmas in block order */
             for (size_t t0 = 0; t0 < nbc; t0 += 8) {
-                __m256i T[8], Q[8];
+                __m256i T[8], Q[8], N[8];
                 UNROLL
                 for (int j = 0; j < 8; j++) {
                     T[j] = _mm256_load_si256((const __m256i *)&S[j][t0]);
                     Q[j] = _mm256_load_si256((const __m256i *)&SC[j][t0]);
+                    if (has_min)
+                        N[j] = _mm256_load_si256((const __m256i *)&MW[j][t0]);
                 }
                 transpose8x8(T);
                 transpose8x8(Q);
-                if (t0 + 8 <= nbc) {
-                    UNROLL
-                    for (int u = 0; u < 8; u++)
+                if (has_min)
+                    transpose8x8(N);
+                UNROLL
+                for (int u = 0; u < 8; u++) {
+                    if (t0 + (size_t)u < nbc) {
                         c = _mm256_fmadd_ps(_mm256_cvtepi32_ps(T[u]), _mm256_castsi256_ps(Q[u]), c);
-                } else {
-                    UNROLL
-                    for (int u = 0; u < 8; u++)
-                        if (t0 + (size_t)u < nbc)
-                            c = _mm256_fmadd_ps(_mm256_cvtepi32_ps(T[u]), _mm256_castsi256_ps(Q[u]), c);
+                        if (has_min)
+                            c = _mm256_fmadd_ps(_mm256_castsi256_ps(N[u]),
+                                                _mm256_set1_ps(sa[b0 + t0 + (size_t)u]), c);
+                    }
                 }
             }
         }
@@ -722,11 +822,26 @@ HR_GEMV_TARGET static void gemv_quant(const struct hr_mm_layout *l, const void *
 {
     const size_t m = t1;
     switch (l->wtype) {
-#define C(M) gemv_q80(l, w, r0, r1, act, i0, M, y, ldy, false)
+#define C(M) gemv_q80(l, w, r0, r1, act, i0, M, y, ldy, HR_GGML_Q8_0)
     case HR_GGML_Q8_0: GEMV_DISPATCH_FROM(t0, C) break;
 #undef C
-#define C(M) gemv_q80(l, w, r0, r1, act, i0, M, y, ldy, true)
+#define C(M) gemv_q80(l, w, r0, r1, act, i0, M, y, ldy, HR_GGML_Q4_0)
     case HR_GGML_Q4_0: GEMV_DISPATCH_FROM(t0, C) break;
+#undef C
+#define C(M) gemv_q80(l, w, r0, r1, act, i0, M, y, ldy, HR_GGML_Q4_1)
+    case HR_GGML_Q4_1: GEMV_DISPATCH_FROM(t0, C) break;
+#undef C
+#define C(M) gemv_q80(l, w, r0, r1, act, i0, M, y, ldy, HR_GGML_Q5_0)
+    case HR_GGML_Q5_0: GEMV_DISPATCH_FROM(t0, C) break;
+#undef C
+#define C(M) gemv_q80(l, w, r0, r1, act, i0, M, y, ldy, HR_GGML_Q5_1)
+    case HR_GGML_Q5_1: GEMV_DISPATCH_FROM(t0, C) break;
+#undef C
+#define C(M) gemv_q80(l, w, r0, r1, act, i0, M, y, ldy, HR_GGML_IQ4_NL)
+    case HR_GGML_IQ4_NL: GEMV_DISPATCH_FROM(t0, C) break;
+#undef C
+#define C(M) gemv_q80(l, w, r0, r1, act, i0, M, y, ldy, HR_GGML_MXFP4)
+    case HR_GGML_MXFP4: GEMV_DISPATCH_FROM(t0, C) break;
 #undef C
 #define C(M) gemv_q45_K(l, w, r0, r1, act, i0, M, y, ldy, false)
     case HR_GGML_Q4_K: GEMV_DISPATCH_FROM(t0, C) break;

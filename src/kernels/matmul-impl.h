@@ -13,12 +13,20 @@
  * a Q6_K matrix of the same input (the engine shares it between Q, K, V).
  * Per vec-dot family, every array 64-byte aligned, rows of `m` tokens:
  *
- *   Q8_0 (weights Q8_0, Q4_0):
+ *   Q8_0 (weights Q8_0, Q4_0, Q5_0, IQ4_NL, MXFP4):
  *     qs     int8  [m][k_pad]   quants, k_pad = k rounded up to 64
  *     d      f32   [m][k/32]    block scales (the f16 of the ggml block, widened)
- *     comp   i32   [m][k/32]    -128 * (sum of the block's 32 quants), for Q8_0
+ *     comp   i32   [m][k/32]    -128 * (sum of the block's 32 quants), for
+ *                               Q8_0, IQ4_NL and MXFP4
  *     comp4  i32   [m][k/32]    -8 * (the same sum), for Q4_0 (see below)
- *   Q8_K (weights Q4_K, Q5_K, Q6_K):
+ *     comp5  i32   [m][k/32]    -16 * (the same sum), for Q5_0
+ *   Q8_1 (weights Q4_1, Q5_1):
+ *     qs, d                     as Q8_0 (the same bytes: ggml's Q8_1 quants
+ *                               are Q8_0's)
+ *     comp   i32   [m][k/32]    zeros: Q4_1 / Q5_1 quants need no offset
+ *     s      f32   [m][k/32]    the block's s (f16 of d * sum, widened); a
+ *                               weight block adds m_w * s
+ *   Q8_K (weights Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS):
  *     qs     int8  [m][k_pad]
  *     d      f32   [m][k/256]
  *     bsum   i16   [m][k/16]    ggml's bsums: sums of 16 quants
@@ -31,8 +39,9 @@
  *
  * Why `comp`: the integer kernels use vpdpbusd, which multiplies an unsigned
  * byte by a signed byte. Weights are made unsigned by an offset (Q8_0: w + 128
- * by flipping the top bit; Q4_0 and the K-quants are stored unsigned already,
- * q = value + 8 / + 32), and sum((w + off) * a) - off * sum(a) is the exact
+ * by flipping the top bit; IQ4_NL and MXFP4: their table values + 128; Q4_0,
+ * Q5_0 and the K-quants are stored unsigned already, q = value + 8 / + 16 /
+ * + 32; Q4_1 and Q5_1 have no negative quants), and sum((w + off) * a) - off * sum(a) is the exact
  * signed dot product. The kernels start each block's accumulator at `comp`,
  * so the correction costs nothing.
  */
@@ -50,7 +59,7 @@ struct hr_mm_layout {
     size_t m, k;
     size_t nb;          /* blocks per row: k/32 (Q8_0), k/256 (Q8_K), 0 for float types */
     size_t qs_stride;   /* bytes per row of the first array */
-    size_t qs_off, d_off, comp_off, comp4_off;  /* byte offsets; 0 if absent */
+    size_t qs_off, d_off, comp_off, comp4_off, comp5_off, s_off; /* byte offsets; 0 if absent */
     size_t bsum_off, sum32_off, comp16_off;
     size_t total;       /* bytes */
 };
@@ -78,12 +87,70 @@ static inline const float *hr_mm_d(const struct hr_mm_layout *l, const void *act
 {
     return (const float *)((const uint8_t *)act + l->d_off) + i * l->nb;
 }
-/* The block offsets for l->wtype: -128 * sum (Q8_0) or -8 * sum (Q4_0). */
+/* The block offsets for l->wtype: -128 * sum (Q8_0, IQ4_NL, MXFP4), -8 *
+ * sum (Q4_0), -16 * sum (Q5_0), 0 (Q4_1, Q5_1). */
 static inline const int32_t *hr_mm_comp(const struct hr_mm_layout *l, const void *act, size_t i)
 {
-    const size_t off = l->wtype == HR_GGML_Q4_0 ? l->comp4_off : l->comp_off;
+    const size_t off = l->wtype == HR_GGML_Q4_0   ? l->comp4_off
+                       : l->wtype == HR_GGML_Q5_0 ? l->comp5_off
+                                                  : l->comp_off;
     return (const int32_t *)((const uint8_t *)act + off) + i * l->nb;
 }
+/* Q8_1's per-block s = d * sum (f32), for Q4_1 / Q5_1. */
+static inline const float *hr_mm_s(const struct hr_mm_layout *l, const void *act, size_t i)
+{
+    return (const float *)((const uint8_t *)act + l->s_off) + i * l->nb;
+}
+
+/*
+ * The 32-value block types that share the Q8_0 / Q8_1 kernels: bytes per
+ * block, and where the quants start (after d, m and qh; MXFP4 has a one-byte
+ * exponent instead of an f16 d).
+ */
+static inline bool hr_mm_is_b32(enum hr_ggml_type t)
+{
+    switch (t) {
+    case HR_GGML_Q8_0:
+    case HR_GGML_Q4_0:
+    case HR_GGML_Q4_1:
+    case HR_GGML_Q5_0:
+    case HR_GGML_Q5_1:
+    case HR_GGML_IQ4_NL:
+    case HR_GGML_MXFP4: return true;
+    default: return false;
+    }
+}
+static inline size_t hr_mm_b32_bytes(enum hr_ggml_type t)
+{
+    switch (t) {
+    case HR_GGML_Q8_0: return 34;
+    case HR_GGML_Q4_1: return 20;
+    case HR_GGML_Q5_0: return 22;
+    case HR_GGML_Q5_1: return 24;
+    case HR_GGML_MXFP4: return 17;
+    default: return 18; /* Q4_0, IQ4_NL */
+    }
+}
+static inline size_t hr_mm_b32_qs_off(enum hr_ggml_type t)
+{
+    switch (t) {
+    case HR_GGML_Q4_1: return 4;
+    case HR_GGML_Q5_0: return 6;
+    case HR_GGML_Q5_1: return 8;
+    case HR_GGML_MXFP4: return 1;
+    default: return 2;
+    }
+}
+/* Q4_1 / Q5_1: blocks with an offset m (f16 at byte 2). */
+static inline bool hr_mm_b32_has_min(enum hr_ggml_type t)
+{
+    return t == HR_GGML_Q4_1 || t == HR_GGML_Q5_1;
+}
+/* Q5_0 / Q5_1: blocks with a fifth bit per value (u32 qh at byte 2 or 4). */
+static inline size_t hr_mm_b32_qh_off(enum hr_ggml_type t) { return t == HR_GGML_Q5_0 ? 2 : 4; }
+
+/* IQ4_NL's and MXFP4's tables plus 128 (the unsigned weights vpdpbusd needs). */
+extern const uint8_t hr_mm_iq4nl_u8[16], hr_mm_mxfp4_u8[16];
 static inline const int16_t *hr_mm_bsum(const struct hr_mm_layout *l, const void *act, size_t i)
 {
     return (const int16_t *)((const uint8_t *)act + l->bsum_off) + i * l->nb * 16;

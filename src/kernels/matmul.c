@@ -46,6 +46,15 @@ void hr_mm_layout_init(struct hr_mm_layout *l, enum hr_ggml_type wtype, size_t m
         l->d_off = off, off = round_up(off + m * l->nb * sizeof(float), 64);
         l->comp_off = off, off = round_up(off + m * l->nb * sizeof(int32_t), 64);
         l->comp4_off = off, off = round_up(off + m * l->nb * sizeof(int32_t), 64);
+        l->comp5_off = off, off = round_up(off + m * l->nb * sizeof(int32_t), 64);
+        break;
+    case HR_GGML_Q8_1:
+        l->nb = k / 32;
+        l->qs_stride = round_up(k, 64);
+        l->qs_off = off, off = round_up(off + m * l->qs_stride, 64);
+        l->d_off = off, off = round_up(off + m * l->nb * sizeof(float), 64);
+        l->comp_off = off, off = round_up(off + m * l->nb * sizeof(int32_t), 64);
+        l->s_off = off, off = round_up(off + m * l->nb * sizeof(float), 64);
         break;
     case HR_GGML_Q8_K:
         l->nb = k / 256;
@@ -212,9 +221,17 @@ bool hr_matmul_supports(enum hr_ggml_type type)
     case HR_GGML_BF16:
     case HR_GGML_Q8_0:
     case HR_GGML_Q4_0:
+    case HR_GGML_Q4_1:
+    case HR_GGML_Q5_0:
+    case HR_GGML_Q5_1:
+    case HR_GGML_IQ4_NL:
+    case HR_GGML_MXFP4:
     case HR_GGML_Q4_K:
     case HR_GGML_Q5_K:
-    case HR_GGML_Q6_K: return true;
+    case HR_GGML_Q6_K:
+    case HR_GGML_Q2_K:
+    case HR_GGML_Q3_K:
+    case HR_GGML_IQ4_XS: return true;
     default: return false;
     }
 }
@@ -223,10 +240,18 @@ enum hr_ggml_type hr_matmul_vec_dot_type(enum hr_ggml_type wtype)
 {
     switch (wtype) {
     case HR_GGML_Q8_0:
-    case HR_GGML_Q4_0: return HR_GGML_Q8_0;
+    case HR_GGML_Q4_0:
+    case HR_GGML_Q5_0:
+    case HR_GGML_IQ4_NL:
+    case HR_GGML_MXFP4: return HR_GGML_Q8_0;
+    case HR_GGML_Q4_1:
+    case HR_GGML_Q5_1: return HR_GGML_Q8_1;
     case HR_GGML_Q4_K:
     case HR_GGML_Q5_K:
-    case HR_GGML_Q6_K: return HR_GGML_Q8_K;
+    case HR_GGML_Q6_K:
+    case HR_GGML_Q2_K:
+    case HR_GGML_Q3_K:
+    case HR_GGML_IQ4_XS: return HR_GGML_Q8_K;
     case HR_GGML_F16: return HR_GGML_F16;
     case HR_GGML_BF16: return HR_GGML_BF16;
     default: return HR_GGML_F32;

@@ -6,17 +6,19 @@
  * the fastest dimension), stored in W's type; X has `m` rows (tokens) of `k`
  * floats; Y has `m` rows of `n_out` floats with row stride `ldy`.
  *
- * Supported weight types: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K
- * (hr_matmul_supports). k must be a multiple of the type's block size.
+ * Supported weight types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+ * IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS (hr_matmul_supports).
+ * k must be a multiple of the type's block size.
  *
  * Numerics match llama.cpp's CPU backend: activations are first converted to
  * the weight type's "vec-dot type" exactly as ggml-cpu does on x86 with AVX2
- * or AVX-512 (Q8_0 blocks for Q8_0/Q4_0 weights, Q8_K blocks for the
- * K-quants, f16 for F16, bf16 for BF16, f32 for F32; bit-identical, see
+ * or AVX-512 (Q8_0 blocks for Q8_0, Q4_0, Q5_0, IQ4_NL and MXFP4 weights,
+ * Q8_1 blocks for Q4_1 and Q5_1, Q8_K blocks for the K-quants and IQ4_XS,
+ * f16 for F16, bf16 for BF16, f32 for F32; bit-identical, see
  * hr_convert_act_row in quant.h), and each output is a dot product between a
  * weight row and an activation row in that pair of formats. Integer block
  * products are exact; only the order of the float accumulation differs from
- * llama.cpp's (measured: within 4e-8 of ggml-cpu's vec_dot relative to the
+ * llama.cpp's (measured: within 5e-7 of ggml-cpu's vec_dot relative to the
  * sum of |terms|, tests/unit/test-quant-oracle.c). The result does not depend
  * on the number of threads, and every implementation computes the same
  * integer parts.
@@ -36,9 +38,10 @@
  * split into arrays the SIMD code loads directly (layout in matmul-impl.h).
  * Size and contents depend only on hr_matmul_vec_dot_type(wtype), m and k,
  * never on the thread count or the ISA: one prepared act may be used by
- * every weight matrix of the same vec-dot type and k (Q8_0 and Q4_0 share
- * one, as do Q4_K, Q5_K and Q6_K), which saves a conversion for Q, K and V.
- * Nothing here allocates; hr_matmul_compute uses up to 48 KiB of its
+ * every weight matrix of the same vec-dot type and k (Q8_0, Q4_0, Q5_0,
+ * IQ4_NL and MXFP4 share one, as do Q4_1 and Q5_1, and Q2_K .. Q6_K and
+ * IQ4_XS), which saves a conversion for Q, K and V.
+ * Nothing here allocates; hr_matmul_compute uses up to 64 KiB of its
  * thread's stack for the packed weight panel of the prefill kernels.
  *
  * Work split: phase 1 gives thread ith a contiguous range of activation

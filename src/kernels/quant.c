@@ -24,35 +24,13 @@
 #include <string.h>
 
 #include "base/fp16.h"
+#include "kernels/quant-impl.h"
 
 #ifdef __clang__
 #pragma STDC FP_CONTRACT OFF
 #endif
 
 #define GROUP_MAX_EPS 1e-15f
-
-static inline int imin(int a, int b) { return a < b ? a : b; }
-static inline int imax(int a, int b) { return a > b ? a : b; }
-
-/* (int32_t)v with x86's answer (INT32_MIN) for NaN and out-of-range values. */
-static inline int32_t cvtt_i32(float v)
-{
-    return (v >= -2147483648.0f && v < 2147483648.0f) ? (int32_t)v : INT32_MIN;
-}
-
-/* The low byte of an int, as the x86 code llama.cpp's compiler emits keeps it. */
-static inline int8_t low_i8(int32_t v) { return (int8_t)(uint8_t)((uint32_t)v & 0xffu); }
-
-/* ggml's nearest_int: adding 1.5 * 2^23 leaves round(fval) (ties to even)
- * in the low mantissa bits. Valid for |fval| < 2^22; outside that (and for
- * NaN) it returns whatever the bits say, exactly as ggml does. */
-static inline int nearest_int(float fval)
-{
-    float val = fval + 12582912.f;
-    int32_t i;
-    memcpy(&i, &val, sizeof(i));
-    return (i & 0x007fffff) - 0x00400000;
-}
 
 /* ---- Q8_0 ---------------------------------------------------------------- */
 
@@ -218,13 +196,10 @@ static float make_qx_quants_rmse1(int n, int nmax, const float *x, int8_t *L)
     return scale;
 }
 
-/*
- * Scale-and-min search for an asymmetric sub-block (Q4_K, Q5_K): x ~ scale *
- * L - the_min with L in 0..nmax, weighted least squares over nstep + 1
- * candidate scales around nmax / (max - min).
- */
-static float make_qkx2_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L,
-                              float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep)
+/* The scale-and-min search of the K-quants (quant-impl.h). */
+float hr_quant_qkx2(int n, int nmax, const float *x, const float *weights, uint8_t *L,
+                    float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep,
+                    bool use_mad)
 {
     float min = x[0], max = x[0];
     float sum_w = weights[0];
@@ -253,7 +228,7 @@ static float make_qkx2_quants(int n, int nmax, const float *x, const float *weig
         int l = nearest_int(iscale * (x[i] - min));
         L[i] = (uint8_t)imax(0, imin(nmax, l));
         float diff = scale * (float)L[i] + min - x[i];
-        diff = diff * diff;
+        diff = use_mad ? fabsf(diff) : diff * diff;
         float w = weights[i];
         best_error += w * diff;
     }
@@ -284,7 +259,7 @@ static float make_qkx2_quants(int n, int nmax, const float *x, const float *weig
             float cur_error = 0;
             for (int i = 0; i < n; ++i) {
                 float diff = this_scale * (float)Laux[i] + this_min - x[i];
-                diff = diff * diff;
+                diff = use_mad ? fabsf(diff) : diff * diff;
                 float w = weights[i];
                 cur_error += w * diff;
             }
@@ -345,8 +320,8 @@ static void quantize_k4_superblock(const float *x, int nmax, float rmin, float r
         float av_x = sqrtf(sum_x2 / 32);
         for (int l = 0; l < 32; ++l)
             weights[l] = av_x + fabsf(x[32 * j + l]);
-        scales[j] = make_qkx2_quants(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux,
-                                     rmin, rdelta, nstep);
+        scales[j] = hr_quant_qkx2(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux,
+                                  rmin, rdelta, nstep, false);
         if (scales[j] > max_scale)
             max_scale = scales[j];
         if (mins[j] > max_min)
@@ -614,10 +589,19 @@ int hr_quantize_row(enum hr_ggml_type type, const float *x, void *dst, size_t n)
     case HR_GGML_BF16: hr_convert_row_bf16(x, dst, n); return 0;
     case HR_GGML_Q8_0: hr_quantize_row_q8_0(x, dst, n); return 0;
     case HR_GGML_Q4_0: hr_quantize_row_q4_0(x, dst, n); return 0;
+    case HR_GGML_Q4_1: hr_quantize_row_q4_1(x, dst, n); return 0;
+    case HR_GGML_Q5_0: hr_quantize_row_q5_0(x, dst, n); return 0;
+    case HR_GGML_Q5_1: hr_quantize_row_q5_1(x, dst, n); return 0;
+    case HR_GGML_IQ4_NL: hr_quantize_row_iq4_nl(x, dst, n); return 0;
+    case HR_GGML_MXFP4: hr_quantize_row_mxfp4(x, dst, n); return 0;
+    case HR_GGML_Q8_1: hr_quantize_row_q8_1_act(x, dst, n); return 0;
     case HR_GGML_Q4_K: hr_quantize_row_q4_K(x, dst, n); return 0;
     case HR_GGML_Q5_K: hr_quantize_row_q5_K(x, dst, n); return 0;
     case HR_GGML_Q6_K: hr_quantize_row_q6_K(x, dst, n); return 0;
     case HR_GGML_Q8_K: hr_quantize_row_q8_K(x, dst, n); return 0;
+    case HR_GGML_Q2_K: hr_quantize_row_q2_K(x, dst, n); return 0;
+    case HR_GGML_Q3_K: hr_quantize_row_q3_K(x, dst, n); return 0;
+    case HR_GGML_IQ4_XS: hr_quantize_row_iq4_xs(x, dst, n); return 0;
     default: return -1;
     }
 }
@@ -636,10 +620,19 @@ int hr_dequantize_row(enum hr_ggml_type type, const void *src, float *y, size_t 
         return 0;
     case HR_GGML_Q8_0: hr_dequantize_row_q8_0(src, y, n); return 0;
     case HR_GGML_Q4_0: hr_dequantize_row_q4_0(src, y, n); return 0;
+    case HR_GGML_Q4_1: hr_dequantize_row_q4_1(src, y, n); return 0;
+    case HR_GGML_Q5_0: hr_dequantize_row_q5_0(src, y, n); return 0;
+    case HR_GGML_Q5_1: hr_dequantize_row_q5_1(src, y, n); return 0;
+    case HR_GGML_IQ4_NL: hr_dequantize_row_iq4_nl(src, y, n); return 0;
+    case HR_GGML_MXFP4: hr_dequantize_row_mxfp4(src, y, n); return 0;
+    case HR_GGML_Q8_1: hr_dequantize_row_q8_1(src, y, n); return 0;
     case HR_GGML_Q4_K: hr_dequantize_row_q4_K(src, y, n); return 0;
     case HR_GGML_Q5_K: hr_dequantize_row_q5_K(src, y, n); return 0;
     case HR_GGML_Q6_K: hr_dequantize_row_q6_K(src, y, n); return 0;
     case HR_GGML_Q8_K: hr_dequantize_row_q8_K(src, y, n); return 0;
+    case HR_GGML_Q2_K: hr_dequantize_row_q2_K(src, y, n); return 0;
+    case HR_GGML_Q3_K: hr_dequantize_row_q3_K(src, y, n); return 0;
+    case HR_GGML_IQ4_XS: hr_dequantize_row_iq4_xs(src, y, n); return 0;
     default: return -1;
     }
 }
@@ -651,7 +644,11 @@ int hr_convert_act_row(enum hr_ggml_type type, const float *x, void *dst, size_t
     case HR_GGML_F16: hr_convert_row_f16(x, dst, n); return 0;
     case HR_GGML_BF16: hr_convert_row_bf16(x, dst, n); return 0;
     case HR_GGML_Q8_0: hr_quantize_row_q8_0_act(x, dst, n); return 0;
+    case HR_GGML_Q8_1: hr_quantize_row_q8_1_act(x, dst, n); return 0;
     case HR_GGML_Q8_K: hr_quantize_row_q8_K(x, dst, n); return 0;
+    case HR_GGML_Q2_K: hr_quantize_row_q2_K(x, dst, n); return 0;
+    case HR_GGML_Q3_K: hr_quantize_row_q3_K(x, dst, n); return 0;
+    case HR_GGML_IQ4_XS: hr_quantize_row_iq4_xs(x, dst, n); return 0;
     default: return -1;
     }
 }

@@ -522,9 +522,12 @@ void hr_gov_admit(struct hr_gov *g, const struct hr_gov_admit_req *req,
     struct hr_gov_admit_req r = *req;
     if (r.residual_floor_bytes == HR_GOV_RESIDUAL_FLOOR_AUTO) r.residual_floor_bytes = residual;
     hr_gov_admit_compute(&r, limit, out);
-    /* the limit is the hard watermark of the ceiling: the ceiling that makes it hold */
-    /* rounded up to a whole MiB, so that the figure printed is one to pass */
-    const double c = ceil((double)out->need_one_bytes / g->cfg.hard_frac / (double)MIB);
+    /* The limit is the hard watermark of the ceiling less the margin: the
+     * ceiling whose limit holds one token, rounded up to a whole MiB, so
+     * that the figure printed is one to pass (without the margin it was
+     * short by up to 0.5 MiB whenever the rounding gave less than that). */
+    const double one = (double)out->need_one_bytes + (double)g->cfg.admit_margin_bytes;
+    const double c = ceil(one / g->cfg.hard_frac / (double)MIB);
     out->min_ceiling_bytes = c * (double)MIB >= 18446744073709549568.0 ? UINT64_MAX
                                                                      : (uint64_t)c * MIB;
 }

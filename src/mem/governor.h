@@ -102,7 +102,8 @@ enum hr_gov_category {
     HR_GOV_STEP = 2,
     HR_GOV_CACHE = 3,
     HR_GOV_REQUESTS = 4, /* live requests' own buffers: tokens, sampler scratch, block table */
-    HR_GOV_N_CATEGORIES = 5,
+    HR_GOV_STATE = 5,    /* hybrid models' recurrent state slots in use (engine/state-pool.h) */
+    HR_GOV_N_CATEGORIES = 6,
 };
 
 #define HR_GOV_RESERVE_AUTO      UINT64_MAX /* reserve_bytes: the default described above */

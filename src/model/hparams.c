@@ -43,6 +43,23 @@ static enum hr_status get_f32(const struct hr_gguf *g, const char *arch, const c
     return st;
 }
 
+/* Element i of an integer or bool array as int64; false for other element
+ * types (the caller names the key). */
+static bool arr_int(const struct hr_gguf_value *arr, uint64_t i, int64_t *out)
+{
+    switch (arr->v.arr.elem_type) {
+    case HR_GGUF_INT8:
+    case HR_GGUF_INT16:
+    case HR_GGUF_INT32:
+    case HR_GGUF_INT64: *out = hr_gguf_arr_get_i64(arr, i); return true;
+    case HR_GGUF_UINT8:
+    case HR_GGUF_UINT16:
+    case HR_GGUF_UINT32:
+    case HR_GGUF_BOOL: *out = (int64_t)hr_gguf_arr_get_u64(arr, i); return true;
+    default: return false;
+    }
+}
+
 enum hr_status hr_hparams_read(const struct hr_gguf *g, struct hr_hparams *hp, struct hr_err *err)
 {
     memset(hp, 0, sizeof(*hp));
@@ -78,6 +95,18 @@ enum hr_status hr_hparams_read(const struct hr_gguf *g, struct hr_hparams *hp, s
                       err)))
         return st;
 
+    if ((st = get_f32(g, a, "rope.scaling.yarn_ext_factor", -1.0f, &hp->yarn_ext_factor, err)) ||
+        (st = get_f32(g, a, "rope.scaling.attn_factor", 1.0f, &hp->yarn_attn_factor, err)) ||
+        (st = get_f32(g, a, "rope.scaling.yarn_beta_fast", 32.0f, &hp->yarn_beta_fast, err)) ||
+        (st = get_f32(g, a, "rope.scaling.yarn_beta_slow", 1.0f, &hp->yarn_beta_slow, err)) ||
+        (st = get_f32(g, a, "rope.freq_base_swa", hp->rope_base, &hp->rope_base_swa, err)) ||
+        (st = get_u32(g, a, "attention.sliding_window", false, 0, &hp->n_swa, err)) ||
+        (st = get_u32(g, a, "attention.sliding_window_pattern", false, UINT32_MAX,
+                      &hp->swa_period, err)))
+        return st;
+    if (!hp->rope_orig_ctx) /* llama.cpp's n_ctx_orig_yarn falls back to the training context */
+        hp->rope_orig_ctx = hp->n_ctx_train;
+
     char key[128];
     snprintf(key, sizeof(key), "%s.rope.scaling.type", a);
     struct hr_gguf_str scaling;
@@ -103,5 +132,78 @@ enum hr_status hr_hparams_read(const struct hr_gguf *g, struct hr_hparams *hp, s
     else if ((st = get_u32(g, a, "vocab_size", false, 0, &hp->n_vocab, err)))
         return st;
     hp->tied_output = hr_gguf_find_tensor(g, "output.weight") == NULL;
+
+    if ((st = get_u32(g, a, "expert_count", false, 0, &hp->n_expert, err)) ||
+        (st = get_u32(g, a, "expert_used_count", false, 0, &hp->n_expert_used, err)) ||
+        (st = get_u32(g, a, "expert_feed_forward_length", false, 0, &hp->n_ff_exp, err)) ||
+        (st = get_u32(g, a, "expert_shared_feed_forward_length", false, 0, &hp->n_ff_shexp,
+                      err)) ||
+        (st = get_f32(g, a, "expert_weights_scale", 0.0f, &hp->expert_weights_scale, err)) ||
+        (st = get_u32(g, a, "expert_gating_func", false, 0, &hp->expert_gating_func, err)))
+        return st;
+    if ((st = get_u32(g, a, "ssm.conv_kernel", false, 0, &hp->ssm_d_conv, err)) ||
+        (st = get_u32(g, a, "ssm.inner_size", false, 0, &hp->ssm_d_inner, err)) ||
+        (st = get_u32(g, a, "ssm.state_size", false, 0, &hp->ssm_d_state, err)) ||
+        (st = get_u32(g, a, "ssm.time_step_rank", false, 0, &hp->ssm_dt_rank, err)) ||
+        (st = get_u32(g, a, "ssm.group_count", false, 0, &hp->ssm_n_group, err)) ||
+        (st = get_u32(g, a, "full_attention_interval", false, 0, &hp->full_attn_interval, err)))
+        return st;
+    const struct hr_gguf_value *arr = NULL;
+    snprintf(key, sizeof(key), "%s.rope.dimension_sections", a);
+    st = hr_gguf_get_arr(g, key, HR_GGUF_TYPE_COUNT, &arr, err);
+    if (st == HR_OK) {
+        if (arr->v.arr.raw == NULL || arr->v.arr.n < 1 || arr->v.arr.n > 4)
+            return hr_err_set(err, HR_ERR_INVALID, "key '%s' must be 1 to 4 integers", key);
+        for (uint64_t i = 0; i < arr->v.arr.n; i++) {
+            int64_t v = -1;
+            if (!arr_int(arr, i, &v) || v < 0 || v > 65536)
+                return hr_err_set(err, HR_ERR_INVALID, "key '%s'[%llu] = %lld is out of range",
+                                  key, (unsigned long long)i, (long long)v);
+            hp->rope_sections[i] = (int32_t)v;
+        }
+    } else if (st != HR_ERR_NOT_FOUND) {
+        return st;
+    }
+    snprintf(key, sizeof(key), "%s.attention.recurrent_layers", a);
+    st = hr_gguf_get_arr(g, key, HR_GGUF_TYPE_COUNT, &arr, err);
+    if (st == HR_OK) {
+        if (arr->v.arr.raw == NULL || arr->v.arr.n > 256)
+            return hr_err_set(err, HR_ERR_INVALID, "key '%s' must be at most 256 flags", key);
+        hp->has_recurrent_layers = true;
+        for (uint64_t i = 0; i < arr->v.arr.n; i++) {
+            int64_t v = 0;
+            if (!arr_int(arr, i, &v))
+                return hr_err_set(err, HR_ERR_INVALID, "key '%s' is not an array of flags", key);
+            if (v != 0)
+                hp->recurrent_layers[i / 64] |= 1ull << (i % 64);
+        }
+    } else if (st != HR_ERR_NOT_FOUND) {
+        return st;
+    }
+    snprintf(key, sizeof(key), "%s.expert_weights_norm", a);
+    bool norm = false;
+    st = hr_gguf_get_bool(g, key, &norm, err);
+    if (st == HR_OK)
+        hp->expert_weights_norm = norm;
+    else if (st == HR_ERR_NOT_FOUND)
+        hp->expert_weights_norm = -1;
+    else
+        return st;
     return HR_OK;
+}
+
+void hr_hparams_count_params(const struct hr_gguf *g, const struct hr_hparams *hp,
+                             uint64_t *total, uint64_t *active)
+{
+    uint64_t all = 0, act = 0;
+    for (uint64_t i = 0; i < hr_gguf_n_tensors(g); i++) {
+        const struct hr_gguf_tensor *t = hr_gguf_tensor_at(g, i);
+        uint64_t n = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+        all += n;
+        if (hp->n_expert > 1 && t->ne[2] == hp->n_expert && hp->n_expert_used <= hp->n_expert)
+            n = n / hp->n_expert * hp->n_expert_used;
+        act += n;
+    }
+    *total = all;
+    *active = act;
 }

@@ -27,9 +27,10 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "engine/state-pool.h"
 #include "base/rand.h"
 #include "base/sys.h"
-#include "engine/engine.h"
+#include "engine/backend.h"
 #include "engine/prefix-cache.h"
 #include "gguf/gguf.h"
 #include "mem/counters.h"
@@ -59,6 +60,9 @@ struct request {
     int32_t *script;        /* test-only forced output (hr_sched_params.script) */
     uint32_t n_script;
     uint64_t bytes;         /* its own buffers: the requests memory category */
+    void *parked;           /* its KV in host memory while preempted (hr_backend_kv_park) */
+    uint32_t n_parked;      /* tokens in it */
+    uint64_t parked_bytes;
     atomic_bool cancel;
     double queued_at;
     uint64_t started; /* start order, for "youngest" */
@@ -69,7 +73,7 @@ struct request {
 
 struct hr_sched {
     struct hr_sched_config cfg;
-    struct hr_engine *engine;
+    struct hr_backend *engine; /* the CPU or CUDA engine (engine/backend.h) */
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t wake, idle;
@@ -80,6 +84,12 @@ struct hr_sched {
     uint32_t n_running;
     uint64_t next_id, n_started;
     struct hr_sched_stats st;
+    /* What hr_sched_stats returns: a copy published at every release of
+     * `mu` (sched_unlock), under a mutex held only for the copy, so a
+     * reader (/metrics, /ready, the dashboard) never waits for the engine
+     * thread's critical sections, nor for a step. */
+    pthread_mutex_t snap_mu;
+    struct hr_sched_stats snap;
     bool sync_ready, thread_started, gov_sampling;
     atomic_bool squeezed;      /* the governor's sampler saw reclaim needed */
     uint64_t arena_committed;  /* the arena's largest high-water mark: resident pages */
@@ -87,6 +97,7 @@ struct hr_sched {
     double wait_since;         /* when the running requests began to wait for memory; 0: not */
     bool alone_below_min;      /* this step may give a lone request a chunk under chunk_min */
     _Atomic uint64_t request_bytes; /* of every live request: the requests category */
+    _Atomic uint64_t device_used_peak; /* highest device use sampled (total - free) */
     /* engine-thread scratch, sized at init so the loop never allocates */
     struct hr_step_seq *items;       /* parallel */
     struct request **item_req;       /* parallel */
@@ -141,7 +152,11 @@ static void count(struct hr_sched *s, size_t field_offset, uint64_t v)
  * keeps its count of evictable blocks exact. Without a cache: cleared. */
 static void cache_release(struct hr_sched *s, struct request *r)
 {
-    struct hr_kv_pool *pool = hr_engine_kv_pool(s->engine);
+    struct hr_kv_pool *pool = hr_backend_kv_pool(s->engine);
+    /* Its recurrent state (hybrid models) goes too: a preempted request
+     * recomputes from its tokens (prompt + output so far), which rebuilds
+     * the state exactly, so it holds no slot while it waits. */
+    hr_state_release(hr_backend_state_pool(s->engine), &r->kv);
     if (!s->pc) {
         hr_kv_seq_clear(&r->kv, pool);
         return;
@@ -157,7 +172,7 @@ static void cache_lookup(struct hr_sched *s, struct request *r)
 {
     if (!s->pc || r->kv.n_blocks)
         return;
-    const uint32_t bt = hr_kv_block_tokens(hr_engine_kv_pool(s->engine));
+    const uint32_t bt = hr_kv_block_tokens(hr_backend_kv_pool(s->engine));
     const uint32_t k = hr_pcache_lookup(s->pc, r->tokens, r->n_tokens, (r->n_tokens - 1) / bt,
                                         r->kv.blocks);
     r->kv.n_blocks = k;
@@ -170,7 +185,7 @@ static void cache_lookup(struct hr_sched *s, struct request *r)
  * free (and their pages to the OS); returns how many were evicted. */
 static uint32_t cache_make_room(struct hr_sched *s, uint32_t free_blocks)
 {
-    struct hr_kv_pool *pool = hr_engine_kv_pool(s->engine);
+    struct hr_kv_pool *pool = hr_backend_kv_pool(s->engine);
     if (!s->pc || hr_kv_n_free(pool) >= free_blocks)
         return 0;
     const uint32_t n = hr_pcache_evict(s->pc, free_blocks - hr_kv_n_free(pool));
@@ -182,13 +197,18 @@ static uint32_t cache_make_room(struct hr_sched *s, uint32_t free_blocks)
 /* The governor's KV and cache accounts and the blocks-used gauge. */
 static void account_kv(struct hr_sched *s)
 {
-    struct hr_kv_pool *pool = hr_engine_kv_pool(s->engine);
+    struct hr_kv_pool *pool = hr_backend_kv_pool(s->engine);
     const uint64_t bb = hr_kv_block_bytes(pool);
     const uint32_t cached = s->pc ? hr_pcache_n_evictable(s->pc) : 0;
     const uint32_t used = hr_kv_n_used(pool);
     hr_mem_counter_set(&hr_gov_counters(s->cfg.gov)->kv_blocks_used, used - cached);
     hr_gov_set_account(s->cfg.gov, HR_GOV_KV, (uint64_t)(used - cached) * bb);
     hr_gov_set_account(s->cfg.gov, HR_GOV_CACHE, (uint64_t)cached * bb);
+    /* Recurrent state (hybrid models): the slots bound to running requests,
+     * each resident whole (zeroed when bound, its pages dropped when freed). */
+    const struct hr_state_pool *sp = hr_backend_state_pool(s->engine);
+    hr_gov_set_account(s->cfg.gov, HR_GOV_STATE,
+                       (uint64_t)hr_state_n_used(sp) * hr_state_slot_bytes(sp));
 }
 
 /* Under soft pressure idle cache goes first: enough cached blocks nobody
@@ -201,7 +221,7 @@ static void trim_cache_under_pressure(struct hr_sched *s)
     hr_gov_get_view(s->cfg.gov, &v);
     if (v.level == HR_GOV_OK || v.current_bytes <= v.soft_bytes)
         return;
-    struct hr_kv_pool *pool = hr_engine_kv_pool(s->engine);
+    struct hr_kv_pool *pool = hr_backend_kv_pool(s->engine);
     const uint64_t bb = hr_kv_block_bytes(pool);
     const uint32_t n = hr_pcache_evict(s->pc, (uint32_t)((v.current_bytes - v.soft_bytes) / bb + 1));
     if (n) {
@@ -216,7 +236,7 @@ static void trim_cache_under_pressure(struct hr_sched *s)
 /* Blocks the step in s->items needs beyond what its sequences hold. */
 static uint32_t step_new_blocks(const struct hr_sched *s, uint32_t n_items)
 {
-    const uint32_t bt = hr_kv_block_tokens(hr_engine_kv_pool(s->engine));
+    const uint32_t bt = hr_kv_block_tokens(hr_backend_kv_pool(s->engine));
     uint32_t need = 0;
     for (uint32_t i = 0; i < n_items; i++)
         need += hr_kv_blocks_needed(s->items[i].kv->n_blocks,
@@ -224,17 +244,79 @@ static uint32_t step_new_blocks(const struct hr_sched *s, uint32_t n_items)
     return need;
 }
 
+/* Publishes the stats readers see (s->mu held): see hr_sched.snap. */
+static void publish(struct hr_sched *s)
+{
+    struct hr_sched_stats o = s->st;
+    o.running = s->n_running;
+    o.queued = s->n_queued;
+    o.kv_block_bytes = hr_kv_block_bytes(hr_backend_kv_pool(s->engine));
+    const struct hr_state_pool *sp = hr_backend_state_pool(s->engine);
+    /* slots used: the engine thread's copy in s->st; these two are fixed */
+    o.state_slots_total = hr_state_n_slots(sp);
+    o.state_slot_bytes = hr_state_slot_bytes(sp);
+    if (s->pc) {
+        struct hr_pcache_stats ps;
+        hr_pcache_stats(s->pc, &ps);
+        o.cache_blocks = hr_pcache_n_entries(s->pc);
+        o.cache_evictable_blocks = hr_pcache_n_evictable(s->pc);
+        o.cache_lookup_tokens = ps.lookup_tokens;
+        o.cache_hit_tokens = ps.hit_tokens;
+        o.cache_evicted_blocks = ps.evicted_blocks;
+    }
+    pthread_mutex_lock(&s->snap_mu);
+    s->snap = o;
+    pthread_mutex_unlock(&s->snap_mu);
+}
+
+/* cudaMemGetInfo through the backend (nothing on the CPU): the device's use
+ * now, folded into the peak. Any thread: the engine thread after each step,
+ * readers of the stats while idle. */
+static void sample_device(struct hr_sched *s, uint64_t *free_bytes, uint64_t *total_bytes)
+{
+    *free_bytes = *total_bytes = 0;
+    if (hr_backend_info(s->engine)->kind != HR_DEVICE_CUDA ||
+        !hr_backend_device_mem_info(s->engine, free_bytes, total_bytes))
+        return;
+    const uint64_t used = *total_bytes - *free_bytes;
+    uint64_t peak = atomic_load(&s->device_used_peak);
+    while (used > peak && !atomic_compare_exchange_weak(&s->device_used_peak, &peak, used))
+        ;
+}
+
+/* Every release of s->mu publishes what changed under it. */
+static void sched_unlock(struct hr_sched *s)
+{
+    publish(s);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Drops a parked copy (resumed, failed to restore, or the request ended). */
+static void unpark_drop(struct hr_sched *s, struct request *r)
+{
+    if (!r->parked)
+        return;
+    free(r->parked);
+    r->parked = NULL;
+    r->n_parked = 0;
+    const uint64_t left = atomic_fetch_sub(&s->request_bytes, r->parked_bytes) - r->parked_bytes;
+    if (s->cfg.gov)
+        hr_gov_set_account(s->cfg.gov, HR_GOV_REQUESTS, left);
+    r->parked_bytes = 0;
+}
+
 static void request_free(struct hr_sched *s, struct request *r)
 {
     if (!r)
         return;
+    unpark_drop(s, r);
     if (s->pc && r->kv.n_blocks) {
         pthread_mutex_lock(&s->mu);
         cache_release(s, r);
-        pthread_mutex_unlock(&s->mu);
+        sched_unlock(s);
     }
     if (r->kv.blocks)
-        hr_kv_seq_free(&r->kv, hr_engine_kv_pool(s->engine));
+        hr_backend_seq_free(s->engine, &r->kv); /* and its recurrent state slot */
     if (r->bytes) {
         const uint64_t left = atomic_fetch_sub(&s->request_bytes, r->bytes) - r->bytes;
         if (s->cfg.gov)
@@ -254,7 +336,7 @@ static void request_free(struct hr_sched *s, struct request *r)
 
 static uint32_t kv_blocks_for(const struct hr_sched *s, uint32_t n_tokens)
 {
-    return hr_kv_blocks_needed(0, n_tokens, hr_kv_block_tokens(hr_engine_kv_pool(s->engine)));
+    return hr_kv_blocks_needed(0, n_tokens, hr_kv_block_tokens(hr_backend_kv_pool(s->engine)));
 }
 
 /* What request_new allocates for a request of n_prompt + max_tokens tokens
@@ -266,8 +348,8 @@ static uint64_t request_bytes(const struct hr_sched *s, const struct hr_sampler_
 {
     const uint64_t cap = (uint64_t)n_prompt + max_tokens;
     return sizeof(struct request) + cap * sizeof(int32_t) +
-           (cap / hr_kv_block_tokens(hr_engine_kv_pool(s->engine)) + 1) * sizeof(int32_t) +
-           hr_sampler_bytes(sp, hr_engine_model(s->engine)->hp.n_vocab) +
+           (cap / hr_kv_block_tokens(hr_backend_kv_pool(s->engine)) + 1) * sizeof(int32_t) +
+           hr_sampler_bytes(sp, hr_backend_model(s->engine)->hp.n_vocab) +
            (s->cfg.tok ? 4096 : 0);
 }
 
@@ -298,8 +380,8 @@ static enum hr_status request_new(struct hr_sched *s, const struct hr_sched_para
     if (!r->tokens)
         goto fail;
     memcpy(r->tokens, p->prompt, (size_t)p->n_prompt * sizeof(int32_t));
-    if ((st = hr_engine_seq_init(s->engine, &r->kv, cap, err)) != HR_OK ||
-        (st = hr_sampler_init(&p->sampling, hr_engine_model(s->engine)->hp.n_vocab, &r->smp,
+    if ((st = hr_backend_seq_init(s->engine, &r->kv, cap, err)) != HR_OK ||
+        (st = hr_sampler_init(&p->sampling, hr_backend_model(s->engine)->hp.n_vocab, &r->smp,
                               err)) != HR_OK)
         goto fail;
     for (uint32_t i = 0; i < p->n_prompt; i++)
@@ -496,7 +578,7 @@ static void running_remove(struct hr_sched *s, struct request *r)
  * preempted request is not restarted only to be preempted again. */
 static void start_queued(struct hr_sched *s)
 {
-    struct hr_kv_pool *pool = hr_engine_kv_pool(s->engine);
+    struct hr_kv_pool *pool = hr_backend_kv_pool(s->engine);
     while (s->q_head && s->n_running < s->cfg.parallel) {
         struct request *r = s->q_head;
         if (s->n_running > 0) {
@@ -521,6 +603,17 @@ static void start_queued(struct hr_sched *s)
             }
         }
         queue_remove(s, r);
+        if (r->parked) {
+            /* Resume from host memory: blocks for the parked tokens (cached
+             * ones nobody uses give way), then the copy back; if either
+             * fails it recomputes, as without parking. */
+            struct hr_err perr = {{0}};
+            cache_make_room(s, kv_blocks_for(s, r->n_parked));
+            if (hr_backend_kv_unpark(s->engine, &r->kv, r->n_parked, r->parked, &perr) != HR_OK)
+                hr_log_warn("sched", "request %llu: its parked KV cannot be restored (%s); it "
+                            "recomputes", (unsigned long long)r->id, perr.msg);
+            unpark_drop(s, r);
+        }
         cache_lookup(s, r);
         r->state = ST_RUNNING;
         /* A preempted request keeps its original age: the youngest is
@@ -534,36 +627,86 @@ static void start_queued(struct hr_sched *s)
     }
 }
 
+/* Parks r's KV in host memory (see hr_sched_config.park_preempted) and
+ * releases its blocks; false (nothing changed) when parking is off, the
+ * host lacks the memory or the copy failed. */
+static bool park(struct hr_sched *s, struct request *r)
+{
+    const bool on = s->cfg.park_preempted > 0 ||
+                    (s->cfg.park_preempted == 0 &&
+                     hr_backend_info(s->engine)->kind != HR_DEVICE_CPU);
+    /* A hybrid model's recurrent state is not parked with its KV: such a
+     * request recomputes (cache_release gives its state slot back). */
+    if (!on || r->kv.n_blocks == 0 || hr_backend_model(s->engine)->dn.n_layers)
+        return false;
+    const uint64_t bytes = hr_backend_kv_park_bytes(s->engine, &r->kv);
+    if (s->cfg.gov) {
+        struct hr_gov_view v;
+        hr_gov_get_view(s->cfg.gov, &v);
+        if (v.current_bytes + bytes > v.hard_bytes)
+            return false;
+    }
+    void *buf = malloc(bytes);
+    struct hr_err err = {{0}};
+    uint32_t n = 0;
+    if (!buf)
+        return false;
+    if (hr_backend_kv_park(s->engine, &r->kv, buf, &n, &err) != HR_OK) {
+        hr_log_warn("sched", "request %llu: parking failed (%s); it will recompute",
+                    (unsigned long long)r->id, err.msg);
+        free(buf);
+        return false;
+    }
+    r->parked = buf;
+    r->n_parked = n;
+    r->parked_bytes = bytes;
+    const uint64_t now = atomic_fetch_add(&s->request_bytes, bytes) + bytes;
+    if (s->cfg.gov)
+        hr_gov_set_account(s->cfg.gov, HR_GOV_REQUESTS, now);
+    s->st.parked++;
+    s->st.parked_tokens += n;
+    return true;
+}
+
 /* Frees the youngest running request's KV and puts it back at the head of
- * the queue; it resumes by recomputing its prompt and output (the kernels
- * are batch invariant, so it continues exactly as it would have). */
+ * the queue; it resumes from host memory where it was parked, or by
+ * recomputing its prompt and output (the kernels are batch invariant, so it
+ * continues exactly as it would have). */
 static void preempt_youngest(struct hr_sched *s, const char *why)
 {
     struct request *y = s->running[0];
     for (uint32_t i = 1; i < s->n_running; i++)
         if (s->running[i]->started > y->started)
             y = s->running[i];
-    cache_release(s, y); /* its blocks stay cached: it may resume from them */
+    if (!park(s, y))
+        cache_release(s, y); /* its blocks stay cached: it may resume from them */
     running_remove(s, y);
     queue_push(s, y, true);
     if (s->n_preempted < s->cfg.parallel)
         s->preempted[s->n_preempted++] = y;
     s->st.preempted++;
     COUNT(s, requests_preempted_total, 1);
-    hr_log_info("sched", "request %llu preempted: %s (%u of %u KV blocks used), resumes by recompute "
-                "of %u tokens",
-                (unsigned long long)y->id, why, hr_kv_n_used(hr_engine_kv_pool(s->engine)),
-                hr_kv_n_blocks(hr_engine_kv_pool(s->engine)), y->n_tokens);
-    hr_decision_preempt(y->id, hr_kv_n_used(hr_engine_kv_pool(s->engine)), hr_kv_n_blocks(hr_engine_kv_pool(s->engine)), y->n_tokens);
+    if (y->parked)
+        hr_log_info("sched", "request %llu preempted: %s (%u of %u KV blocks used), %u tokens "
+                    "parked in host memory (%.1f MiB)",
+                    (unsigned long long)y->id, why, hr_kv_n_used(hr_backend_kv_pool(s->engine)),
+                    hr_kv_n_blocks(hr_backend_kv_pool(s->engine)), y->n_parked,
+                    (double)y->parked_bytes / 1048576.0);
+    else
+        hr_log_info("sched", "request %llu preempted: %s (%u of %u KV blocks used), resumes by "
+                    "recompute of %u tokens",
+                    (unsigned long long)y->id, why, hr_kv_n_used(hr_backend_kv_pool(s->engine)),
+                    hr_kv_n_blocks(hr_backend_kv_pool(s->engine)), y->n_tokens);
+    hr_decision_preempt(y->id, hr_kv_n_used(hr_backend_kv_pool(s->engine)), hr_kv_n_blocks(hr_backend_kv_pool(s->engine)), y->n_tokens);
 }
 
 /* Bytes a candidate step (the first n items) adds to what the process
  * holds: the arena beyond its already resident part, and new KV blocks. */
 static uint64_t step_cost(struct hr_sched *s, uint32_t n)
 {
-    struct hr_plan p;
+    struct hr_backend_plan p;
     struct hr_step st = {.seqs = s->items, .n_seqs = n};
-    hr_engine_plan(s->engine, &st, &p);
+    hr_backend_plan(s->engine, &st, &p);
     return (p.arena_bytes > s->arena_committed ? p.arena_bytes - s->arena_committed : 0) +
            p.kv_bytes;
 }
@@ -669,8 +812,8 @@ static uint32_t fit_step(struct hr_sched *s, struct request **lone)
          * larger step; the step about to run touches only what it needs) */
         if (!released) {
             released = true;
-            uint64_t freed = hr_kv_pool_trim(hr_engine_kv_pool(s->engine));
-            if (s->arena_committed && hr_engine_arena_release(s->engine)) {
+            uint64_t freed = hr_kv_pool_trim(hr_backend_kv_pool(s->engine));
+            if (s->arena_committed && hr_backend_arena_release(s->engine)) {
                 freed += s->arena_committed;
                 s->arena_committed = 0;
                 hr_gov_set_account(s->cfg.gov, HR_GOV_STEP, 0);
@@ -683,7 +826,7 @@ static uint32_t fit_step(struct hr_sched *s, struct request **lone)
         /* (2) cached blocks nobody uses, enough to bring the step under
          * the hard watermark (or what the sampler asked for) */
         if (s->pc && hr_pcache_n_evictable(s->pc)) {
-            struct hr_kv_pool *pool = hr_engine_kv_pool(s->engine);
+            struct hr_kv_pool *pool = hr_backend_kv_pool(s->engine);
             const uint64_t over = v.current_bytes + cost > v.hard_bytes
                                       ? v.current_bytes + cost - v.hard_bytes
                                       : v.reclaim_bytes;
@@ -715,9 +858,9 @@ static uint32_t fit_step(struct hr_sched *s, struct request **lone)
             return 0; /* one request, no chunk fits: it waits for headroom */
         /* One request and its step does not fit: a chunk would have been
          * sized to fit, so this is a decode needing a new KV block. */
-        struct hr_plan p;
+        struct hr_backend_plan p;
         struct hr_step st = {.seqs = s->items, .n_seqs = n};
-        hr_engine_plan(s->engine, &st, &p);
+        hr_backend_plan(s->engine, &st, &p);
         if (p.kv_bytes > 0 && s->n_running == 1) {
             /* Under the static ceiling it would fit: the dynamic ceiling fell
              * (another process grew). That passes; pause, do not end it. */
@@ -754,7 +897,7 @@ static void note_memory_wait(struct hr_sched *s, bool waiting)
     s->st.waiting_for_memory = waiting ? n : 0;
     if (waiting)
         s->st.memory_waits++;
-    pthread_mutex_unlock(&s->mu);
+    sched_unlock(s);
     if (waiting) {
         s->wait_since = hr_now_seconds();
         hr_log_info("sched", "prefill waits for memory: no chunk fits (%u running, current %s, "
@@ -779,6 +922,7 @@ static void *engine_main(void *arg)
     for (;;) {
         while (!s->stop && !s->q_head && s->n_running == 0) {
             pthread_cond_broadcast(&s->idle);
+            publish(s);
             pthread_cond_wait(&s->wake, &s->mu);
         }
         if (s->stop)
@@ -804,7 +948,7 @@ static void *engine_main(void *arg)
         start_queued(s);
         const uint32_t n_new = s->n_started_now;
         s->n_started_now = 0;
-        pthread_mutex_unlock(&s->mu);
+        sched_unlock(s);
         for (uint32_t i = 0; i < n_new; i++) {
             struct hr_sched_event ev = {.kind = HR_SCHED_STARTED,
                                         .n_cached = s->started_now[i]->n_cached};
@@ -819,7 +963,7 @@ static void *engine_main(void *arg)
                 struct hr_sched_refusal why = {.reason = HR_SCHED_OVERLOADED,
                                                .n_prompt = r->n_prompt};
                 snprintf(why.message, sizeof(why.message),
-                         "waited %.0f s in the queue (--queue-timeout); retry later",
+                         "waited %.0f s in the queue (--queue-timeout, --queue-max-wait); retry later",
                          s->cfg.queue_timeout_s);
                 struct hr_sched_event ev = {.kind = HR_SCHED_REFUSED, .refusal = &why,
                                             .message = why.message};
@@ -852,7 +996,7 @@ static void *engine_main(void *arg)
             done[n_done++] = lone;
         }
         const bool wait_memory = n_items == 0 && !lone && s->n_running > 0 && n_done == 0;
-        pthread_mutex_unlock(&s->mu);
+        sched_unlock(s);
 
         note_memory_wait(s, wait_memory);
         if (wait_memory) {
@@ -865,13 +1009,13 @@ static void *engine_main(void *arg)
                 ts.tv_sec++, ts.tv_nsec -= 1000000000L;
             pthread_mutex_lock(&s->mu);
             pthread_cond_timedwait(&s->wake, &s->mu, &ts);
-            pthread_mutex_unlock(&s->mu);
+            sched_unlock(s);
             if (s->cfg.gov)
                 hr_gov_sample(s->cfg.gov, NULL);
         }
 
         enum hr_status st = HR_OK;
-        struct hr_plan planned = {0};
+        struct hr_backend_plan planned = {0};
         bool bracket = false;
         if (n_items) {
             struct hr_step step = {.seqs = s->items, .n_seqs = n_items};
@@ -880,15 +1024,15 @@ static void *engine_main(void *arg)
              * and rely on the periodic sampler. */
             bracket = s->cfg.gov && s->n_step_prefill > 0;
             if (s->cfg.gov)
-                hr_engine_plan(s->engine, &step, &planned);
+                hr_backend_plan(s->engine, &step, &planned);
             if (s->pc) { /* the pool's free blocks first, then cached ones nobody uses */
                 pthread_mutex_lock(&s->mu);
                 cache_make_room(s, step_new_blocks(s, n_items));
-                pthread_mutex_unlock(&s->mu);
+                sched_unlock(s);
             }
             if (bracket)
                 hr_gov_step_begin(s->cfg.gov);
-            st = hr_engine_step(s->engine, &step, &err);
+            st = hr_backend_step(s->engine, &step, &err);
             while (st == HR_ERR_NOMEM) {
                 /* The pool cannot hold this step. Preempt the youngest; a
                  * request that alone outgrows the pool ends with `length`. */
@@ -906,16 +1050,16 @@ static void *engine_main(void *arg)
                     hr_log_info("sched", "request %llu ends with length: its KV alone fills the pool "
                                 "(%u blocks)",
                                 (unsigned long long)r->id,
-                                hr_kv_n_blocks(hr_engine_kv_pool(s->engine)));
+                                hr_kv_n_blocks(hr_backend_kv_pool(s->engine)));
                 }
                 n_items = build_step(s);
-                pthread_mutex_unlock(&s->mu);
+                sched_unlock(s);
                 if (!n_items) {
                     st = HR_OK;
                     break;
                 }
                 step = (struct hr_step){.seqs = s->items, .n_seqs = n_items};
-                st = hr_engine_step(s->engine, &step, &err);
+                st = hr_backend_step(s->engine, &step, &err);
             }
         }
         if (st != HR_OK) {
@@ -923,14 +1067,27 @@ static void *engine_main(void *arg)
              * request in it fails with the engine's message. */
             hr_log_error("sched", "step failed: %s", err.msg);
             pthread_mutex_lock(&s->mu);
+            /* The device ran out of memory although every byte was planned:
+             * a bug, counted where the promise is proved. */
+            if (st == HR_ERR_DEVICE && strstr(err.msg, "out of memory")) {
+                s->st.aborted_for_memory += n_items;
+                if (s->cfg.gov)
+                    hr_mem_counter_add(&hr_gov_counters(s->cfg.gov)->requests_aborted_for_memory_total,
+                                       n_items);
+            }
             for (uint32_t i = 0; i < n_items; i++) {
                 running_remove(s, s->item_req[i]);
                 done_why[n_done] = HR_SCHED_FAILED;
                 done_msg[n_done] = err.msg;
                 done[n_done++] = s->item_req[i];
             }
-            pthread_mutex_unlock(&s->mu);
+            sched_unlock(s);
             n_items = 0;
+        }
+
+        if (n_items) {
+            uint64_t dfree, dtotal;
+            sample_device(s, &dfree, &dtotal);
         }
 
         /* Requests preempted while building or retrying this step. Only this
@@ -938,14 +1095,14 @@ static void *engine_main(void *arg)
         pthread_mutex_lock(&s->mu);
         const uint32_t n_pre = s->n_preempted;
         s->n_preempted = 0;
-        pthread_mutex_unlock(&s->mu);
+        sched_unlock(s);
         for (uint32_t i = 0; i < n_pre; i++) {
             struct hr_sched_event ev = {.kind = HR_SCHED_PREEMPTED};
             emit(s->preempted[i], &ev);
         }
 
         if (s->cfg.gov && n_items) {
-            const uint64_t high = hr_engine_arena_high_water(s->engine);
+            const uint64_t high = hr_backend_arena_high_water(s->engine);
             if (high > s->arena_committed)
                 s->arena_committed = high;
             account_kv(s);
@@ -973,16 +1130,16 @@ static void *engine_main(void *arg)
                     /* The prompt is in: others with this prefix may share it now. */
                     pthread_mutex_lock(&s->mu);
                     hr_pcache_insert(s->pc, r->tokens,
-                                     r->kv.n_tokens / hr_kv_block_tokens(hr_engine_kv_pool(s->engine)),
+                                     r->kv.n_tokens / hr_kv_block_tokens(hr_backend_kv_pool(s->engine)),
                                      r->kv.blocks);
-                    pthread_mutex_unlock(&s->mu);
+                    sched_unlock(s);
                 }
             }
             if (!it->n_logits)
                 continue;
             const int32_t t = r->n_generated < r->n_script
                                   ? r->script[r->n_generated]
-                                  : hr_sampler_sample(r->smp, hr_engine_logits(s->engine, i, 0));
+                                  : hr_sampler_sample(r->smp, hr_backend_logits(s->engine, i, 0));
             hr_sampler_accept(r->smp, t);
             r->tokens[r->n_tokens++] = t;
             r->n_generated++;
@@ -1009,7 +1166,7 @@ static void *engine_main(void *arg)
             if (end) {
                 pthread_mutex_lock(&s->mu);
                 running_remove(s, r);
-                pthread_mutex_unlock(&s->mu);
+                sched_unlock(s);
                 done_why[n_done] = why;
                 done_msg[n_done] = NULL;
                 done[n_done++] = r;
@@ -1024,8 +1181,9 @@ static void *engine_main(void *arg)
             s->st.steps++;
         s->st.tokens_prefilled += n_prefilled;
         /* The pool changes only on this thread; readers see this copy. */
-        s->st.kv_blocks_used = hr_kv_n_used(hr_engine_kv_pool(s->engine)) -
+        s->st.kv_blocks_used = hr_kv_n_used(hr_backend_kv_pool(s->engine)) -
                                (s->pc ? hr_pcache_n_evictable(s->pc) : 0);
+        s->st.state_slots_used = hr_state_n_used(hr_backend_state_pool(s->engine));
         if (s->cfg.gov) {
             /* Finished and cancelled requests freed their blocks after the
              * step's accounting: the gauge and the accounts follow now.
@@ -1050,7 +1208,7 @@ static void *engine_main(void *arg)
         left = r;
     }
     pthread_cond_broadcast(&s->idle);
-    pthread_mutex_unlock(&s->mu);
+    sched_unlock(s);
     while (left) {
         struct request *r = left;
         left = r->next;
@@ -1075,18 +1233,18 @@ static bool fits_alone(const struct hr_sched *s, uint32_t n_prompt, uint32_t max
  */
 static void warm_up(struct hr_sched *s)
 {
-    struct hr_kv_pool *pool = hr_engine_kv_pool(s->engine);
+    struct hr_kv_pool *pool = hr_backend_kv_pool(s->engine);
     struct hr_kv_seq seq = {0};
     struct hr_err err = {{0}};
     const int32_t tok = 0;
-    if (hr_engine_seq_init(s->engine, &seq, 1, &err) != HR_OK)
+    if (hr_backend_seq_init(s->engine, &seq, 1, &err) != HR_OK)
         return;
     struct hr_step_seq it = {.kv = &seq, .tokens = &tok, .n_tokens = 1, .n_logits = 1};
     struct hr_step step = {.seqs = &it, .n_seqs = 1};
-    (void)hr_engine_step(s->engine, &step, &err);
-    hr_kv_seq_free(&seq, pool);
+    (void)hr_backend_step(s->engine, &step, &err);
+    hr_backend_seq_free(s->engine, &seq); /* and the state slot it bound (hybrid models) */
     hr_kv_pool_trim(pool);
-    hr_engine_arena_release(s->engine);
+    hr_backend_arena_release(s->engine);
 }
 
 /* The governor's sampling thread: when the ceiling fell under what we hold
@@ -1099,14 +1257,14 @@ static void on_gov_sample(void *ctx, const struct hr_gov_view *view)
     atomic_store(&s->squeezed, true);
     pthread_mutex_lock(&s->mu);
     pthread_cond_signal(&s->wake);
-    pthread_mutex_unlock(&s->mu);
+    sched_unlock(s);
 }
 
 /* Admission callbacks: KV of L tokens, and the arena of a lone n-token chunk. */
 static uint64_t admit_kv(void *ctx, uint32_t n_tokens)
 {
     const struct hr_sched *s = ctx;
-    return (uint64_t)kv_blocks_for(s, n_tokens) * hr_kv_block_bytes(hr_engine_kv_pool(s->engine));
+    return (uint64_t)kv_blocks_for(s, n_tokens) * hr_kv_block_bytes(hr_backend_kv_pool(s->engine));
 }
 
 static uint64_t admit_plan(void *ctx, uint32_t n_tokens)
@@ -1115,8 +1273,8 @@ static uint64_t admit_plan(void *ctx, uint32_t n_tokens)
     struct hr_kv_seq empty = {0};
     struct hr_step_seq it = {.kv = &empty, .n_tokens = n_tokens, .n_logits = 1};
     struct hr_step st = {.seqs = &it, .n_seqs = 1};
-    struct hr_plan p;
-    hr_engine_plan(s->engine, &st, &p);
+    struct hr_backend_plan p;
+    hr_backend_plan(s->engine, &st, &p);
     return p.arena_bytes;
 }
 
@@ -1147,15 +1305,28 @@ enum hr_status hr_sched_init(const struct hr_sched_config *cfg, struct hr_sched 
         s->cfg.batch_tokens = s->cfg.parallel; /* every decode fits in a step */
     if (s->cfg.chunk_min > s->cfg.batch_tokens)
         s->cfg.chunk_min = s->cfg.batch_tokens; /* else no chunk is ever large enough */
-    struct hr_engine_config ec = {.n_threads = cfg->n_threads,
-                                  .kv_type = cfg->kv_type ? cfg->kv_type : HR_GGML_F16,
-                                  .kv_budget_bytes = cfg->kv_budget_bytes,
-                                  .max_step_tokens = s->cfg.batch_tokens,
-                                  .max_step_logits = s->cfg.parallel};
-    enum hr_status st = hr_engine_init(cfg->model, &ec, &s->engine, err);
+    struct hr_backend_config ec = {.n_threads = cfg->n_threads,
+                                   .kv_type = cfg->kv_type ? cfg->kv_type : HR_GGML_F16,
+                                   .kv_budget_bytes = cfg->kv_budget_bytes,
+                                   .max_step_tokens = s->cfg.batch_tokens,
+                                   .max_step_logits = s->cfg.parallel,
+                                   .max_step_seqs = s->cfg.parallel,
+                                   .max_seq_tokens = s->cfg.n_ctx,
+                                   .device_limit_bytes = cfg->device_limit_bytes};
+    enum hr_status st = hr_backend_init(cfg->model, &cfg->device, &ec, &s->engine, err);
     if (st != HR_OK) {
         free(s);
         return st;
+    }
+    /* A device ceiling may have cut the step the arena holds: prefill
+     * chunks follow what the backend was sized for. */
+    const uint32_t got = hr_backend_info(s->engine)->max_step_tokens;
+    if (got && got < s->cfg.batch_tokens) {
+        hr_log_info("sched", "steps of %u tokens (asked %u): the device ceiling sized the arena",
+                    got, s->cfg.batch_tokens);
+        s->cfg.batch_tokens = got;
+        if (s->cfg.chunk_min > got)
+            s->cfg.chunk_min = got;
     }
     const size_t par = s->cfg.parallel, nq = (size_t)s->cfg.max_queue + par;
     s->running = calloc(par, sizeof(*s->running));
@@ -1174,9 +1345,15 @@ enum hr_status hr_sched_init(const struct hr_sched_config *cfg, struct hr_sched 
         return hr_err_set(err, HR_ERR_NOMEM, "out of memory");
     }
     s->next_id = 1;
-    s->st.kv_blocks_total = hr_kv_n_blocks(hr_engine_kv_pool(s->engine));
-    if (cfg->prefix_cache) {
-        struct hr_kv_pool *pool = hr_engine_kv_pool(s->engine);
+    s->st.kv_blocks_total = hr_kv_n_blocks(hr_backend_kv_pool(s->engine));
+    /* A hybrid model's cached KV is useless without the recurrent state at
+     * the end of the cached tokens, which the cache does not hold yet: a
+     * KV-only hit would compute wrong tokens. Off, and said so. */
+    if (cfg->prefix_cache && cfg->model->dn.n_layers)
+        hr_log_info("sched", "prefix cache off: %s has recurrent (Gated DeltaNet) layers and the "
+                    "cache keeps no state snapshots yet", hr_arch_name(cfg->model->arch));
+    if (cfg->prefix_cache && !cfg->model->dn.n_layers) {
+        struct hr_kv_pool *pool = hr_backend_kv_pool(s->engine);
         const uint64_t bb = hr_kv_block_bytes(pool);
         uint64_t entries = cfg->cache_limit_bytes ? cfg->cache_limit_bytes / bb : hr_kv_n_blocks(pool);
         if (entries > hr_kv_n_blocks(pool))
@@ -1198,8 +1375,11 @@ enum hr_status hr_sched_init(const struct hr_sched_config *cfg, struct hr_sched 
     }
     atomic_init(&s->squeezed, false);
     atomic_init(&s->request_bytes, 0);
+    atomic_init(&s->device_used_peak, 0);
     s->sync_ready = true;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->snap_mu, NULL);
+    publish(s); /* the pool's size, before any reader asks */
     pthread_cond_init(&s->wake, NULL);
     pthread_cond_init(&s->idle, NULL);
     if (s->cfg.gov) {
@@ -1243,16 +1423,17 @@ void hr_sched_free(struct hr_sched *s)
         pthread_mutex_lock(&s->mu);
         s->stop = true;
         pthread_cond_broadcast(&s->wake);
-        pthread_mutex_unlock(&s->mu);
+        sched_unlock(s);
         pthread_join(s->thread, NULL);
     }
     if (s->sync_ready) {
         pthread_mutex_destroy(&s->mu);
+        pthread_mutex_destroy(&s->snap_mu);
         pthread_cond_destroy(&s->wake);
         pthread_cond_destroy(&s->idle);
     }
     hr_pcache_free(s->pc); /* before the pool it refers to */
-    hr_engine_free(s->engine);
+    hr_backend_free(s->engine);
     free(s->running);
     free(s->items);
     free(s->item_req);
@@ -1275,7 +1456,7 @@ static bool fits_alone(const struct hr_sched *s, uint32_t n_prompt, uint32_t max
      * not, so the memory check counts its whole KV either way; what the
      * cache saves is prefill (start_queued counts only the blocks a request
      * does not share). */
-    const struct hr_kv_pool *pool = hr_engine_kv_pool(s->engine);
+    const struct hr_kv_pool *pool = hr_backend_kv_pool(s->engine);
     const uint32_t bt = hr_kv_block_tokens(pool);
     const uint64_t pool_tokens = (uint64_t)hr_kv_n_blocks(pool) * bt;
     uint64_t m = s->cfg.n_ctx - 1;
@@ -1288,8 +1469,11 @@ static bool fits_alone(const struct hr_sched *s, uint32_t n_prompt, uint32_t max
             .n_prompt = n_prompt,
             .n_ctx = s->cfg.n_ctx,
             .chunk_min = 1, /* alone, the prefill may end with a 1-token chunk (fit_step) */
-            .weights_bytes = hr_engine_model(s->engine)->weight_bytes,
-            .request_bytes = request_bytes(s, sampling, n_prompt, max_tokens),
+            .weights_bytes = hr_backend_model(s->engine)->weight_bytes,
+            /* plus the recurrent state slot it will hold while it runs
+             * (hybrid models; 0 otherwise): fixed, whatever the length */
+            .request_bytes = request_bytes(s, sampling, n_prompt, max_tokens) +
+                             hr_state_slot_bytes(hr_backend_state_pool(s->engine)),
             .residual_floor_bytes = HR_GOV_RESIDUAL_FLOOR_AUTO,
             .kv_bytes = admit_kv,
             .plan_bytes = admit_plan,
@@ -1348,7 +1532,7 @@ enum hr_status hr_sched_submit(struct hr_sched *s, const struct hr_sched_params 
         return hr_err_set(err, HR_ERR_INVALID, "the prompt is empty");
     if (!p->on_event)
         return hr_err_set(err, HR_ERR_INVALID, "no event callback");
-    const uint32_t n_vocab = hr_engine_model(s->engine)->hp.n_vocab;
+    const uint32_t n_vocab = hr_backend_model(s->engine)->hp.n_vocab;
     for (uint32_t i = 0; i < p->n_prompt; i++)
         if (p->prompt[i] < 0 || (uint32_t)p->prompt[i] >= n_vocab)
             return hr_err_set(err, HR_ERR_INVALID, "prompt token %u is %d, outside the vocabulary (%u)",
@@ -1358,7 +1542,7 @@ enum hr_status hr_sched_submit(struct hr_sched *s, const struct hr_sched_params 
                     &p->sampling, why)) {
         pthread_mutex_lock(&s->mu);
         s->st.refused_too_long++;
-        pthread_mutex_unlock(&s->mu);
+        sched_unlock(s);
         COUNT(s, requests_refused_too_long_total, 1);
         return hr_err_set(err, HR_ERR_LIMIT, "%s", why->message);
     }
@@ -1372,7 +1556,7 @@ enum hr_status hr_sched_submit(struct hr_sched *s, const struct hr_sched_params 
     pthread_mutex_lock(&s->mu);
     if (s->n_queued >= s->cfg.max_queue) {
         s->st.refused_overloaded++;
-        pthread_mutex_unlock(&s->mu);
+        sched_unlock(s);
         COUNT(s, requests_refused_overloaded_total, 1);
         request_free(s, r);
         *why = (struct hr_sched_refusal){.reason = HR_SCHED_OVERLOADED, .n_prompt = p->n_prompt};
@@ -1387,7 +1571,7 @@ enum hr_status hr_sched_submit(struct hr_sched *s, const struct hr_sched_params 
     COUNT(s, requests_admitted_total, 1);
     *id = r->id;
     pthread_cond_signal(&s->wake);
-    pthread_mutex_unlock(&s->mu);
+    sched_unlock(s);
     return HR_OK;
 }
 
@@ -1407,39 +1591,51 @@ enum hr_status hr_sched_cancel(struct hr_sched *s, uint64_t id)
         }
     if (st == HR_OK)
         pthread_cond_signal(&s->wake);
-    pthread_mutex_unlock(&s->mu);
+    sched_unlock(s);
     return st;
 }
 
 void hr_sched_stats(struct hr_sched *s, struct hr_sched_stats *out)
 {
-    pthread_mutex_lock(&s->mu);
-    *out = s->st;
-    out->running = s->n_running;
-    out->queued = s->n_queued;
-    out->kv_block_bytes = hr_kv_block_bytes(hr_engine_kv_pool(s->engine));
-    if (s->pc) {
-        struct hr_pcache_stats ps;
-        hr_pcache_stats(s->pc, &ps);
-        out->cache_blocks = hr_pcache_n_entries(s->pc);
-        out->cache_evictable_blocks = hr_pcache_n_evictable(s->pc);
-        out->cache_lookup_tokens = ps.lookup_tokens;
-        out->cache_hit_tokens = ps.hit_tokens;
-        out->cache_evicted_blocks = ps.evicted_blocks;
-    }
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&s->snap_mu);
+    *out = s->snap;
+    pthread_mutex_unlock(&s->snap_mu);
+    sample_device(s, &out->device_free_bytes, &out->device_total_bytes);
+    out->device_used_peak_bytes = atomic_load(&s->device_used_peak);
+    out->device_lost = hr_backend_lost(s->engine);
+}
+
+const struct hr_backend_info *hr_sched_backend_info(const struct hr_sched *s)
+{
+    return hr_backend_info(s->engine);
 }
 
 uint32_t hr_sched_cached_prefix(struct hr_sched *s, const int32_t *prompt, uint32_t n_prompt)
 {
     if (!s->pc || n_prompt == 0)
         return 0;
-    const uint32_t bt = hr_kv_block_tokens(hr_engine_kv_pool(s->engine));
+    const uint32_t bt = hr_kv_block_tokens(hr_backend_kv_pool(s->engine));
     pthread_mutex_lock(&s->mu);
     uint32_t n = hr_pcache_peek(s->pc, prompt, n_prompt) * bt;
-    pthread_mutex_unlock(&s->mu);
+    sched_unlock(s);
     const uint32_t most = (n_prompt - 1) / bt * bt;
     return n < most ? n : most;
+}
+
+uint32_t hr_sched_admit_max_prompt(struct hr_sched *s)
+{
+    /* A prompt of the whole context never fits (one token must remain for
+     * output), so fits_alone refuses it and says what M is. */
+    struct hr_sched_refusal why = {0};
+    const struct hr_sampler_params sp = hr_sampler_defaults();
+    if (fits_alone(s, s->cfg.n_ctx, 1, &sp, &why))
+        return s->cfg.n_ctx - 1;
+    return why.reason == HR_SCHED_TOO_LONG ? why.max_prompt : 0;
+}
+
+uint64_t hr_sched_min_request_bytes(const struct hr_sched *s)
+{
+    return admit_kv((void *)s, s->cfg.chunk_min + 1) + admit_plan((void *)s, s->cfg.chunk_min);
 }
 
 void hr_sched_wait_idle(struct hr_sched *s)
@@ -1447,5 +1643,5 @@ void hr_sched_wait_idle(struct hr_sched *s)
     pthread_mutex_lock(&s->mu);
     while (!s->stop && (s->q_head || s->n_running))
         pthread_cond_wait(&s->idle, &s->mu);
-    pthread_mutex_unlock(&s->mu);
+    sched_unlock(s);
 }

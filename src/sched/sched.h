@@ -4,7 +4,8 @@
  *
  * Callers (the HTTP server, `headroom run`) submit tokenized requests from
  * any thread and receive events through a callback. One engine thread owns
- * the engine (engine.h) and runs steps back to back; every step carries one
+ * the engine - the CPU's or a GPU's, behind engine/backend.h's vtable
+ * (config.device) - and runs steps back to back; every step carries one
  * token of each decoding request plus prefill chunks of the requests still
  * reading their prompt, up to a token budget (continuous batching: a new
  * request joins at the next step, a finished one leaves at once).
@@ -73,6 +74,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "engine/backend.h"
 #include "mem/governor.h"
 #include "model/model.h"
 #include "sample/sampler.h"
@@ -107,6 +109,16 @@ struct hr_sched_config {
      * a test can run a prompt longer than the refusal's M and watch it wait
      * (stats.waiting_for_memory) - how the real maximum is bisected. */
     bool admit_beyond_memory;
+    /* Which engine runs the steps (engine/backend.h): zero = auto (CUDA
+     * when the build and the machine have it and it runs the model). */
+    struct hr_device device;
+    uint64_t device_limit_bytes;        /* --vram-limit; 0: the device's total */
+    /* Parking (engine/backend.h): a preempted request's KV is copied to host
+     * memory and restored when it resumes, instead of recomputed, when the
+     * governor's hard watermark (if any) has room for the copy. 0: on a GPU
+     * backend only (its pool is device memory; on the CPU a copy frees
+     * nothing); 1: always (tests); -1: never. */
+    int park_preempted;
 };
 
 enum hr_sched_event_kind {
@@ -114,7 +126,8 @@ enum hr_sched_event_kind {
     HR_SCHED_PROGRESS, /* a prefill chunk ran: n_prefilled of n_prompt */
     HR_SCHED_TOKEN,    /* one generated token and the text it completes */
     HR_SCHED_PREEMPTED, /* paused: its KV was freed for memory; it will resume by
-                         * recomputing (a client keeps the stream alive meanwhile) */
+                         * recomputing, or from host memory where it was parked
+                         * (a client keeps the stream alive meanwhile) */
     HR_SCHED_FINISHED, /* the last event of a started request */
     HR_SCHED_REFUSED,  /* the last event of a request that never started */
 };
@@ -185,7 +198,8 @@ struct hr_sched_params hr_sched_params_defaults(void);
 struct hr_sched_stats {
     uint64_t steps, prefill_chunks, tokens_prefilled, tokens_generated;
     uint64_t admitted, refused_too_long, refused_overloaded, preempted;
-    uint64_t aborted_for_memory; /* no path increments it; exported to prove it */
+    uint64_t parked, parked_tokens; /* preemptions parked in host memory; their tokens */
+    uint64_t aborted_for_memory; /* only a device out-of-memory error (a planning bug) counts */
     uint32_t running, queued;
     /* Running requests that no step could fit at the last try: they wait
      * for headroom (0 once a step runs again). With one request under the
@@ -195,10 +209,18 @@ struct hr_sched_stats {
     uint64_t memory_waits; /* times a wait began */
     uint32_t kv_blocks_used, kv_blocks_total;
     uint64_t kv_block_bytes;
+    /* recurrent state slots (hybrid models; zeros otherwise) */
+    uint32_t state_slots_used, state_slots_total;
+    uint64_t state_slot_bytes;
     /* the prefix cache (zeros without one) */
     uint32_t cache_blocks;           /* blocks it indexes */
     uint32_t cache_evictable_blocks; /* of which no request uses */
     uint64_t cache_lookup_tokens, cache_hit_tokens, cache_evicted_blocks;
+    /* the device (zeros on the CPU): cudaMemGetInfo sampled by the engine
+     * thread after every step and while idle; used = total - free, every
+     * process's bytes */
+    uint64_t device_total_bytes, device_free_bytes, device_used_peak_bytes;
+    bool device_lost; /* a CUDA error destroyed the context: every step fails */
 };
 
 struct hr_sched;
@@ -223,13 +245,31 @@ enum hr_status hr_sched_submit(struct hr_sched *s, const struct hr_sched_params 
  * when the id is unknown or already finished. */
 enum hr_status hr_sched_cancel(struct hr_sched *s, uint64_t id);
 
+/* A copy of the stats as of the last release of the scheduler's lock (the
+ * engine thread publishes one at every release, so it is never more than a
+ * critical section old). Never waits for the engine thread or a step: the
+ * copy is taken under a mutex held only for copies. */
 void hr_sched_stats(struct hr_sched *s, struct hr_sched_stats *out);
 
 /* How many leading tokens of a prompt the prefix cache holds right now
  * (whole blocks, never the last token): what a request would be served from
  * the cache if it started now. For a response that must report usage before
  * the request leaves the queue; the STARTED event has the real number. */
+/* The backend the scheduler runs on (fixed at init; any thread). */
+const struct hr_backend_info *hr_sched_backend_info(const struct hr_sched *s);
+
 uint32_t hr_sched_cached_prefix(struct hr_sched *s, const int32_t *prompt, uint32_t n_prompt);
+
+/* M as admission would answer it now: the longest prompt that fits the
+ * context, the KV pool and (with a governor) the hard watermark of the
+ * static ceiling alone, for a request with the largest buffers (a prompt of
+ * the whole context). 0: nothing fits. Any thread; does not wait for a step. */
+uint32_t hr_sched_admit_max_prompt(struct hr_sched *s);
+
+/* What the smallest useful request adds to memory: the KV of a first chunk
+ * of chunk_min tokens plus one, and that chunk's arena. Fixed at init; the
+ * readiness check (server/ready.h) compares the headroom with it. */
+uint64_t hr_sched_min_request_bytes(const struct hr_sched *s);
 
 /* Blocks until no request is queued or running (tests, `headroom run`). */
 void hr_sched_wait_idle(struct hr_sched *s);

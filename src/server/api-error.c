@@ -15,7 +15,10 @@
  *   INTERNAL     500        api_error               server_error           null
  *
  * Anthropic's 529 is its own "overloaded" status; OpenAI has none, so an
- * OpenAI client sees 503, which its SDK retries like 529. The SDKs choose
+ * OpenAI client sees 503, which its SDK retries like 529. Behind a balancer
+ * (`--overload-status 503`) Anthropic's answer is 503 too, with the same
+ * overloaded_error body: HAProxy's retry-on knows 503 but not 529, and
+ * Claude Code reads a 503 with that body as overload and retries it. The SDKs choose
  * their exception class from the status alone, so the type strings are for
  * people and for clients that branch on them (Anthropic's documented set;
  * OpenAI's server_error for 5xx, as its API sends).
@@ -70,7 +73,14 @@ static const struct error_class *class_of(enum hr_api_error_class cls)
 
 unsigned hr_api_error_status(enum hr_api_kind kind, enum hr_api_error_class cls)
 {
+    return hr_api_error_status_for(kind, cls, 529);
+}
+
+unsigned hr_api_error_status_for(enum hr_api_kind kind, enum hr_api_error_class cls,
+                                 unsigned anthropic_overload_status)
+{
     if (cls == HR_API_ERR_OVERLOADED && kind != HR_API_ANTHROPIC) return 503;
+    if (cls == HR_API_ERR_OVERLOADED) return anthropic_overload_status == 503 ? 503 : 529;
     return class_of(cls)->status;
 }
 

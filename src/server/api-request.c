@@ -46,6 +46,11 @@
  *     say which tool the search found.
  *   - tool_result's is_error is checked but not written: the text Claude
  *     Code sends already says it failed ("<tool_use_error>...").
+ *   - Reasoning effort (templates that read `reasoning_effort`, gpt-oss's
+ *     harmony): OpenAI's reasoning_effort, Anthropic's output_config.effort,
+ *     or else its thinking budget, become one of low/medium/high in the
+ *     template kwargs, unless chat_template_kwargs names it (see
+ *     effort_level and anthropic_effort).
  *   - JSON null counts as absent for every optional field (some SDKs send
  *     `"temperature": null`).
  *   - Sampling follows the APIs' semantics, not llama.cpp's CLI: temperature
@@ -999,6 +1004,70 @@ static enum hr_status anthropic_tools(const json_t *body, struct hr_api_request 
     return settle_tools(r, err);
 }
 
+/*
+ * Reasoning effort, for templates that read `reasoning_effort` (gpt-oss's
+ * harmony template writes "Reasoning: low|medium|high" in its system
+ * message; others ignore it). Harmony knows three levels, so the APIs'
+ * other words map to the nearest: "none" and "minimal" to low, "xhigh" and
+ * "max" to high. An unknown word is an error naming the field.
+ */
+static enum hr_status effort_level(const char *word, const char *path, const char **out,
+                                   struct hr_err *err)
+{
+    static const struct {
+        const char *word, *level;
+    } map[] = {{"none", "low"},     {"minimal", "low"}, {"low", "low"},  {"medium", "medium"},
+               {"high", "high"},    {"xhigh", "high"},  {"max", "high"}};
+    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {
+        if (!strcmp(word, map[i].word)) {
+            *out = map[i].level;
+            return HR_OK;
+        }
+    }
+    return hr_err_set(err, HR_ERR_INVALID,
+                      "%s: must be \"none\", \"minimal\", \"low\", \"medium\", \"high\", "
+                      "\"xhigh\" or \"max\"",
+                      path);
+}
+
+/* Sets kwargs.reasoning_effort unless the request's template kwargs did. */
+static enum hr_status set_effort(struct hr_api_request *r, const char *level, struct hr_err *err)
+{
+    if (!r->kwargs && !(r->kwargs = json_object())) return nomem(err);
+    if (json_object_get(r->kwargs, "reasoning_effort")) return HR_OK;
+    return set_new(r->kwargs, "reasoning_effort", json_string(level), err);
+}
+
+/*
+ * Anthropic's thinking budget as an effort: Claude Code asks 4000 tokens
+ * for "think", 10000 for "think hard", 31999 for "ultrathink", so up to
+ * 4096 is low, up to 16384 medium, above high; thinking disabled is low
+ * (harmony models always reason). output_config.effort, when given, wins.
+ */
+static enum hr_status anthropic_effort(const json_t *body, struct hr_api_request *r,
+                                       struct hr_err *err)
+{
+    const json_t *oc = member(body, "output_config"), *effort = NULL;
+    enum hr_status st;
+    if (oc && !json_is_object(oc))
+        return hr_err_set(err, HR_ERR_TYPE, "output_config: expected an object");
+    if (oc && (st = get_string(oc, "output_config", "effort", false, &effort, err))) return st;
+    const char *level = NULL;
+    if (effort) {
+        if ((st = effort_level(json_string_value(effort), "output_config.effort", &level, err)))
+            return st;
+    } else {
+        const json_t *th = member(body, "thinking");
+        const json_t *budget = th ? member(th, "budget_tokens") : NULL;
+        double b;
+        if (th && !r->thinking)
+            level = "low";
+        else if (budget && as_integer(budget, &b))
+            level = b <= 4096 ? "low" : b <= 16384 ? "medium" : "high";
+    }
+    return level ? set_effort(r, level, err) : HR_OK;
+}
+
 static enum hr_status anthropic_thinking(const json_t *body, struct hr_api_request *r,
                                          struct hr_err *err)
 {
@@ -1022,7 +1091,8 @@ static enum hr_status anthropic_thinking(const json_t *body, struct hr_api_reque
     }
     /* Qwen3-style templates read enable_thinking; the others ignore it. */
     if (!(r->kwargs = json_object())) return nomem(err);
-    return set_new(r->kwargs, "enable_thinking", json_boolean(r->thinking), err);
+    if ((st = set_new(r->kwargs, "enable_thinking", json_boolean(r->thinking), err))) return st;
+    return anthropic_effort(body, r, err);
 }
 
 static enum hr_status parse_anthropic(const json_t *body, bool count_tokens,
@@ -1331,6 +1401,14 @@ static enum hr_status parse_openai_chat(const json_t *body, struct hr_api_reques
                                   "variable",
                                   reserved[k]);
         if (!(r->kwargs = json_deep_copy(kw))) return nomem(err);
+    }
+    const json_t *effort;
+    if ((st = get_string(body, "", "reasoning_effort", false, &effort, err))) return st;
+    if (effort) {
+        const char *level = NULL;
+        if ((st = effort_level(json_string_value(effort), "reasoning_effort", &level, err)) ||
+            (st = set_effort(r, level, err)))
+            return st;
     }
     const json_t *user;
     return get_string(body, "", "user", false, &user, err);

@@ -17,7 +17,10 @@
  *
  * A text or thinking block stays open while deltas of its kind arrive and
  * is closed by the next block or by finish; a tool_use block opens, gets
- * the whole arguments text as one input_json_delta and closes at once.
+ * the whole arguments text as one input_json_delta and closes at once -
+ * unless the parser streams the call (qwen3-coder): then the block opens at
+ * the call's TOOL_CALL_BEGIN, each TOOL_ARGS piece is an input_json_delta,
+ * and the complete call (marked streamed) closes it.
  * Anthropic usage counts the uncached prompt as input_tokens and the
  * prefix-cache hit as cache_read_input_tokens. Reasoning is dropped unless
  * the request enabled thinking. A thinking block needs a non-empty
@@ -29,14 +32,16 @@
  * chat.completion.chunk with one choice: first the role delta {"role":
  * "assistant","content":""}, then {"content"} / {"reasoning_content"}
  * deltas; a tool call is two chunks, the first with index, id, type, name
- * and empty arguments, the second with the arguments text; then a chunk
+ * and empty arguments, the second with the arguments text (a streamed call:
+ * the first chunk at TOOL_CALL_BEGIN, one chunk per TOOL_ARGS piece); then a chunk
  * with an empty delta and the finish_reason; with include_usage every
  * earlier chunk carries "usage":null and a last chunk has "choices":[] and
  * the usage; then "data: [DONE]". Completions stream text_completion
  * objects the same way, without the role chunk.
  *
  * Not streaming, the writer keeps the deltas (adjacent ones of one kind
- * joined) and the calls, and finish writes the Message, chat.completion or
+ * joined) and the calls (ignoring call begins and argument pieces: the
+ * complete call repeats them), and finish writes the Message, chat.completion or
  * text_completion. Anthropic tool_use input is the arguments text spliced
  * in as it is: chat-parse.h guarantees a compact JSON object, and going
  * through jansson would change the numbers' text.
@@ -322,6 +327,29 @@ static void anthropic_start(struct hr_api_writer *w, struct hr_api_json *j)
 static void anthropic_event(struct hr_api_writer *w, struct hr_api_json *j,
                             const struct hr_chat_event *ev)
 {
+    if (ev->kind == HR_CHAT_EVENT_TOOL_CALL_BEGIN) {
+        char tmp[64];
+        anthropic_close_open(w, j);
+        block_start(w, j);
+        hr_api_json_lit(j, "{\"type\":\"tool_use\",\"id\":");
+        hr_api_json_cstr(j, call_id(w, ev, tmp, sizeof(tmp)));
+        hr_api_json_lit(j, ",\"name\":");
+        hr_api_json_cstr(j, ev->name ? ev->name : "");
+        hr_api_json_lit(j, ",\"input\":{}}}\n\n");
+        return;
+    }
+    if (ev->kind == HR_CHAT_EVENT_TOOL_ARGS) {
+        if (ev->len == 0) return;
+        block_delta(w, j, "input_json_delta", "partial_json");
+        hr_api_json_str(j, ev->text, ev->len);
+        hr_api_json_lit(j, "}}\n\n");
+        return;
+    }
+    if (ev->kind == HR_CHAT_EVENT_TOOL_CALL && ev->streamed) {
+        block_stop(w, j);
+        w->n_calls++;
+        return;
+    }
     if (ev->kind == HR_CHAT_EVENT_TOOL_CALL) {
         char tmp[64];
         anthropic_close_open(w, j);
@@ -414,6 +442,34 @@ static void chat_start(const struct hr_api_writer *w, struct hr_api_json *j)
 static void chat_event(struct hr_api_writer *w, struct hr_api_json *j,
                        const struct hr_chat_event *ev)
 {
+    if (ev->kind == HR_CHAT_EVENT_TOOL_CALL_BEGIN) {
+        char tmp[64];
+        chat_chunk_open(w, j);
+        hr_api_json_lit(j, "{\"tool_calls\":[{\"index\":");
+        hr_api_json_u64(j, w->n_calls);
+        hr_api_json_lit(j, ",\"id\":");
+        hr_api_json_cstr(j, call_id(w, ev, tmp, sizeof(tmp)));
+        hr_api_json_lit(j, ",\"type\":\"function\",\"function\":{\"name\":");
+        hr_api_json_cstr(j, ev->name ? ev->name : "");
+        hr_api_json_lit(j, ",\"arguments\":\"\"}}]}");
+        chunk_close(w, j, NULL);
+        return;
+    }
+    if (ev->kind == HR_CHAT_EVENT_TOOL_ARGS) {
+        if (ev->len == 0) return;
+        chat_chunk_open(w, j);
+        hr_api_json_lit(j, "{\"tool_calls\":[{\"index\":");
+        hr_api_json_u64(j, w->n_calls);
+        hr_api_json_lit(j, ",\"function\":{\"arguments\":");
+        hr_api_json_str(j, ev->text, ev->len);
+        hr_api_json_lit(j, "}}]}");
+        chunk_close(w, j, NULL);
+        return;
+    }
+    if (ev->kind == HR_CHAT_EVENT_TOOL_CALL && ev->streamed) {
+        w->n_calls++;
+        return;
+    }
     if (ev->kind == HR_CHAT_EVENT_TOOL_CALL) {
         char tmp[64];
         chat_chunk_open(w, j);
@@ -450,6 +506,8 @@ static void chat_event(struct hr_api_writer *w, struct hr_api_json *j,
 static void completion_event(struct hr_api_writer *w, struct hr_api_json *j,
                              const struct hr_chat_event *ev)
 {
+    if (ev->kind == HR_CHAT_EVENT_TOOL_CALL_BEGIN || ev->kind == HR_CHAT_EVENT_TOOL_ARGS)
+        return; /* the complete call follows and is written as text */
     if (ev->kind == HR_CHAT_EVENT_TOOL_CALL) {
         struct hr_api_buf tmp = {0};
         enum hr_status st = call_text(ev, &tmp);
@@ -514,6 +572,8 @@ static enum hr_status acc_text(struct hr_api_writer *w, enum hr_chat_event_kind 
 
 static enum hr_status acc_event(struct hr_api_writer *w, const struct hr_chat_event *ev)
 {
+    if (ev->kind == HR_CHAT_EVENT_TOOL_CALL_BEGIN || ev->kind == HR_CHAT_EVENT_TOOL_ARGS)
+        return HR_OK; /* the complete call follows */
     if (w->kind == HR_API_OPENAI_COMPLETION) {
         if (ev->kind != HR_CHAT_EVENT_TOOL_CALL)
             return acc_text(w, HR_CHAT_EVENT_CONTENT, ev->text, ev->len);
@@ -572,6 +632,10 @@ static void anthropic_document(struct hr_api_writer *w, struct hr_api_json *j,
             hr_api_json_cstr(j, b->name);
             hr_api_json_lit(j, ",\"input\":");
             args_raw(j, b->text.data, b->text.len);
+            break;
+        case HR_CHAT_EVENT_TOOL_CALL_BEGIN:
+        case HR_CHAT_EVENT_TOOL_ARGS:
+            HR_ASSERT(!"never accumulated (acc_event skips them)");
             break;
         }
         hr_api_json_lit(j, "}");

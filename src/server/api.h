@@ -139,6 +139,10 @@ struct hr_api_error {
 
 /* The HTTP status of a class for an API (529 vs 503 for OVERLOADED). */
 unsigned hr_api_error_status(enum hr_api_kind kind, enum hr_api_error_class cls);
+/* The same, with Anthropic's OVERLOADED status chosen (529, or 503 behind a
+ * balancer: --overload-status); any other value is taken as 529. */
+unsigned hr_api_error_status_for(enum hr_api_kind kind, enum hr_api_error_class cls,
+                                 unsigned anthropic_overload_status);
 
 /*
  * The error body in the API's shape, before a response started:

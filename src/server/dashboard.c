@@ -31,7 +31,8 @@
 /* The page names the categories from this list, so a category added to the
  * governor must be named here too: the assertion makes that a build error
  * rather than a silently missing series. */
-static const char *const category_names[] = {"weights", "kv", "step", "cache", "requests"};
+static const char *const category_names[] = {"weights", "kv", "step", "cache", "requests",
+                                             "state"};
 _Static_assert(sizeof(category_names) / sizeof(category_names[0]) == HR_GOV_N_CATEGORIES,
                "name every memory category for the dashboard");
 

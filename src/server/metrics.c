@@ -14,6 +14,7 @@ static const char *const route_names[HR_ROUTE_COUNT] = {
     [HR_ROUTE_TOKENIZE] = "/tokenize",
     [HR_ROUTE_DETOKENIZE] = "/detokenize",
     [HR_ROUTE_HEALTH] = "/health",
+    [HR_ROUTE_READY] = "/ready",
     [HR_ROUTE_METRICS] = "/metrics",
     [HR_ROUTE_ROOT] = "/",
     [HR_ROUTE_DASHBOARD] = "/dashboard",

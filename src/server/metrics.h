@@ -39,6 +39,7 @@ enum hr_metrics_route {
     HR_ROUTE_TOKENIZE,
     HR_ROUTE_DETOKENIZE,
     HR_ROUTE_HEALTH,
+    HR_ROUTE_READY,
     HR_ROUTE_METRICS,
     HR_ROUTE_ROOT,
     HR_ROUTE_DASHBOARD, /* /dashboard and its assets and snapshot */

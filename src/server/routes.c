@@ -229,7 +229,7 @@ static void feed_text(struct hr_gen *g, const char *t, size_t n)
  * becomes its last SSE message; for a document, the response itself. */
 static void end_with_error(struct hr_gen *g, const struct hr_api_error *e)
 {
-    if (g->stream) {
+    if (g->stream && !(g->hold_headers && !g->started)) {
         (void)hr_api_error_sse(g->req.kind, e, &g->out);
         atomic_fetch_add(&g->srv->metrics.streams_failed, 1);
     } else {
@@ -298,6 +298,7 @@ static void on_event(const struct hr_sched_event *ev, void *user)
     const size_t before = g->out.len;
     switch (ev->kind) {
     case HR_SCHED_STARTED:
+        g->started = true;
         g->phase = HR_GEN_PREFILL;
         g->t_started = g->t_progress_log = now;
         g->n_prefilled = ev->n_cached;
@@ -419,7 +420,8 @@ static void on_event(const struct hr_sched_event *ev, void *user)
         g->t_last_write = now;
     if (last)
         g->done = true;
-    if (last || (g->stream && g->out.len != before))
+    if (last || (g->stream && g->out.len != before) ||
+        (ev->kind == HR_SCHED_STARTED && g->hold_headers))
         hr_gen_wake(g);
     pthread_mutex_unlock(&g->mu);
     if (last)
@@ -495,6 +497,8 @@ static enum MHD_Result generate(struct hr_exchange *ex, enum hr_api_kind kind)
     struct hr_chat_parse_opts po = hr_chat_parse_defaults();
     po.format = srv->format;
     po.tools = tools && kind != HR_API_OPENAI_COMPLETION;
+    po.tool_defs = g->req.tools; /* qwen3-coder types values by them; freed after the parser */
+    po.stream_args = g->stream;  /* qwen3-coder: arguments stream as they are read */
     po.reasoning = kind != HR_API_OPENAI_COMPLETION;
     po.in_reasoning = po.reasoning && prompt_text &&
                       hr_chat_prompt_opens_reasoning(prompt_text, strlen(prompt_text));
@@ -512,10 +516,10 @@ static enum MHD_Result generate(struct hr_exchange *ex, enum hr_api_kind kind)
                          &srv->rng);
     pthread_mutex_unlock(&srv->gens_mu);
     memcpy(id, id_prefix(kind), strlen(id_prefix(kind)));
-    pthread_mutex_lock(&srv->sched_mu);
+    pthread_rwlock_rdlock(&srv->sched_lock);
     const uint32_t cached_now =
         srv->sched ? hr_sched_cached_prefix(srv->sched, ids.ids, g->n_prompt) : 0;
-    pthread_mutex_unlock(&srv->sched_mu);
+    pthread_rwlock_unlock(&srv->sched_lock);
     const struct hr_api_writer_config wc = {
         .kind = kind,
         .stream = g->stream,
@@ -552,8 +556,9 @@ static enum MHD_Result generate(struct hr_exchange *ex, enum hr_api_kind kind)
     p.stop_strings = (const char *const *)g->req.stop;
     p.n_stop_strings = g->req.n_stop;
     /* Tool-call markers may be control tokens (Mistral's [TOOL_CALLS]);
-     * they must reach the parser. */
-    p.detok_flags = HR_DETOK_PIECES | (po.tools ? HR_DETOK_SPECIAL : 0);
+     * they must reach the parser, and so must harmony's message markup. */
+    const bool harmony = po.format == HR_CHAT_FORMAT_HARMONY && po.reasoning;
+    p.detok_flags = HR_DETOK_PIECES | (po.tools || harmony ? HR_DETOK_SPECIAL : 0);
     p.script = srv->script;
     p.n_script = srv->n_script;
     p.on_event = on_event;
@@ -562,6 +567,9 @@ static enum MHD_Result generate(struct hr_exchange *ex, enum hr_api_kind kind)
     /* References: the exchange, the scheduler, and (streams) the response. */
     g->refs = g->stream ? 3 : 2;
     g->conn = ex->conn;
+    /* Behind a balancer a stream's headers wait until it leaves the queue,
+     * so that a refusal there is still an HTTP error a balancer retries. */
+    g->hold_headers = g->stream && srv->cfg.queue_max_wait_s > 0;
     g->t_last_write = hr_now_seconds();
     pthread_mutex_lock(&srv->gens_mu);
     g->next = srv->gens;
@@ -575,10 +583,10 @@ static enum MHD_Result generate(struct hr_exchange *ex, enum hr_api_kind kind)
     uint64_t sid = 0;
     /* Events may arrive before submit returns; they wait for g->mu. */
     pthread_mutex_lock(&g->mu);
-    pthread_mutex_lock(&srv->sched_mu);
+    pthread_rwlock_rdlock(&srv->sched_lock);
     const enum hr_status st =
         srv->sched ? hr_sched_submit(srv->sched, &p, &sid, &why, &err) : HR_ERR_LIMIT;
-    pthread_mutex_unlock(&srv->sched_mu);
+    pthread_rwlock_unlock(&srv->sched_lock);
     if (st == HR_OK) {
         g->id = sid;
         g->submitted = true;
@@ -623,6 +631,8 @@ static enum MHD_Result generate(struct hr_exchange *ex, enum hr_api_kind kind)
     }
     atomic_fetch_add(&srv->metrics.prompt_tokens, g->n_prompt);
     ex->gen = g;
+    if (g->stream && g->hold_headers)
+        return hr_respond_held_stream(ex);
     if (g->stream)
         return hr_respond_stream(ex, g);
     return hr_respond_document(ex);
@@ -801,24 +811,140 @@ static enum MHD_Result r_detokenize(struct hr_exchange *ex)
 static enum MHD_Result r_health(struct hr_exchange *ex)
 {
     const int st = atomic_load(&ex->srv->state);
-    if (st == HR_SERVER_READY)
+    if (st == HR_SERVER_READY) {
+        /* A lost device context fails every request: not alive any more,
+         * so an orchestrator restarts the process. */
+        struct hr_sched_stats s;
+        hr_server_sched_stats(ex->srv, &s);
+        if (s.device_lost)
+            return hr_respond_json(ex, 503, json_pack("{s:s,s:s}", "status", "device_lost",
+                                                      "message", "a CUDA error destroyed the "
+                                                      "device context; restart the server"));
         return hr_respond_json(ex, 200, json_pack("{s:s}", "status", "ok"));
+    }
     return hr_respond_json(ex, 503, json_pack("{s:s}", "status",
                                               st == HR_SERVER_LOADING ? "loading" : "stopping"));
+}
+
+enum hr_ready_reason hr_server_ready(struct hr_server *srv, struct hr_ready_input *in)
+{
+    struct hr_ready_input x = {0};
+    struct hr_sched_stats s;
+    hr_server_sched_stats(srv, &s);
+    const int state = atomic_load(&srv->state);
+    x.loading = state == HR_SERVER_LOADING;
+    x.draining = state == HR_SERVER_STOPPING;
+    x.queued = s.queued;
+    x.max_queue = srv->cfg.max_queue ? srv->cfg.max_queue : 64;
+    x.kv_blocks_used = s.kv_blocks_used;
+    x.kv_blocks_evictable = s.cache_evictable_blocks;
+    x.kv_blocks_total = s.kv_blocks_total;
+    x.kv_block_bytes = s.kv_block_bytes;
+    x.min_request_bytes = x.loading ? 0 : srv->min_request_bytes;
+    if (!x.loading && srv->gov) { /* set before the state left LOADING */
+        struct hr_gov_view v;
+        hr_gov_get_view(srv->gov, &v);
+        x.governed = true;
+        x.level = v.level;
+        x.current_bytes = v.current_bytes;
+        x.hard_bytes = v.hard_bytes;
+    }
+    if (in)
+        *in = x;
+    return hr_ready_update(&srv->ready, &x, hr_now_seconds());
+}
+
+/* GET/HEAD /ready: whether a balancer should send new requests here (ready.h).
+ * Unauthenticated, like /health, which stays liveness. */
+static enum MHD_Result r_ready(struct hr_exchange *ex)
+{
+    const enum hr_ready_reason why = hr_server_ready(ex->srv, NULL);
+    return hr_respond_json(ex, why == HR_READY_OK ? 200 : 503,
+                           json_pack("{s:s}", "status", hr_ready_reason_name(why)));
 }
 
 void hr_server_sched_stats(struct hr_server *srv, struct hr_sched_stats *out)
 {
     memset(out, 0, sizeof(*out));
-    pthread_mutex_lock(&srv->sched_mu);
+    pthread_rwlock_rdlock(&srv->sched_lock);
     if (srv->sched)
         hr_sched_stats(srv->sched, out);
-    pthread_mutex_unlock(&srv->sched_mu);
+    pthread_rwlock_unlock(&srv->sched_lock);
+}
+
+/*
+ * What routers read. The Kubernetes inference router's endpoint picker
+ * (gateway-api-inference-extension's model-server protocol; llm-d-router)
+ * reads a pod without an engine label as vLLM and scrapes these names:
+ * queue and running gauges, vllm:kv_cache_usage_perc (a 0..1 fraction: it
+ * filters out replicas above 0.8) and vllm:cache_config_info. Ours is
+ * memory-aware (ready.h): it rises toward 1 when the governor can fund
+ * fewer blocks than the pool has free, so traffic moves before we must
+ * queue, refuse or preempt. The token counters are the same numbers as
+ * headroom's own names. headroom_ready and headroom_admit_max_prompt_tokens
+ * are ours: /ready as a gauge, and the M a prompt would be refused with now.
+ */
+static enum hr_status metrics_for_routers(struct hr_server *srv, const struct hr_sched_stats *s,
+                                          struct hr_api_buf *b)
+{
+    struct hr_ready_input in;
+    const enum hr_ready_reason why = hr_server_ready(srv, &in);
+    uint32_t m = 0;
+    pthread_rwlock_rdlock(&srv->sched_lock);
+    if (srv->sched)
+        m = hr_sched_admit_max_prompt(srv->sched);
+    pthread_rwlock_unlock(&srv->sched_lock);
+    /* a label value: no quote, backslash or newline may break the line */
+    char model[128];
+    snprintf(model, sizeof(model), "%s", srv->model_id ? srv->model_id : "");
+    for (char *p = model; *p; p++)
+        if (*p == '"' || *p == '\\' || *p == '\n')
+            *p = '_';
+    return hr_api_buf_printf(
+        b,
+        "# HELP vllm:num_requests_waiting Requests waiting in the queue (headroom_requests_queued).\n"
+        "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"%s\"} %u\n"
+        "# HELP vllm:num_requests_running Requests generating (headroom_requests_running).\n"
+        "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"%s\"} %u\n"
+        "# HELP vllm:kv_cache_usage_perc KV usage as a 0..1 fraction, memory-aware: 1 - (blocks a "
+        "new request could get now: free plus idle cache, limited by what the memory governor can "
+        "fund under the hard watermark) / all blocks.\n"
+        "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{model_name=\"%s\"} %.6f\n"
+        "# HELP vllm:cache_config_info The KV cache's block size (tokens) and blocks.\n"
+        "# TYPE vllm:cache_config_info gauge\n"
+        "vllm:cache_config_info{block_size=\"%u\",num_gpu_blocks=\"%u\",cache_dtype=\"%s\"} 1\n"
+        "# HELP vllm:prompt_tokens_total Prompt tokens of admitted requests "
+        "(headroom_prompt_tokens_total).\n"
+        "# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total{model_name=\"%s\"} %" PRIu64 "\n"
+        "# HELP vllm:generation_tokens_total Tokens generated (headroom_generated_tokens_total).\n"
+        "# TYPE vllm:generation_tokens_total counter\n"
+        "vllm:generation_tokens_total{model_name=\"%s\"} %" PRIu64 "\n"
+        "# HELP vllm:prefix_cache_queries_total Prompt tokens looked up in the prefix cache.\n"
+        "# TYPE vllm:prefix_cache_queries_total counter\n"
+        "vllm:prefix_cache_queries_total{model_name=\"%s\"} %" PRIu64 "\n"
+        "# HELP vllm:prefix_cache_hits_total Prompt tokens the prefix cache served.\n"
+        "# TYPE vllm:prefix_cache_hits_total counter\n"
+        "vllm:prefix_cache_hits_total{model_name=\"%s\"} %" PRIu64 "\n"
+        "# HELP headroom_ready 1 when /ready answers 200 (new requests welcome), else 0.\n"
+        "# TYPE headroom_ready gauge\nheadroom_ready %d\n"
+        "# HELP headroom_admit_max_prompt_tokens The longest prompt admission accepts now (M).\n"
+        "# TYPE headroom_admit_max_prompt_tokens gauge\nheadroom_admit_max_prompt_tokens %u\n",
+        model, s->queued, model, s->running, model, hr_ready_kv_usage(&in), HR_KV_DEFAULT_BLOCK_TOKENS,
+        s->kv_blocks_total, hr_kv_type_name(srv->cfg.kv_type ? srv->cfg.kv_type : HR_GGML_F16),
+        model, (uint64_t)atomic_load(&srv->metrics.prompt_tokens), model,
+        (uint64_t)atomic_load(&srv->metrics.generated_tokens), model, s->cache_lookup_tokens,
+        model, s->cache_hit_tokens, why == HR_READY_OK ? 1 : 0, m);
 }
 
 static enum MHD_Result r_metrics(struct hr_exchange *ex)
 {
     struct hr_server *srv = ex->srv;
+    /* Its cost goes back in Server-Timing, as the snapshot's does: wall
+     * time (the locks included: a scrape must never wait for a step) and
+     * this thread's CPU time. */
+    struct timespec c0, c1;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+    const double t0 = hr_now_seconds();
     struct hr_api_buf b = {0};
     enum hr_status st = hr_metrics_format(&srv->metrics, &b);
     struct hr_sched_stats s;
@@ -869,6 +995,61 @@ static enum MHD_Result r_metrics(struct hr_exchange *ex)
             s.cache_lookup_tokens, s.cache_hit_tokens,
             s.cache_blocks, (uint64_t)s.cache_blocks * s.kv_block_bytes, s.cache_evictable_blocks,
             s.cache_evicted_blocks, s.kv_block_bytes, (uint64_t)s.kv_blocks_used * s.kv_block_bytes);
+    if (st == HR_OK && srv->sched) {
+        /* The device the engine runs on (engine/backend.h), and on a GPU its
+         * memory as cudaMemGetInfo says now: every process's bytes. */
+        const struct hr_backend_info *bi = hr_sched_backend_info(srv->sched);
+        char desc[sizeof(bi->description)];
+        snprintf(desc, sizeof(desc), "%s", bi->description);
+        for (char *p = desc; *p; p++)
+            if (*p == '"' || *p == '\\' || *p == '\n' || *p == '{' || *p == '}')
+                *p = '_';
+        st = hr_api_buf_printf(
+            &b,
+            "# HELP headroom_device_info The device the engine runs on (--device).\n"
+            "# TYPE headroom_device_info gauge\n"
+            "headroom_device_info{device=\"%s\",description=\"%s\"} 1\n"
+            "# HELP headroom_device_lost 1 when a CUDA error destroyed the device context "
+            "(every request fails until a restart).\n"
+            "# TYPE headroom_device_lost gauge\nheadroom_device_lost %d\n"
+            "# HELP headroom_requests_parked_total Preemptions whose KV was parked in host "
+            "memory (restored on resume instead of recomputed).\n"
+            "# TYPE headroom_requests_parked_total counter\n"
+            "headroom_requests_parked_total %" PRIu64 "\n"
+            "# HELP headroom_parked_tokens_total Tokens of KV parked in host memory.\n"
+            "# TYPE headroom_parked_tokens_total counter\n"
+            "headroom_parked_tokens_total %" PRIu64 "\n",
+            bi->name, desc, s.device_lost ? 1 : 0, s.parked, s.parked_tokens);
+        if (st == HR_OK && s.device_total_bytes)
+            st = hr_api_buf_printf(
+                &b,
+                "# HELP headroom_device_memory_total_bytes The device's memory.\n"
+                "# TYPE headroom_device_memory_total_bytes gauge\n"
+                "headroom_device_memory_total_bytes %" PRIu64 "\n"
+                "# HELP headroom_device_memory_used_bytes Device memory in use now, every "
+                "process's (cudaMemGetInfo).\n"
+                "# TYPE headroom_device_memory_used_bytes gauge\n"
+                "headroom_device_memory_used_bytes %" PRIu64 "\n"
+                "# HELP headroom_device_memory_used_peak_bytes The highest device use sampled "
+                "(after every step and at every scrape).\n"
+                "# TYPE headroom_device_memory_used_peak_bytes gauge\n"
+                "headroom_device_memory_used_peak_bytes %" PRIu64 "\n",
+                s.device_total_bytes, s.device_total_bytes - s.device_free_bytes,
+                s.device_used_peak_bytes);
+    }
+    if (st == HR_OK && s.state_slots_total)
+        st = hr_api_buf_printf(
+            &b,
+            "# HELP headroom_state_slot_bytes Recurrent state of one sequence (hybrid models: "
+            "every Gated DeltaNet layer's conv inputs and S matrices), whatever its length.\n"
+            "# TYPE headroom_state_slot_bytes gauge\nheadroom_state_slot_bytes %" PRIu64 "\n"
+            "# HELP headroom_state_slots Recurrent state slots (one per running request).\n"
+            "# TYPE headroom_state_slots gauge\nheadroom_state_slots %u\n"
+            "# HELP headroom_state_used_bytes Recurrent state requests use (slots in use x slot "
+            "bytes).\n"
+            "# TYPE headroom_state_used_bytes gauge\nheadroom_state_used_bytes %" PRIu64 "\n",
+            s.state_slot_bytes, s.state_slots_total,
+            (uint64_t)s.state_slots_used * s.state_slot_bytes);
     if (st == HR_OK && srv->gov) {
         char gov[16384];
         const size_t n = hr_mem_counters_format(hr_gov_counters(srv->gov), gov, sizeof(gov));
@@ -883,6 +1064,14 @@ static enum MHD_Result r_metrics(struct hr_exchange *ex)
                                "headroom_prefill_chunks_total %" PRIu64 "\n",
                                s.prefill_chunks);
     }
+    if (st == HR_OK)
+        st = metrics_for_routers(srv, &s, &b);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+    ex->server_timing_name = "metrics";
+    ex->server_timing_ms = (hr_now_seconds() - t0) * 1e3;
+    if (ex->server_timing_ms <= 0)
+        ex->server_timing_ms = 1e-6;
+    ex->server_cpu_ms = (c1.tv_sec - c0.tv_sec) * 1e3 + (c1.tv_nsec - c0.tv_nsec) / 1e6;
     enum MHD_Result r;
     if (st != HR_OK)
         r = fail(ex, HR_API_ERR_INTERNAL, 0, "out of memory");
@@ -961,6 +1150,7 @@ static const struct hr_route routes[] = {
     {"/tokenize", "POST", HR_ROUTE_TOKENIZE, r_tokenize},
     {"/detokenize", "POST", HR_ROUTE_DETOKENIZE, r_detokenize},
     {"/health", "GET HEAD", HR_ROUTE_HEALTH, r_health},
+    {"/ready", "GET HEAD", HR_ROUTE_READY, r_ready},
     {"/metrics", "GET HEAD", HR_ROUTE_METRICS, r_metrics},
     {"/", "GET HEAD", HR_ROUTE_ROOT, r_page},
     {"/dashboard", "GET HEAD", HR_ROUTE_DASHBOARD, r_page},
@@ -1109,7 +1299,8 @@ enum hr_status hr_server_load(struct hr_server *srv, struct hr_err *err)
 
     const uint32_t parallel = cfg->parallel ? cfg->parallel : 4;
     const enum hr_ggml_type kv_type = cfg->kv_type ? cfg->kv_type : HR_GGML_F16;
-    struct hr_kv_config kc = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv,
+    /* KV only on attention layers (a hybrid model's DeltaNet layers keep state) */
+    struct hr_kv_config kc = {.n_layer = srv->model->n_attn_layers, .n_head_kv = hp->n_head_kv,
                               .head_dim = hp->head_dim_k, .type = kv_type};
     if (!hr_kv_block_bytes_for(&kc))
         return hr_err_set(err, HR_ERR_UNSUPPORTED,
@@ -1129,13 +1320,30 @@ enum hr_status hr_server_load(struct hr_server *srv, struct hr_err *err)
         .batch_tokens = cfg->batch_tokens,
         .parallel = parallel,
         .max_queue = cfg->max_queue,
-        .queue_timeout_s = cfg->queue_timeout_s,
+        /* --queue-max-wait bounds the wait too; the shorter one applies */
+        .queue_timeout_s = cfg->queue_max_wait_s > 0 &&
+                                   (cfg->queue_timeout_s <= 0 ||
+                                    cfg->queue_max_wait_s < cfg->queue_timeout_s)
+                               ? cfg->queue_max_wait_s
+                               : cfg->queue_timeout_s,
         .gov = srv->gov,
         .prefix_cache = !cfg->no_prefix_cache,
         .cache_limit_bytes = cfg->cache_limit_bytes,
+        .device_limit_bytes = cfg->vram_limit_bytes,
     };
-    if ((st = hr_sched_init(&sc, &srv->sched, err)) != HR_OK)
+    if ((st = hr_device_parse(cfg->device, &sc.device, err)) != HR_OK)
         return st;
+    /* The agent's thread may read srv->sched already (under sched_lock). */
+    struct hr_sched *sched = NULL;
+    if ((st = hr_sched_init(&sc, &sched, err)) != HR_OK)
+        return st;
+    srv->min_request_bytes = hr_sched_min_request_bytes(sched);
+    const struct hr_backend_info *bi = hr_sched_backend_info(sched);
+    hr_log_info("server", "device %s: %s%s%s", bi->name, bi->description,
+                bi->fallback[0] ? "; CUDA not used: " : "", bi->fallback);
+    pthread_rwlock_wrlock(&srv->sched_lock);
+    srv->sched = sched;
+    pthread_rwlock_unlock(&srv->sched_lock);
     /* Everything the governor counts per block follows from these. */
     hr_log_info("server", "KV cache %s: %llu bytes per block of %u tokens (%llu per token)",
                 hr_kv_type_name(kv_type), (unsigned long long)hr_kv_block_bytes_for(&kc),
@@ -1145,7 +1353,9 @@ enum hr_status hr_server_load(struct hr_server *srv, struct hr_err *err)
                 "model %s: %s, context %u tokens, %u parallel, prefix cache %s, tool calls as %s, "
                 "chat template %s",
                 srv->model_id, hr_arch_name(srv->model->arch), srv->n_ctx, parallel,
-                cfg->no_prefix_cache ? "off" : "on",
+                cfg->no_prefix_cache   ? "off"
+                : srv->model->dn.n_layers ? "off (recurrent layers)"
+                                          : "on",
                 hr_chat_format_name(srv->format),
                 hr_gguf_find(srv->model->gguf, "tokenizer.chat_template") ? "from the file"
                                                                           : "ChatML (none in the file)");

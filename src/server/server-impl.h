@@ -20,6 +20,7 @@
 #include "server/api.h"
 #include "server/dashboard.h"
 #include "server/metrics.h"
+#include "server/ready.h"
 #include "server/server.h"
 #include "tokenizer/tokenizer.h"
 
@@ -53,12 +54,22 @@ struct hr_server {
     struct hr_gov *gov;
     uint64_t memory_limit_bytes; /* --memory-limit parsed; 0: none (the dashboard names the ceiling's source) */
 
-    /* The scheduler. sched_mu orders hr_sched_cancel (MHD threads) against
-     * hr_sched_free at shutdown; events never take it. */
-    pthread_mutex_t sched_mu;
+    /* The scheduler. sched_lock orders its users (submit and cancel from
+     * MHD threads, stats for /metrics, /ready and the agent) against
+     * publishing it at load and freeing it at shutdown, the only writers:
+     * a read lock, so that a scrape never waits behind a submit. Events
+     * never take it. */
+    pthread_rwlock_t sched_lock;
     struct hr_sched *sched;
 
     struct hr_metrics metrics;
+    struct hr_ready ready;       /* /ready, the agent, headroom_ready (ready.h) */
+    uint64_t min_request_bytes;  /* hr_sched_min_request_bytes, fixed at load */
+    unsigned overload_status;    /* Anthropic's OVERLOADED status: 529 or 503 */
+    /* The HAProxy agent-check listener (agent.c); -1: none. */
+    int agent_fd, agent_stop_pipe[2];
+    pthread_t agent_thread;
+    bool agent_started;
     struct hr_dash dash; /* the dashboard's rings and sampler (dashboard.h) */
 
     /* Live generations, for pings and for shutdown to wait on. Lock order:
@@ -89,7 +100,8 @@ struct hr_exchange {
     unsigned status; /* what was sent, for metrics */
     const char *allow; /* a 405's Allow header */
     bool locked;       /* no valid key: only the dashboard's page answers (401, its key form) */
-    double server_timing_ms; /* > 0: sent as Server-Timing (the dashboard snapshot's cost) */
+    double server_timing_ms; /* > 0: sent as Server-Timing (a snapshot's or a scrape's cost) */
+    const char *server_timing_name; /* its metric name; NULL: "snapshot" */
     double server_cpu_ms;    /* ... and its thread CPU time */
     struct hr_gen *gen;
 };
@@ -115,6 +127,10 @@ struct hr_gen {
     bool submitted, done;        /* done: the last event came; no bytes after `out` */
     bool failed;                 /* non-streaming: send `error` instead of `out` */
     bool client_gone;            /* the ping thread saw the client close; cancelled */
+    /* --queue-max-wait: a stream's headers wait for STARTED, so a refusal
+     * in the queue is still an HTTP error; cleared when the stream begins */
+    bool hold_headers;
+    bool started;                /* STARTED came */
     struct hr_api_error error;
     struct hr_api_buf out; /* stream: bytes not yet sent; else the document */
     size_t out_off;
@@ -128,9 +144,17 @@ struct hr_gen {
     double t_started, t_paused, t_progress_log;
 };
 
-/* routes.c: the scheduler's stats under sched_mu (zeros while there is no
+/* routes.c: the scheduler's stats under sched_lock (zeros while there is no
  * scheduler): what /metrics and the dashboard read, never waiting for a step. */
 void hr_server_sched_stats(struct hr_server *srv, struct hr_sched_stats *out);
+/* routes.c: a readiness snapshot (stats, the governor's view) applied to
+ * srv->ready; returns the reason in effect and fills *in (may be NULL). */
+enum hr_ready_reason hr_server_ready(struct hr_server *srv, struct hr_ready_input *in);
+
+/* agent.c: the HAProxy agent-check listener on cfg.agent_port (bound at
+ * start, before the model loads, so a balancer sees `maint` meanwhile). */
+enum hr_status hr_agent_start(struct hr_server *srv, struct hr_err *err);
+void hr_agent_stop(struct hr_server *srv); /* no-op when not started */
 void hr_gen_free(struct hr_gen *g);    /* routes.c: frees what the gen owns */
 void hr_gen_release(struct hr_gen *g); /* drops one reference; the last frees */
 void hr_gen_wake(struct hr_gen *g);    /* g->mu held: resume a suspended connection */
@@ -146,6 +170,9 @@ enum MHD_Result hr_respond_error(struct hr_exchange *ex, const struct hr_api_err
 enum MHD_Result hr_respond_document(struct hr_exchange *ex);
 /* Queues g's streaming response; the response holds one reference of g. */
 enum MHD_Result hr_respond_stream(struct hr_exchange *ex, struct hr_gen *g);
+/* A stream whose headers wait (hold_headers): suspended until STARTED, then
+ * hr_respond_stream; a refusal or cancellation first is an error response. */
+enum MHD_Result hr_respond_held_stream(struct hr_exchange *ex);
 
 /* routes.c */
 const struct hr_route *hr_route_find(const char *path, enum hr_metrics_route *id);

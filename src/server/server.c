@@ -81,10 +81,10 @@ static void gen_detach(struct hr_gen *g, bool client_left)
     pthread_mutex_unlock(&g->mu);
     if (running) {
         struct hr_server *srv = g->srv;
-        pthread_mutex_lock(&srv->sched_mu);
+        pthread_rwlock_rdlock(&srv->sched_lock);
         if (srv->sched)
             hr_sched_cancel(srv->sched, g->id);
-        pthread_mutex_unlock(&srv->sched_mu);
+        pthread_rwlock_unlock(&srv->sched_lock);
         if (client_left)
             atomic_fetch_add(&srv->metrics.cancelled_by_client, 1);
     }
@@ -161,8 +161,9 @@ enum MHD_Result hr_respond(struct hr_exchange *ex, unsigned status, const char *
         MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, ex->allow);
     if (ex->server_timing_ms > 0) {
         char v[80];
-        snprintf(v, sizeof(v), "snapshot;dur=%.3f, cpu;dur=%.3f", ex->server_timing_ms,
-                 ex->server_cpu_ms);
+        snprintf(v, sizeof(v), "%s;dur=%.3f, cpu;dur=%.3f",
+                 ex->server_timing_name ? ex->server_timing_name : "snapshot",
+                 ex->server_timing_ms, ex->server_cpu_ms);
         MHD_add_response_header(r, "Server-Timing", v);
     }
     add_common_headers(ex, r);
@@ -189,7 +190,7 @@ enum MHD_Result hr_respond_json(struct hr_exchange *ex, unsigned status, json_t 
 enum MHD_Result hr_respond_error(struct hr_exchange *ex, const struct hr_api_error *e)
 {
     struct hr_api_buf b = {0};
-    const unsigned status = hr_api_error_status(ex->api, e->cls);
+    const unsigned status = hr_api_error_status_for(ex->api, e->cls, ex->srv->overload_status);
     if (hr_api_error_body(ex->api, e, &b) != HR_OK) {
         hr_api_buf_free(&b);
         return MHD_NO;
@@ -238,6 +239,26 @@ enum MHD_Result hr_respond_document(struct hr_exchange *ex)
     if (g->failed)
         return hr_respond_error(ex, &g->error);
     return hr_respond(ex, 200, "application/json", g->out.data ? g->out.data : "", g->out.len, 0);
+}
+
+enum MHD_Result hr_respond_held_stream(struct hr_exchange *ex)
+{
+    struct hr_gen *g = ex->gen;
+    pthread_mutex_lock(&g->mu);
+    if (!g->started && !g->done) {
+        g->suspended = true;
+        MHD_suspend_connection(ex->conn);
+        pthread_mutex_unlock(&g->mu);
+        return MHD_YES;
+    }
+    const bool refused = g->failed; /* refused or cancelled in the queue: no stream */
+    g->hold_headers = false;
+    pthread_mutex_unlock(&g->mu);
+    if (refused) {
+        hr_gen_release(g); /* the stream response that never was */
+        return hr_respond_error(ex, &g->error);
+    }
+    return hr_respond_stream(ex, g);
 }
 
 /* ---- routing and authentication --------------------------------------------- */
@@ -337,7 +358,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (ex->gen)
-        return hr_respond_document(ex);
+        return ex->gen->stream ? hr_respond_held_stream(ex) : hr_respond_document(ex);
 
     struct hr_api_error e = {0};
     if (ex->too_large) {
@@ -347,7 +368,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                  (unsigned long long)srv->max_body);
         return hr_respond_error(ex, &e);
     }
-    if (ex->route_id != HR_ROUTE_HEALTH && !authorized(srv, c)) {
+    /* Probes are unauthenticated: liveness (/health) and readiness (/ready). */
+    if (ex->route_id != HR_ROUTE_HEALTH && ex->route_id != HR_ROUTE_READY &&
+        !authorized(srv, c)) {
         /* A browser cannot send a header when it opens a page, so the
          * dashboard's page answers anyway, as a form asking for the key
          * (401); its script then sends the key with every request it makes.
@@ -423,7 +446,7 @@ static void *ping_main(void *arg)
                 n_gone < MAX_GONE && client_closed(g->conn)) {
                 g->client_gone = true;
                 gone[n_gone++] = g->id;
-            } else if (g->stream && g->w && !g->done &&
+            } else if (g->stream && g->w && !g->done && !g->hold_headers &&
                        now - g->t_last_write >= srv->ping_interval_s) {
                 if (hr_api_writer_ping(g->w, &g->out) == HR_OK) {
                     g->t_last_write = now;
@@ -437,10 +460,10 @@ static void *ping_main(void *arg)
         /* Cancel outside the list lock: the events that follow take a
          * request's mutex, never the list's, but keep the locks apart. */
         pthread_mutex_unlock(&srv->gens_mu);
-        pthread_mutex_lock(&srv->sched_mu);
+        pthread_rwlock_rdlock(&srv->sched_lock);
         for (unsigned i = 0; i < n_gone && srv->sched; i++)
             hr_sched_cancel(srv->sched, gone[i]);
-        pthread_mutex_unlock(&srv->sched_mu);
+        pthread_rwlock_unlock(&srv->sched_lock);
         atomic_fetch_add(&srv->metrics.cancelled_by_client, n_gone);
         pthread_mutex_lock(&srv->gens_mu);
     }
@@ -517,10 +540,14 @@ enum hr_status hr_server_start(const struct hr_server_config *cfg, struct hr_ser
     atomic_init(&srv->state, HR_SERVER_LOADING);
     atomic_init(&srv->next_rid, 1);
     pthread_mutex_init(&srv->gens_mu, NULL);
-    pthread_mutex_init(&srv->sched_mu, NULL);
+    pthread_rwlock_init(&srv->sched_lock, NULL);
     pthread_cond_init(&srv->gens_cv, NULL);
     pthread_cond_init(&srv->ping_cv, NULL);
     hr_metrics_init(&srv->metrics);
+    hr_ready_init(&srv->ready, cfg->ready_hold_s, hr_now_seconds());
+    srv->overload_status = cfg->overload_status ? cfg->overload_status : 529;
+    srv->agent_fd = -1;
+    srv->agent_stop_pipe[0] = srv->agent_stop_pipe[1] = -1;
     hr_rng_seed(&srv->rng, (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32));
 
     struct sockaddr_storage ss;
@@ -549,6 +576,10 @@ enum hr_status hr_server_start(const struct hr_server_config *cfg, struct hr_ser
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(srv->mhd, MHD_DAEMON_INFO_BIND_PORT);
     srv->port = di ? di->port : cfg->port;
     hr_log_info("server", "bound %s:%u; loading %s", srv->cfg.host, srv->port, cfg->model_path);
+    if (cfg->agent_port && (st = hr_agent_start(srv, err)) != HR_OK) {
+        hr_server_free(srv);
+        return st;
+    }
 
     if ((st = hr_server_load(srv, err)) != HR_OK || (st = hr_dash_start(srv, err)) != HR_OK) {
         hr_server_free(srv);
@@ -585,6 +616,7 @@ void hr_server_wait(struct hr_server *srv)
     hr_log_info("server", "%s: shutting down (no new connections)",
                 sig == SIGINT ? "SIGINT" : "SIGTERM");
     atomic_store(&srv->state, HR_SERVER_STOPPING);
+    (void)hr_server_ready(srv, NULL); /* logs the change now, not at the next probe */
     const MHD_socket lsock = MHD_quiesce_daemon(srv->mhd);
     if (lsock != MHD_INVALID_SOCKET)
         close(lsock);
@@ -614,10 +646,10 @@ void hr_server_wait(struct hr_server *srv)
     }
     /* Cancels what is left: every generation gets its last event, which
      * resumes its connection, so none stays suspended. */
-    pthread_mutex_lock(&srv->sched_mu);
+    pthread_rwlock_wrlock(&srv->sched_lock);
     struct hr_sched *s = srv->sched;
     srv->sched = NULL;
-    pthread_mutex_unlock(&srv->sched_mu);
+    pthread_rwlock_unlock(&srv->sched_lock);
     hr_sched_free(s);
 
     /* Every connection sends its last bytes (bounded: a client that stops
@@ -637,6 +669,7 @@ void hr_server_free(struct hr_server *srv)
     if (!srv)
         return;
     hr_dash_stop(&srv->dash); /* its thread reads the governor and the scheduler: first */
+    hr_agent_stop(srv);       /* so does the agent's */
     if (srv->ping_started) {
         pthread_mutex_lock(&srv->gens_mu);
         srv->ping_stop = true;
@@ -644,17 +677,18 @@ void hr_server_free(struct hr_server *srv)
         pthread_mutex_unlock(&srv->gens_mu);
         pthread_join(srv->ping_thread, NULL);
     }
-    pthread_mutex_lock(&srv->sched_mu);
+    pthread_rwlock_wrlock(&srv->sched_lock);
     struct hr_sched *s = srv->sched;
     srv->sched = NULL;
-    pthread_mutex_unlock(&srv->sched_mu);
+    pthread_rwlock_unlock(&srv->sched_lock);
     hr_sched_free(s);
     if (srv->mhd)
         MHD_stop_daemon(srv->mhd);
     hr_dash_free(&srv->dash); /* no HTTP thread can ask for a snapshot now */
     hr_server_unload(srv);
+    hr_ready_free(&srv->ready);
     pthread_mutex_destroy(&srv->gens_mu);
-    pthread_mutex_destroy(&srv->sched_mu);
+    pthread_rwlock_destroy(&srv->sched_lock);
     pthread_cond_destroy(&srv->gens_cv);
     pthread_cond_destroy(&srv->ping_cv);
     free(srv);

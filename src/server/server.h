@@ -15,7 +15,9 @@
  *   POST arrives --[on_request: body collected, auth, route]--> handler
  *      handler --[api parse, template, tokenize, hr_sched_submit]-->
  *         refused now ---------------------------> error response (400/413/529/503)
- *         streaming:  200 + message_start now; the content reader sends bytes
+ *         streaming:  200 + message_start now (with queue_max_wait_s: once it
+ *                     leaves the queue; a refusal there is then an HTTP error,
+ *                     hr_respond_held_stream); the content reader sends bytes
  *                     as events add them and suspends the connection when it
  *                     has none (resumed by the next event or ping)
  *         otherwise:  the connection is suspended until FINISHED/REFUSED, then
@@ -68,6 +70,19 @@ struct hr_server_config {
      * memory_limit is then parsed but not enforced. */
     bool no_governor;
     uint64_t cache_limit_bytes; /* most KV the prefix cache keeps; 0: whatever memory allows */
+    /* Behind a balancer (docs/deploy.md). */
+    unsigned agent_port;      /* HAProxy agent-check port (agent.c); 0: none */
+    double ready_hold_s;      /* /ready's minimum hold (ready.h); <0: default 2 */
+    /* > 0: a request not started after this long in the queue is refused
+     * (529/503 + Retry-After) before any byte of its response, streams
+     * too: a stream's headers wait until it leaves the queue, so a
+     * balancer can still send it elsewhere. 0: streams start at once. */
+    double queue_max_wait_s;
+    unsigned overload_status; /* Anthropic's overload status: 529 (0: default) or 503 */
+    /* The engine's device (engine/backend.h): "cpu", "cuda", "cuda:N" or
+     * NULL/"auto" (CUDA when present and able to run the model). */
+    const char *device;
+    uint64_t vram_limit_bytes; /* the device-memory ceiling; 0: the device's total */
 };
 
 struct hr_server;

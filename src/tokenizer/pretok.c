@@ -432,7 +432,34 @@ static void split_digits3(const struct hr_pretok *t, size_t ini, size_t end, str
  *   piece and the run is longer than one.
  * Every code point starts some alternative, so the matches tile the piece.
  */
-static size_t tekken_match(const struct hr_pretok *t, size_t p, size_t end)
+/*
+ * GPT-4o (o200k; gpt-oss, Llama 4), on collapsed text: Tekken's regex with
+ * an optional contraction after each letter branch,
+ *   (1)(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?
+ *  |(2)(?:...same...)?
+ *  |\p{N}{1,3}|(4)|(5-7)
+ * The contraction group is optional and last in its branch, so it never
+ * makes the branch fail: the letter match is the one Tekken finds, plus a
+ * contraction when one follows inside the piece. (3) takes up to three
+ * numbers instead of one.
+ */
+static size_t contraction_len(const struct hr_pretok *t, size_t e, size_t end)
+{
+    const uint32_t *cp = t->cps;
+    if (e + 1 >= end || cp[e] != '\'')
+        return 0;
+    uint32_t c1 = ascii_lower(cp[e + 1]);
+    if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd')
+        return 2;
+    if (e + 2 >= end)
+        return 0;
+    uint32_t c2 = ascii_lower(cp[e + 2]);
+    if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l'))
+        return 3;
+    return 0;
+}
+
+static size_t tekken_match(const struct hr_pretok *t, size_t p, size_t end, bool gpt4o)
 {
     const uint32_t *cp = t->cps;
     const uint8_t *cl = t->cls;
@@ -448,18 +475,24 @@ static size_t tekken_match(const struct hr_pretok *t, size_t p, size_t end)
             last_both = u;
         u++;
     }
+    size_t le = SIZE_MAX; /* the end of a letter branch's match */
     if (u < end && LOWER(u)) {
-        size_t e = u;
-        while (e < end && LOWER(e))
-            e++;
-        return e - p;
+        le = u;
+        while (le < end && LOWER(le))
+            le++;
+    } else if (last_both != SIZE_MAX) {
+        le = last_both + 1;
+    } else if (u > q) {
+        le = u;
     }
-    if (last_both != SIZE_MAX)
-        return last_both + 1 - p;
-    if (u > q)
-        return u - p;
-    if (IS_N(cl[p]))
-        return 1;
+    if (le != SIZE_MAX)
+        return le + (gpt4o ? contraction_len(t, le, end) : 0) - p;
+    if (IS_N(cl[p])) {
+        size_t n = 1;
+        while (gpt4o && n < 3 && p + n < end && IS_N(cl[p + n]))
+            n++;
+        return n;
+    }
     size_t s = (cp[p] == ' ' && p + 1 < end && PCH(p + 1)) ? p + 1 : p;
     if (PCH(s)) {
         size_t e = s;
@@ -488,11 +521,12 @@ static size_t tekken_match(const struct hr_pretok *t, size_t p, size_t end)
 #undef PCH
 }
 
-static void split_tekken(const struct hr_pretok *t, size_t ini, size_t end, struct seg_out *o)
+static void split_tekken(const struct hr_pretok *t, size_t ini, size_t end, struct seg_out *o,
+                         bool gpt4o)
 {
     size_t p = ini;
     while (p < end) {
-        p += tekken_match(t, p, end);
+        p += tekken_match(t, p, end, gpt4o);
         emit(o, p);
     }
 }
@@ -508,6 +542,7 @@ enum step_kind {
     S_QWEN2,
     S_QWEN35,
     S_TEKKEN,
+    S_GPT4O,
     S_ISOLATE,
     S_RUNS,
     S_OPT_WS_RUNS,
@@ -536,6 +571,7 @@ static const struct step g_steps[][7] = {
                                {S_OPT_WS_RUNS, PK_PUNCT}, {S_RUNS, PK_CJK},
                                {S_ISOLATE, PK_NUMBER}, {S_END, 0}},
     [HR_PRE_TEKKEN] = {{S_TEKKEN, 0}, {S_END, 0}},
+    [HR_PRE_GPT4O] = {{S_GPT4O, 0}, {S_END, 0}},
 };
 
 static void run_step(const struct hr_pretok *t, const struct step *s, size_t ini, size_t end,
@@ -546,7 +582,8 @@ static void run_step(const struct hr_pretok *t, const struct step *s, size_t ini
     case S_LLAMA3: split_llama3(t, ini, end, o, V_LLAMA3); break;
     case S_QWEN2: split_llama3(t, ini, end, o, V_QWEN2); break;
     case S_QWEN35: split_llama3(t, ini, end, o, V_QWEN35); break;
-    case S_TEKKEN: split_tekken(t, ini, end, o); break;
+    case S_TEKKEN: split_tekken(t, ini, end, o, false); break;
+    case S_GPT4O: split_tekken(t, ini, end, o, true); break;
     case S_ISOLATE: split_isolate(t, ini, end, o, s->pk); break;
     case S_RUNS: split_runs(t, ini, end, o, s->pk); break;
     case S_OPT_WS_RUNS: split_opt_ws_runs(t, ini, end, o, s->pk); break;

@@ -32,6 +32,7 @@ enum hr_pre {
     HR_PRE_DEEPSEEK_LLM,
     HR_PRE_DEEPSEEK_CODER,
     HR_PRE_TEKKEN,
+    HR_PRE_GPT4O,
 };
 
 /*

@@ -263,6 +263,10 @@ static const struct pre_name g_pre_names[] = {
     {"grok-2", HR_PRE_QWEN2, 0, false, false, false},
     {"qwen35", HR_PRE_QWEN35, 0, false, false, false},
     {"tekken", HR_PRE_TEKKEN, 0, true, true, false},
+    {"gpt-4o", HR_PRE_GPT4O, 0, false, false, false},
+    {"llama4", HR_PRE_GPT4O, 0, false, false, false},
+    {"kanana2", HR_PRE_GPT4O, 0, false, false, false},
+    {"talkie", HR_PRE_GPT4O, 0, false, false, false},
 };
 
 /* ------------------------------------------------------------------------ */

@@ -49,6 +49,22 @@ head -c 3000 "$dir/m.gguf" >"$dir/trunc.gguf"
 err=$($hr info "$dir/trunc.gguf" 2>&1 >/dev/null); rc=$?
 expect "truncated file exits 1 with one line" "[[ $rc -eq 1 && \$(wc -l <<<\"\$err\") -eq 1 ]]"
 err=$($hr info "$dir/nope.gguf" 2>&1 >/dev/null); rc=$?
+# A mixture-of-experts file: experts, active experts, active parameters per
+# token (2 layers x 3 stacks x 64 x 64 x (8 - 2) idle expert parameters).
+$gen --shape tiny-moe --n-expert 8 --n-expert-used 2 --n-ff-exp 64 --out "$dir/moe.gguf" \
+  >/dev/null 2>&1 || bad "gen-model tiny-moe"
+out=$($hr info "$dir/moe.gguf")
+expect "info on MoE: experts and active experts" "grep -q '^experts        8, 2 active per token, expert ffn 64' <<<\"\$out\""
+expect "info on MoE: active parameters" "grep -q '^active params  0.11 M per token (111040, 43.0% of all)' <<<\"\$out\""
+json=$($hr info --json "$dir/moe.gguf")
+/usr/bin/python3 - "$json" <<'PY' && ok "info --json on MoE: n_expert, n_expert_used, n_params_active" || bad "info --json on MoE"
+import json, sys
+j = json.loads(sys.argv[1])
+assert j["architecture"] == "qwen3moe", j
+assert j["n_expert"] == 8 and j["n_expert_used"] == 2 and j["n_ff_exp"] == 64, j
+assert j["n_params_active"] == j["n_params"] - 2 * 3 * 64 * 64 * (8 - 2), j
+PY
+
 expect "missing file exits 1 naming it" "[[ $rc -eq 1 ]] && grep -q 'nope.gguf' <<<\"\$err\""
 : >"$dir/empty.gguf"
 $hr info "$dir/empty.gguf" >/dev/null 2>&1; rc=$?

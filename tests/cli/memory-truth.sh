@@ -11,8 +11,9 @@
 #                    against the longest prompt that really completes, found
 #                    by bisection with --admit-beyond-memory (a prompt that
 #                    cannot complete exits 3 once its prefill waits for
-#                    memory): within 2% or one KV block, and the prompt of M
-#                    tokens completes with its peak RSS under the ceiling.
+#                    memory): within 2% or one KV block (low by at most the
+#                    admission margin more, never high), and the prompt of
+#                    M tokens completes with its peak RSS under the ceiling.
 #   nothing at all   a ceiling that holds no prompt refuses to start, naming
 #                    the smallest ceiling that runs one, and that one runs.
 #   no false refusal a prompt whose ungoverned run peaks at P completes
@@ -84,9 +85,12 @@ done
 
 # ---- M is the truth -------------------------------------------------------
 
-# KV is 32 KiB a token in both (Qwen2.5-0.5B has 12, Llama-3.2-1B 32), so 2% of M is a MiB or more of the ceiling, above the residual's
+# KV is 32 KiB a token in both (Qwen2.5-0.5B has 12, Llama-3.2-1B 32), so
+# one block (32 tokens) is a MiB of the ceiling, above the residual's
 # run-to-run noise (0.1-0.35 MiB); admission keeps 0.5 MiB of it below the
-# hard watermark, so M can be low by that, never high.
+# hard watermark, so M can be low by that, never high. Ceilings of 24-88 MiB
+# above the minimum keep prompts under 3K tokens (the bisection is most of
+# this script's time).
 $gen --shape tiny --arch qwen3 --type q8_0 --n-embd 256 --n-head 8 --n-head-kv 8 --head-dim 64 \
   --n-ff 1024 --n-layer 16 --ctx 16384 --vocab builtin --out "$dir/ma.gguf" >/dev/null
 $gen --shape tiny --arch llama --type f16 --n-embd 512 --n-head 8 --n-head-kv 8 --head-dim 64 \
@@ -105,7 +109,7 @@ for m in ma mb; do
   timeout 60 $hr run --model "$dir/$m.gguf" -p x --memory-limit 1M >/dev/null 2>"$dir/min.err"
   min=$(sed -n 's/.*smallest --memory-limit that runs it is \([0-9.]*\) MiB.*/\1/p' "$dir/min.err")
   if [[ -z "$min" ]]; then bad "$m: a 1M ceiling names the minimum ($(tail -1 "$dir/min.err"))"; continue; fi
-  for extra in 48 96 144; do
+  for extra in 24 56 88; do
     limit=$(awk -v a="$min" -v b="$extra" 'BEGIN { printf "%d", a + b + 0.999 }')M
     timeout 60 $hr run --model "$dir/$m.gguf" --tokens "$(toks 16000)" -n 1 --threads 2 \
       --memory-limit "$limit" >/dev/null 2>"$dir/m.err"
@@ -121,13 +125,20 @@ for m in ma mb; do
       mid=$(((lo + hi) / 2))
       if completes "$dir/$m.gguf" "$limit" $mid; then lo=$mid; else hi=$mid; fi
     done
+    # Within 2% or one KV block (32 tokens) of the truth; low by at most the
+    # admission margin more (HR_GOV_ADMIT_NOISE_BYTES, 0.5 MiB = 16 tokens
+    # here), and never at or past the first length that fails.
     tol=$(awk -v r=$lo 'BEGIN { t = int(r * 0.02); print (t > 32 ? t : 32) }')
-    expect "$m at $limit: M $M vs the real maximum $lo (bisected; $hi fails), within $tol tokens" \
-      "(( M - lo <= tol && lo - M <= tol ))"
-    timeout 30 $hr run --model "$dir/$m.gguf" --tokens "$(toks "$M")" -n 1 --temp 0 --threads 2 \
-      --memory-limit "$limit" >/dev/null 2>"$dir/atm.err"
-    expect "$m at $limit: the M-token prompt is admitted, completes, peak under the ceiling" \
-      "grep -q 'memory (governor): .*: below the ceiling' '$dir/atm.err'"
+    expect "$m at $limit: M $M vs the real maximum $lo (bisected; $hi fails), within $tol tokens (+16 below)" \
+      "(( M < hi && M - lo <= tol && lo - M <= tol + 16 ))"
+    # M itself completes below the ceiling. Admission is skipped here: a new
+    # process samples its own residual, and that noise (0.1-0.35 MiB) can put
+    # its M a block lower than this one's (CI: 799, then 767 tokens).
+    timeout 60 $hr run --model "$dir/$m.gguf" --tokens "$(toks "$M")" -n 1 --temp 0 --threads 2 \
+      --memory-limit "$limit" --admit-beyond-memory >/dev/null 2>"$dir/atm.err"
+    rc=$?
+    expect "$m at $limit: the M-token prompt completes, peak under the ceiling ($(tail -1 "$dir/atm.err" | cut -c1-120))" \
+      "[[ $rc -eq 0 ]] && grep -q 'memory (governor): .*: below the ceiling' '$dir/atm.err'"
   done
 done
 

@@ -92,5 +92,13 @@ timeout 30 $hr run --model "$dir/m.gguf" -p "$(printf 'hello world %.0s' $(seq 4
   --batch 16 --memory-limit 4G >/dev/null 2>"$dir/err"
 expect "--memory-limit with --batch 16 completes" "grep -q 'memory (governor): .*below the ceiling' '$dir/err'"
 
+# A mixture-of-experts model under the governor: its plan (routing buffers
+# included) prices the chunks; the tokens are the plain run's.
+$gen --shape tiny-moe --n-expert 8 --n-expert-used 3 --out "$dir/moe.gguf" >/dev/null 2>&1
+plain=$($hr run --model "$dir/moe.gguf" -p "hello world, once more" -n 12 --temp 0 --ignore-eos --json 2>/dev/null | tokens)
+gov=$($hr run --model "$dir/moe.gguf" -p "hello world, once more" -n 12 --temp 0 --ignore-eos --json \
+  --memory-limit 4G --batch 4 2>"$dir/err" | tokens)
+expect "MoE: --memory-limit gives the plain run's 12 tokens" "[[ -n \"\$plain\" && \"\$gov\" == \"\$plain\" && \$(echo \"\$plain\" | tr -cd , | wc -c) -eq 11 ]]"
+
 echo "$passed passed, $failed failed"
 ((failed == 0))

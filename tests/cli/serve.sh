@@ -19,7 +19,8 @@ expect() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
 
 help=$($hr serve --help; echo "|$?")
 for f in model host port api-key ctx threads parallel memory-limit memory-reserve max-queue \
-  queue-timeout alias max-body no-prefix-cache cache-limit cache-type no-governor; do
+  queue-timeout alias max-body no-prefix-cache cache-limit cache-type no-governor \
+  queue-max-wait overload-status agent-port ready-hold; do
   expect "--help lists --$f" "grep -q -- '--$f' <<<\"\$help\""
 done
 expect "--help exits 0" "[[ \"\$help\" == *'|0' ]]"
@@ -45,13 +46,21 @@ err=$($hr serve --model x --cache-type q5_0 2>&1; echo "|$?")
 expect "--cache-type q5_0: exit 2, named" "[[ \"\$err\" == *\"--cache-type: 'q5_0' is not a cache type\"*'|2' ]]"
 err=$(HEADROOM_CACHE_TYPE=q3 $hr serve --model x 2>&1; echo "|$?")
 expect "HEADROOM_CACHE_TYPE is read and checked" "[[ \"\$err\" == *\"--cache-type: 'q3'\"*'|2' ]]"
+err=$($hr serve --model x --overload-status 500 2>&1; echo "|$?")
+expect "--overload-status 500: exit 2, 503 or 529 named" "[[ \"\$err\" == *'--overload-status 500: must be 503 or 529'*'|2' ]]"
+err=$(HEADROOM_AGENT_PORT=70000 $hr serve --model x 2>&1; echo "|$?")
+expect "HEADROOM_AGENT_PORT is read and checked" "[[ \"\$err\" == *'--agent-port 70000: must be 1..65535'*'|2' ]]"
+err=$($hr serve --model x --queue-max-wait soon 2>&1; echo "|$?")
+expect "--queue-max-wait soon: exit 2, named" "[[ \"\$err\" == *\"--queue-max-wait: 'soon' is not a valid number of seconds\"*'|2' ]]"
 err=$($hr serve --model "$dir/missing.gguf" --port 0 2>&1; echo "|$?")
 expect "a missing model: exit 1, the path named" "[[ \"\$err\" == *'missing.gguf'*'|1' ]]"
 
-# A real server on a free port, started through the environment.
+# A real server on a free port, started through the environment, with an
+# API key (probes need none) and an agent-check port.
 $gen --shape tiny --out "$dir/m.gguf" >/dev/null 2>&1
+agent=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 HEADROOM_MODEL="$dir/m.gguf" HEADROOM_PORT=0 HEADROOM_ALIAS=one,two HEADROOM_MEMORY_RESERVE=100M \
-  $hr serve 2>"$dir/log" &
+  HEADROOM_AGENT_PORT=$agent HEADROOM_API_KEY=k $hr serve 2>"$dir/log" &
 pids+=($!)
 port=
 for _ in $(seq 1 100); do
@@ -61,11 +70,15 @@ for _ in $(seq 1 100); do
 done
 expect "HEADROOM_MODEL / HEADROOM_PORT=0: listening, port logged" "[[ -n \"\$port\" ]]"
 expect "HEADROOM_MEMORY_RESERVE=100M: the governor's reserve" "grep -q 'memory ceiling .*reserve 100.0 MiB)' \"\$dir/log\""
-models=$(curl -s "http://127.0.0.1:$port/v1/models")
+ready=$(curl -s -w '|%{http_code}' "http://127.0.0.1:$port/ready")
+expect "/ready without the key: 200 {\"status\":\"ready\"}" "[[ \"\$ready\" == '{\"status\":\"ready\"}|200' ]]"
+line=$(timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$agent; cat <&3")
+expect "HEADROOM_AGENT_PORT: the agent answers 'ready up 100%'" "[[ \"\$line\" == 'ready up 100%' ]]"
+models=$(curl -s -H 'x-api-key: k' "http://127.0.0.1:$port/v1/models")
 expect "HEADROOM_ALIAS=one,two: both names in /v1/models" "[[ \"\$models\" == *'\"one\"'* && \"\$models\" == *'\"two\"'* ]]"
 err=$($hr serve --model "$dir/m.gguf" --port "$port" 2>&1; echo "|$?")
 expect "a port in use: exit 1, the address named" "[[ \"\$err\" == *\"cannot listen on 127.0.0.1:$port\"*'|1' ]]"
-metrics=$(curl -s "http://127.0.0.1:$port/metrics")
+metrics=$(curl -s -H 'x-api-key: k' "http://127.0.0.1:$port/metrics")
 expect "governed by default: headroom_memory_governed 1, the governor's counters present" \
   "grep -qx 'headroom_memory_governed 1' <<<\"\$metrics\" && grep -q '^headroom_memory_ceiling_bytes ' <<<\"\$metrics\""
 kill -INT "${pids[0]}"

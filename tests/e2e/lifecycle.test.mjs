@@ -44,6 +44,10 @@ await test("/metrics", async () => {
   const bad = t0.split("\n").filter((l) => l && !l.startsWith("#") && !/^[a-zA-Z_:][a-zA-Z0-9_:]*(\{[^}]*\})? (-?[0-9.eE+-]+|NaN|[+-]Inf)( -?\d+)?$/.test(l));
   check(bad.length === 0, "every sample line is `name{labels} value`", show(bad.slice(0, 3)));
   check(metricValue(t0, "headroom_kv_blocks_total") > 0, "headroom_kv_blocks_total > 0", metricValue(t0, "headroom_kv_blocks_total"));
+  // The device the engine runs on (engine/backend.h): the CPU here unless a GPU answers.
+  check(/^headroom_device_info\{device="(cpu|cuda:\d+)",description="[^"]+"\} 1$/m.test(t0),
+    "headroom_device_info{device,description} 1", show(t0.split("\n").filter((l) => l.startsWith("headroom_device_info"))));
+  eq(metricValue(t0, "headroom_device_lost"), 0, "headroom_device_lost 0");
 
   // One request moves the counters by its usage.
   const msg = await server.anthropic().messages.create({ model: "m", max_tokens: 12, temperature: 0,

@@ -6,7 +6,12 @@
  *   byte 0   bits 0-1 the format (generic, hermes, llama3, mistral);
  *            bit 2 tools offered; bit 3 the output starts inside <think>;
  *            bit 4 reasoning off; bit 5 a small max_held_bytes (16..79,
- *            from byte 1), so the cap is reached often;
+ *            from byte 1), so the cap is reached often; bit 6 the format
+ *            is qwen3-coder instead, with tool schemas (TOOLS below) that
+ *            type parameters f.s (string), f.n (number), f.b (boolean),
+ *            f.o (object) and f.a (no type); with bits 0-1 both set, bit 6
+ *            makes it harmony (gpt-oss) instead; bit 7 stream_args (call
+ *            begins and argument pieces, qwen3-coder only);
  *   byte 1   the chunking seed (and the cap's low bits);
  *   the rest the model output.
  *
@@ -16,7 +21,8 @@
  *     adjacent deltas of one kind are joined (the parser's invariant);
  *   - every delta is non-empty, valid UTF-8 and NUL-terminated;
  *   - every call has a non-empty name, arguments that jansson reads as an
- *     object, and indexes 0, 1, 2...;
+ *     object, and indexes 0, 1, 2...; a streamed call's begin has its index
+ *     and name, and its argument pieces concatenate to its arguments;
  *   - with no tools and no reasoning, the content is the input with
  *     invalid UTF-8 replaced, byte for byte.
  *
@@ -52,6 +58,9 @@ struct seg {
 struct result {
     struct seg *v;
     size_t n, cap, n_calls;
+    char *pieces; /* the open streamed call's argument pieces, joined */
+    size_t n_pieces;
+    bool begun;   /* a call begin came and its call has not */
 };
 
 static bool valid_utf8(const char *s, size_t n)
@@ -79,7 +88,23 @@ static void collect(struct result *r, const struct hr_chat_events *ev)
     for (size_t i = 0; i < ev->n; i++) {
         const struct hr_chat_event *e = &ev->ev[i];
         struct seg *last = r->n ? &r->v[r->n - 1] : NULL;
-        if (e->kind != HR_CHAT_EVENT_TOOL_CALL) {
+        if (e->kind == HR_CHAT_EVENT_TOOL_CALL_BEGIN) {
+            check(!r->begun && e->call_index == r->n_calls && e->name && e->name[0]);
+            r->begun = true;
+            r->n_pieces = 0;
+        } else if (e->kind == HR_CHAT_EVENT_TOOL_ARGS) {
+            check(r->begun && e->call_index == r->n_calls);
+            r->pieces = realloc(r->pieces, r->n_pieces + e->len + 1);
+            check(r->pieces != NULL);
+            memcpy(r->pieces + r->n_pieces, e->text, e->len);
+            r->n_pieces += e->len;
+        } else if (e->kind == HR_CHAT_EVENT_TOOL_CALL) {
+            check(e->streamed == r->begun);
+            check(!e->streamed ||
+                  (r->n_pieces == e->arguments_len && memcmp(r->pieces, e->arguments, r->n_pieces) == 0));
+            r->begun = false;
+        }
+        if (e->kind != HR_CHAT_EVENT_TOOL_CALL && e->kind != HR_CHAT_EVENT_TOOL_CALL_BEGIN) {
             check(e->len > 0 && e->text[e->len] == '\0' && valid_utf8(e->text, e->len));
             if (last && last->kind == e->kind) {
                 last->text = realloc(last->text, last->len + e->len + 1);
@@ -88,7 +113,7 @@ static void collect(struct result *r, const struct hr_chat_events *ev)
                 last->len += e->len;
                 continue;
             }
-        } else {
+        } else if (e->kind == HR_CHAT_EVENT_TOOL_CALL) {
             check(e->call_index == r->n_calls++);
             check(e->name && e->name[0] && e->arguments && strlen(e->arguments) == e->arguments_len);
             json_t *a = json_loadb(e->arguments, e->arguments_len, JSON_ALLOW_NUL |
@@ -109,6 +134,9 @@ static void collect(struct result *r, const struct hr_chat_events *ev)
             s->len = e->arguments_len;
             s->name = dup_n(e->name, strlen(e->name));
             s->id = e->id ? dup_n(e->id, strlen(e->id)) : NULL;
+        } else if (e->kind == HR_CHAT_EVENT_TOOL_CALL_BEGIN) {
+            s->text = dup_n("", 0);
+            s->name = dup_n(e->name, strlen(e->name));
         } else {
             s->text = dup_n(e->text, e->len);
             s->len = e->len;
@@ -124,6 +152,7 @@ static void result_free(struct result *r)
         free(r->v[i].id);
     }
     free(r->v);
+    free(r->pieces);
 }
 
 static bool same_str(const char *a, const char *b)
@@ -162,7 +191,7 @@ static struct result parse(const struct hr_chat_parse_opts *o, const char *s, si
     }
     check(hr_chat_parser_finish(p, &ev, &err) == HR_OK);
     collect(&r, &ev);
-    check(hr_chat_parser_n_calls(p) == r.n_calls);
+    check(hr_chat_parser_n_calls(p) == r.n_calls && !r.begun);
     hr_chat_parser_free(p);
     return r;
 }
@@ -188,8 +217,17 @@ static char *sanitized(const char *s, size_t n, size_t *out_len)
     return o;
 }
 
+static const char TOOLS[] =
+    "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":"
+    "\"object\",\"properties\":{\"s\":{\"type\":\"string\"},\"n\":{\"type\":\"number\"},"
+    "\"b\":{\"type\":\"boolean\"},\"o\":{\"type\":\"object\"},\"a\":{}}}}}]";
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    static json_t *tools;
+    if (!tools)
+        tools = json_loads(TOOLS, 0, NULL); /* kept for the process's life */
+    check(tools != NULL);
     if (size < 2)
         return 0;
     unsigned flags = data[0], seed = data[1];
@@ -202,6 +240,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     o.reasoning = !(flags & 16);
     if (flags & 32)
         o.max_held_bytes = 16 + (seed & 63);
+    if (flags & 64) {
+        o.format = (flags & 3) == 3 ? HR_CHAT_FORMAT_HARMONY : HR_CHAT_FORMAT_QWEN3_CODER;
+        o.tool_defs = tools;
+    }
+    o.stream_args = flags & 128;
 
     struct result whole = parse(&o, s, n, 0, 0);
     struct result bytes = parse(&o, s, n, 1, 0);

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "gguf/gguf.h"
+#include "model/hparams.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -215,6 +216,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             continue;
         }
         walk(g, data, size, flag_sets[f]);
+        /* The hyper-parameters read from the same metadata (arrays such as
+         * rope.dimension_sections and attention.recurrent_layers included):
+         * any verdict, but an error must say what. */
+        struct hr_hparams hp;
+        if (hr_hparams_read(g, &hp, &err) != HR_OK)
+            check(err.msg[0] != '\0');
         hr_gguf_close(g);
     }
     return 0;

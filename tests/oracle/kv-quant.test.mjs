@@ -13,18 +13,10 @@
 //      |logprob difference| over our top-5 tokens must be within 5e-2
 //      (the issue's criterion); the measured maximum is printed.
 // Ends with "N passed, N failed".
-import { execFileSync } from "node:child_process";
-import fs from "node:fs";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import { getLlama, LlamaLogLevel } from "node-llama-cpp";
-
-const here = path.dirname(fileURLToPath(import.meta.url));
-const root = path.resolve(here, "../..");
-const headroom = process.env.HEADROOM_BIN || path.join(root, "build/headroom");
-const genModel = path.join(root, "build/gen-model");
-const outDir = process.env.HR_TEST_MODELS || fs.mkdtempSync("/tmp/hr-models-");
-fs.mkdirSync(outDir, { recursive: true });
+import { compareDistributions, counter, genModel, llamaGreedy, llamaTeacherForced, ours, oursScored,
+  outDir } from "./harness.mjs";
 
 const TOL = 5e-2, TOP = 5, N_GEN = 32;
 const base = ["--type", "f32", "--n-layer", "3", "--ctx", "512"];
@@ -43,25 +35,14 @@ const types = (process.env.HR_KVQ_TYPES || "q8_0:Q8_0,q4_0:Q4_0").split(",").map
 // and tile boundaries are crossed in prefill and decode.
 const prompt = Array.from({ length: 40 }, (_, i) => 1 + ((i * 97 + 13) % 500));
 
-let passed = 0, failed = 0;
-const check = (ok, what) => {
-  if (ok) passed++;
-  else { failed++; console.log(`FAIL ${what}`); }
-};
-
+const { check, finish } = counter();
 const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
-
-function ours(file, tokens, type, extra) {
-  const out = execFileSync(headroom, ["run", "--model", file, "--tokens", tokens.join(","),
-    "--cache-type", type, "--threads", "2", ...extra], { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
-  return JSON.parse(out);
-}
 
 for (const m of models) {
   const file = path.join(outDir, `kvq-${m.name}.gguf`);
   let model;
   try {
-    execFileSync(genModel, ["--shape", "tiny", ...m.args, "--out", file], { stdio: "inherit" });
+    genModel(file, m.args);
     model = await llama.loadModel({ modelPath: file, gpuLayers: 0 });
   } catch (e) {
     check(false, `${m.name}: ${e.stack || e}`);
@@ -72,14 +53,8 @@ for (const m of models) {
     try {
       const ctx = await model.createContext({ contextSize: 256, flashAttention: true,
         experimentalKvCacheKeyType: ggml_t, experimentalKvCacheValueType: ggml_t, threads: 2 });
-      const seq = ctx.getSequence();
-      const theirs = [];
-      for await (const t of seq.evaluate(prompt, { temperature: 0 })) {
-        theirs.push(t);
-        if (theirs.length >= N_GEN) break;
-      }
-      await seq.dispose();
-      const g = ours(file, prompt, ours_t, ["-n", String(N_GEN), "--temp", "0", "--ignore-eos", "--json"]);
+      const theirs = await llamaGreedy(ctx, prompt, N_GEN);
+      const g = ours(file, prompt, ["--cache-type", ours_t, "-n", String(N_GEN), "--temp", "0", "--ignore-eos", "--json"]);
       // llama.cpp's evaluate() stops at an end-of-generation token; ours
       // (--ignore-eos) goes on, so compare up to and including it.
       const eog = theirs.length < N_GEN ? g.tokens[theirs.length] : undefined;
@@ -89,25 +64,12 @@ for (const m of models) {
       check(same, `${name}: greedy differs at ${firstDiff}: ours [${g.tokens}] llama.cpp [${theirs}]`);
 
       const full = [...prompt, ...theirs.slice(0, N_GEN - 1)];
-      const seq2 = ctx.getSequence();
-      const input = full.map((t, i) => i >= prompt.length - 1
-        ? [t, { generateNext: { probabilities: true, options: { temperature: 1, topK: 0, topP: 1, minP: 0 } } }]
-        : t);
-      const res = await seq2.controlledEvaluate(input);
-      await seq2.dispose();
+      const res = await llamaTeacherForced(ctx, full, prompt.length - 1);
       await ctx.dispose();
-      const s = ours(file, full, ours_t, ["--score", "--logprobs", String(TOP)]);
-      let maxErr = 0, worst = "", nPos = 0;
-      for (let i = prompt.length - 1; i < full.length; i++) {
-        const probs = res[i]?.next?.probabilities;
-        if (!probs) { check(false, `${name}: llama.cpp gave no probabilities at ${i}`); continue; }
-        nPos++;
-        for (const { id, logprob } of s.prompt_logprobs[i]) {
-          const p = probs.get(id);
-          const err = p === undefined || p <= 0 ? Infinity : Math.abs(Math.log(p) - logprob);
-          if (err > maxErr) { maxErr = err; worst = `position ${i} token ${id}: ours ${logprob}, llama.cpp ${p === undefined ? "none" : Math.log(p)}`; }
-        }
-      }
+      const s = oursScored(file, full, ["--cache-type", ours_t], { top: TOP });
+      const { maxErr, worst, nPos, missing } = compareDistributions({
+        res, topLogprobs: s.topLogprobs, from: prompt.length - 1, to: full.length });
+      for (const i of missing) check(false, `${name}: llama.cpp gave no probabilities at ${i}`);
       const wantPos = full.length - prompt.length + 1;
       check(nPos === wantPos, `${name}: ${nPos} teacher-forced positions, expected ${wantPos}`);
       check(maxErr <= TOL, `${name}: top-${TOP} logprob max error ${maxErr.toExponential(2)} > ${TOL} (${worst})`);
@@ -120,5 +82,4 @@ for (const m of models) {
   await model.dispose();
 }
 
-console.log(`${passed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+finish();

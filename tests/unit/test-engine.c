@@ -17,9 +17,22 @@
  *    disagree by about 1e-3 in the logits, so that case is skipped with a
  *    message until fixed;
  *  - a step that cannot run is refused before anything changes;
+ *  - a matrix of a type the kernels cannot compute with is refused at load,
+ *    naming the tensor and the type's id and name;
+ *  - hybrid Gated-DeltaNet models (qwen35 F32, qwen35moe Q8_0): the plan is
+ *    exact, ragged == alone and chunk sizes 9, 16 and 64 == one chunk, bit
+ *    for bit (the recurrence runs token by token in prefill as in decode);
+ *    the state slots hold exactly the layers' conv inputs and S matrices and
+ *    KV blocks only the attention layers; a step needing more slots than are
+ *    free, or continuing a sequence without its state, is refused unchanged;
  *  - all of it also with quantized caches (Q8_0 and Q4_0, head dims 64 with
  *    the Hadamard rotation and 96 without), and a quantized cache on a head
- *    dim that its blocks cannot hold is refused at init.
+ *    dim that its blocks cannot hold is refused at init;
+ *  - gpt-oss (sinks, a 16-token window on even layers, YaRN, expert biases,
+ *    clamped SwiGLU; F32 and MXFP4 experts): plan exact, ragged == alone and
+ *    chunking invariant with prompts longer than the window;
+ *  - attention's window and sinks (hr_attn_ctx.window, .sinks) against a
+ *    plain double-precision reference, f32 and f16 caches.
  *
  * Agreement with llama.cpp is tests/oracle/engine.test.mjs's job.
  */
@@ -35,7 +48,10 @@
 
 #include <cmocka.h>
 
+#include "base/fp16.h"
+#include "engine/attention.h"
 #include "engine/engine.h"
+#include "engine/state-pool.h"
 #include "model-gen.h"
 #include "base/rand.h"
 
@@ -75,14 +91,41 @@ struct fixture {
     struct hr_model *model;
     enum hr_ggml_type kv_type; /* the engine's cache type (f16 unless a setup says) */
     uint32_t head_dim;         /* 0: n_embd / n_head (16) */
+    /* MoE models (make_moe): experts, experts per token, fused gate/up */
+    uint32_t n_expert, n_expert_used;
+    bool fuse_gate_up;
+    bool real_mix; /* gen-model's q4_k_m_real (Q4_K, Q6_K, Q5_0, Q8_0, IQ4_NL in one model) */
 };
 
-static int make_model_kv(void **state, const char *arch, enum hr_ggml_type type,
-                         enum hr_ggml_type kv_type, uint32_t head_dim)
+static int make_fixture(void **state, struct fixture *fx, const char *arch,
+                        enum hr_ggml_type type);
+
+static int make_model_mix(void **state, const char *arch, enum hr_ggml_type type,
+                          enum hr_ggml_type kv_type, uint32_t head_dim, bool real_mix)
 {
     struct fixture *fx = calloc(1, sizeof(*fx));
     fx->kv_type = kv_type;
     fx->head_dim = head_dim;
+    fx->real_mix = real_mix;
+    return make_fixture(state, fx, arch, type);
+}
+
+/* A mixture-of-experts model: n_expert experts, k per token. */
+static int make_moe(void **state, const char *arch, enum hr_ggml_type type, uint32_t n_expert,
+                    uint32_t k, bool fused)
+{
+    struct fixture *fx = calloc(1, sizeof(*fx));
+    fx->kv_type = HR_GGML_F16;
+    fx->n_expert = n_expert;
+    fx->n_expert_used = k;
+    fx->fuse_gate_up = fused;
+    return make_fixture(state, fx, arch, type);
+}
+
+static int make_fixture(void **state, struct fixture *fx, const char *arch,
+                        enum hr_ggml_type type)
+{
+    const uint32_t head_dim = fx->head_dim;
     struct hr_gen_params p;
     struct hr_err err = {{0}};
     assert_int_equal(hr_gen_shape("tiny", &p, &err), HR_OK);
@@ -90,19 +133,41 @@ static int make_model_kv(void **state, const char *arch, enum hr_ggml_type type,
     p.type = type;
     /* K-quant rows are whole 256-value super-blocks. */
     const bool kq = type == HR_GGML_Q4_K || type == HR_GGML_Q5_K || type == HR_GGML_Q6_K;
+    p.real_mix = fx->real_mix;
     p.n_embd = kq ? 256 : 64;
     p.n_head = 4;
     p.n_head_kv = 2;
-    p.n_ff = kq ? 512 : 96;
-    p.n_layer = 2;
+    p.n_ff = kq ? (fx->n_expert ? 256 : 512) : 96; /* Mixtral's experts are n_ff wide */
+    /* hybrid: 3 Gated DeltaNet layers and 1 attention layer */
+    const bool hybrid = strncmp(arch, "qwen35", 6) == 0;
+    p.n_layer = hybrid ? 4 : 2;
     p.head_dim = head_dim;
-    snprintf(fx->path, sizeof(fx->path), "/tmp/hr-test-engine-%d-%s.gguf", (int)getpid(), arch);
+    p.n_expert = fx->n_expert;
+    p.n_expert_used = fx->n_expert_used;
+    p.n_ff_exp = kq ? 256 : 32;
+    p.n_ff_shexp = kq ? 256 : 64;
+    p.fuse_gate_up = fx->fuse_gate_up;
+    if (strcmp(arch, "gpt-oss") == 0) {
+        /* a window shorter than the prompts, gpt-oss's YaRN */
+        p.n_swa = 16;
+        p.mxfp4_mix = type == HR_GGML_MXFP4;
+        p.rope_scaling = HR_GEN_ROPE_YARN, p.rope_factor = 32.0f, p.rope_orig_ctx = 4096;
+        p.rope_base = 150000.0f;
+    }
+    snprintf(fx->path, sizeof(fx->path), "/tmp/hr-test-engine-%d-%s%s.gguf", (int)getpid(), arch,
+             fx->fuse_gate_up ? "-fused" : "");
     if (hr_gen_model(&p, fx->path, &err) != HR_OK)
         fail_msg("%s", err.msg);
     if (hr_model_open(fx->path, &fx->model, &err) != HR_OK)
         fail_msg("%s", err.msg);
     *state = fx;
     return 0;
+}
+
+static int make_model_kv(void **state, const char *arch, enum hr_ggml_type type,
+                         enum hr_ggml_type kv_type, uint32_t head_dim)
+{
+    return make_model_mix(state, arch, type, kv_type, head_dim, false);
 }
 
 static int make_model(void **state, const char *arch, enum hr_ggml_type type)
@@ -132,6 +197,35 @@ static int setup_llama_q4_0(void **state) { return make_model(state, "llama", HR
 static int setup_qwen3_q4_k(void **state) { return make_model(state, "qwen3", HR_GGML_Q4_K); }
 static int setup_qwen2_q5_k(void **state) { return make_model(state, "qwen2", HR_GGML_Q5_K); }
 static int setup_llama_q6_k(void **state) { return make_model(state, "llama", HR_GGML_Q6_K); }
+static int setup_llama_q5_1(void **state) { return make_model(state, "llama", HR_GGML_Q5_1); }
+static int setup_qwen3_q4_k_m_real(void **state)
+{
+    return make_model_mix(state, "qwen3", HR_GGML_Q4_K, HR_GGML_F16, 0, true);
+}
+/* MoE: 8 experts, 3 per token, so a ragged batch's tokens share some experts
+ * and not others; Q8_0 experts are packed per slice on AVX-512. */
+static int setup_qwen3moe(void **state) { return make_moe(state, "qwen3moe", HR_GGML_F32, 8, 3, 0); }
+static int setup_qwen2moe_q8(void **state)
+{
+    return make_moe(state, "qwen2moe", HR_GGML_Q8_0, 8, 2, false);
+}
+static int setup_mixtral_q4_k(void **state)
+{
+    return make_moe(state, "llama", HR_GGML_Q4_K, 4, 2, false);
+}
+
+/* gpt-oss: 8 experts, 4 per token; F32, and MXFP4 experts with the rest Q8_0. */
+static int setup_gptoss(void **state) { return make_moe(state, "gpt-oss", HR_GGML_F32, 8, 4, 0); }
+static int setup_gptoss_mxfp4(void **state)
+{
+    return make_moe(state, "gpt-oss", HR_GGML_MXFP4, 8, 4, 0);
+}
+/* Hybrid Gated-DeltaNet models: 4 q/k heads shared by 8 v heads of 8. */
+static int setup_qwen35(void **state) { return make_model(state, "qwen35", HR_GGML_F32); }
+static int setup_qwen35moe_q8(void **state)
+{
+    return make_moe(state, "qwen35moe", HR_GGML_Q8_0, 8, 2, false);
+}
 
 static int teardown(void **state)
 {
@@ -227,7 +321,7 @@ static void test_plan_is_exact(void **state)
     __sanitizer_install_malloc_and_free_hooks(NULL, NULL);
 #endif
     for (int i = 0; i < N_SEQ; i++)
-        hr_kv_seq_free(&seqs[i], hr_engine_kv_pool(e));
+        hr_engine_seq_free(e, &seqs[i]);
     hr_engine_free(e);
 }
 
@@ -295,7 +389,7 @@ static float *run_sequences(struct fixture *fx, int threads, bool together, uint
         }
     }
     for (uint32_t s = 0; s < n_seq; s++)
-        hr_kv_seq_free(&seqs[s], hr_engine_kv_pool(e));
+        hr_engine_seq_free(e, &seqs[s]);
     hr_engine_free(e);
     return out;
 }
@@ -340,6 +434,172 @@ static void test_chunking_invariant(void **state)
                      (double)rb[i]);
     free(a);
     free(b);
+}
+
+/* A hybrid model's recurrent state advances token by token (deltanet.h), so
+ * prefill in chunks of 9, 16 or 64 (llama.cpp's DeltaNet chunk) equals one
+ * chunk of 70, bit for bit, through the prefill and 4 decode steps. */
+static void test_chunking_invariant_hybrid(void **state)
+{
+    struct fixture *fx = *state;
+    const uint32_t V = fx->model->hp.n_vocab;
+    const uint32_t lens[] = {70}, chunks[] = {9, 16, 64};
+    float *a = run_sequences(fx, 2, true, 1, lens, 4, 70);
+    for (size_t c = 0; c < sizeof(chunks) / sizeof(chunks[0]); c++) {
+        float *b = run_sequences(fx, 2, true, 1, lens, 4, chunks[c]);
+        const uint32_t last = (70 + chunks[c] - 1) / chunks[c] - 1; /* last prefill row */
+        const float *rb = b + (size_t)last * V;
+        for (size_t i = 0; i < (size_t)5 * V; i++)
+            if (!same(a[i], rb[i]))
+                fail_msg("chunk %u: logit %zu differs from one chunk: %.9g vs %.9g", chunks[c],
+                         i, (double)rb[i], (double)a[i]);
+        free(b);
+    }
+    free(a);
+}
+
+/* The recurrent state is its own memory category: slots of exactly the
+ * layers' conv and S matrices, allocated at init, while KV blocks hold only
+ * the attention layers. A sequence continuing without its state, or more
+ * new sequences than free slots, is refused before anything changes. */
+static void test_state_is_counted(void **state)
+{
+    struct fixture *fx = *state;
+    const struct hr_model *m = fx->model;
+    const struct hr_hparams *hp = &m->hp;
+    struct hr_engine_config cfg = {.n_threads = 2, .kv_type = HR_GGML_F16,
+                                   .kv_budget_bytes = 8ull << 20, .max_step_tokens = 64,
+                                   .max_step_logits = 8, .n_state_slots = 2};
+    struct hr_engine *e = NULL;
+    struct hr_err err = {{0}};
+    assert_int_equal(hr_engine_init(m, &cfg, &e, &err), HR_OK);
+    /* From the metadata, not from the model's derived sizes. */
+    const uint64_t d = hp->ssm_d_state, hv = hp->ssm_dt_rank;
+    const uint64_t conv_ch = 2 * (uint64_t)hp->ssm_n_group * d + hp->ssm_d_inner;
+    const uint64_t per_layer = (hp->ssm_d_conv - 1) * conv_ch + hv * d * d;
+    assert_int_equal(m->dn.n_layers, 3);
+    assert_int_equal(m->n_attn_layers, 1);
+    assert_int_equal(hr_state_slot_bytes(hr_engine_state_pool(e)), 3 * per_layer * sizeof(float));
+    assert_int_equal(hr_state_n_slots(hr_engine_state_pool(e)), 2);
+    assert_true(hr_engine_state_bytes(e) >= 2 * 3 * per_layer * sizeof(float));
+    assert_int_equal(hr_kv_block_bytes(hr_engine_kv_pool(e)),
+                     2ull * 1 * HR_KV_DEFAULT_BLOCK_TOKENS * hp->n_head_kv * hp->head_dim_k * 2);
+
+    struct hr_kv_seq s[3];
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(hr_engine_seq_init(e, &s[i], 256, &err), HR_OK);
+    int32_t toks[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    struct hr_step_seq items[3];
+    for (int i = 0; i < 3; i++)
+        items[i] = (struct hr_step_seq){.kv = &s[i], .tokens = toks, .n_tokens = 4, .n_logits = 1};
+    struct hr_step step = {.seqs = items, .n_seqs = 3};
+    const uint32_t used = hr_kv_n_used(hr_engine_kv_pool(e));
+    assert_int_equal(hr_engine_step(e, &step, &err), HR_ERR_NOMEM); /* 3 sequences, 2 slots */
+    assert_int_equal(hr_kv_n_used(hr_engine_kv_pool(e)), used);
+    assert_int_equal(hr_state_n_used(hr_engine_state_pool(e)), 0);
+    step.n_seqs = 2;
+    assert_int_equal(hr_engine_step(e, &step, &err), HR_OK);
+    assert_int_equal(hr_state_n_used(hr_engine_state_pool(e)), 2);
+    /* KV at position 4 without the state that goes with it (what a KV-only
+     * prefix-cache hit would be): refused. */
+    s[2].n_tokens = 0;
+    hr_engine_seq_free(e, &s[0]); /* frees a slot, and s[0] */
+    assert_int_equal(hr_engine_seq_init(e, &s[0], 256, &err), HR_OK);
+    assert_int_equal(hr_kv_seq_reserve(&s[2], hr_engine_kv_pool(e), 4, &err), HR_OK);
+    s[2].n_tokens = 4;
+    items[0] = (struct hr_step_seq){.kv = &s[2], .tokens = toks + 4, .n_tokens = 1, .n_logits = 1};
+    step.n_seqs = 1;
+    assert_int_equal(hr_engine_step(e, &step, &err), HR_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "recurrent state"));
+    for (int i = 0; i < 3; i++)
+        hr_engine_seq_free(e, &s[i]);
+    assert_int_equal(hr_state_n_used(hr_engine_state_pool(e)), 0);
+    hr_engine_free(e);
+}
+
+/* ffn_gate_up_exps holding the same values as ffn_gate_exps + ffn_up_exps
+ * computes the same logits, bit for bit (the fused GEMM's gate rows are the
+ * separate gate GEMM's rows). */
+static void test_fused_gate_up_equals_separate(void **state)
+{
+    struct fixture *fx = *state, *fused = NULL;
+    void *st2 = NULL;
+    make_moe(&st2, "qwen3moe", HR_GGML_F32, fx->n_expert, fx->n_expert_used, true);
+    fused = st2;
+    assert_true(fused->model->layers[0].gate_up_fused);
+    assert_false(fx->model->layers[0].gate_up_fused);
+    const uint32_t V = fx->model->hp.n_vocab;
+    const uint32_t lens[] = {23, 4};
+    float *a = run_sequences(fx, 2, true, 2, lens, 3, 23);
+    float *b = run_sequences(fused, 2, true, 2, lens, 3, 23);
+    for (size_t i = 0; i < (size_t)2 * 23 * V; i++)
+        if (!same(a[i], b[i]))
+            fail_msg("logit %zu differs: separate %.9g, fused %.9g", i, (double)a[i],
+                     (double)b[i]);
+    free(a);
+    free(b);
+    teardown(&st2);
+}
+
+/* Renames the first occurrence of `from` in the file to `to` (same length),
+ * so the loader no longer finds that key or tensor. */
+static void patch_file(const char *path, const char *from, const char *to)
+{
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    char *buf = malloc((size_t)n);
+    fseek(f, 0, SEEK_SET);
+    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+    const size_t len = strlen(from);
+    assert_int_equal(strlen(to), len);
+    long at = -1;
+    for (long i = 0; i + (long)len <= n && at < 0; i++)
+        if (memcmp(buf + i, from, len) == 0)
+            at = i;
+    assert_true(at >= 0);
+    fseek(f, at, SEEK_SET);
+    fwrite(to, 1, len, f);
+    fclose(f);
+    free(buf);
+}
+
+/* Missing or inconsistent expert keys and tensors are errors naming them. */
+static void test_moe_errors_name_the_fault(void **state)
+{
+    (void)state;
+    const struct {
+        const char *from, *to, *want;
+    } cases[] = {
+        {"qwen3moe.expert_count", "qwen3moe.expert_cOunt", "'qwen3moe.expert_count' is missing"},
+        {"qwen3moe.expert_used_count", "qwen3moe.expert_used_cOunt",
+         "'qwen3moe.expert_used_count' is 0"},
+        {"qwen3moe.expert_feed_forward_length", "qwen3moe.expert_feed_forward_lengtX",
+         "'qwen3moe.expert_feed_forward_length' is missing"},
+        {"blk.1.ffn_down_exps.weight", "blk.1.ffn_down_exps.weighX",
+         "missing tensor 'blk.1.ffn_down_exps.weight'"},
+        {"blk.0.ffn_gate_exps.weight", "blk.0.ffn_gate_exps.weighX",
+         "missing tensor 'blk.0.ffn_gate_exps.weight'"},
+        {"blk.0.ffn_gate_inp.weight", "blk.0.ffn_gate_inp.weighX",
+         "missing tensor 'blk.0.ffn_gate_inp.weight'"},
+    };
+    struct hr_gen_params p;
+    struct hr_err err = {{0}};
+    assert_int_equal(hr_gen_shape("tiny-moe", &p, &err), HR_OK);
+    char path[128];
+    snprintf(path, sizeof(path), "/tmp/hr-test-engine-%d-bad-moe.gguf", (int)getpid());
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        assert_int_equal(hr_gen_model(&p, path, &err), HR_OK);
+        patch_file(path, cases[i].from, cases[i].to);
+        struct hr_model *m = NULL;
+        assert_int_not_equal(hr_model_open(path, &m, &err), HR_OK);
+        assert_null(m);
+        if (!strstr(err.msg, cases[i].want))
+            fail_msg("renaming %s: got \"%s\", want \"%s\"", cases[i].from, err.msg,
+                     cases[i].want);
+    }
+    unlink(path);
 }
 
 static void test_refusals_change_nothing(void **state)
@@ -406,9 +666,160 @@ static void test_quant_cache_rejects_head_dim(void **state)
     assert_non_null(strstr(err.msg, "q8_0"));
 }
 
+/* An F16 model with one matrix relabelled I16 (same element size, so the
+ * GGUF reader accepts the file): hr_model_open refuses it, naming the
+ * tensor, the type id and its name. */
+static void test_unsupported_type_is_named(void **state)
+{
+    (void)state;
+    struct hr_gen_params p;
+    struct hr_err err = {{0}};
+    assert_int_equal(hr_gen_shape("tiny", &p, &err), HR_OK);
+    p.type = HR_GGML_F16;
+    char path[64];
+    snprintf(path, sizeof(path), "/tmp/hr-test-engine-%d-i16.gguf", (int)getpid());
+    assert_int_equal(hr_gen_model(&p, path, &err), HR_OK);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    const long n = ftell(f);
+    char *buf = malloc((size_t)n);
+    fseek(f, 0, SEEK_SET);
+    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+    /* tensor info: name, u32 n_dims (2), u64 ne[2], u32 type */
+    static const char name[] = "blk.0.attn_q.weight";
+    char *at = memmem(buf, (size_t)n, name, sizeof(name) - 1);
+    assert_non_null(at);
+    const long type_at = (at - buf) + (long)sizeof(name) - 1 + 4 + 16;
+    uint32_t type;
+    memcpy(&type, buf + type_at, 4);
+    assert_int_equal(type, HR_GGML_F16);
+    type = HR_GGML_I16;
+    fseek(f, type_at, SEEK_SET);
+    assert_int_equal(fwrite(&type, 4, 1, f), 1);
+    fclose(f);
+    free(buf);
+    struct hr_model *m = NULL;
+    assert_int_equal(hr_model_open(path, &m, &err), HR_ERR_UNSUPPORTED);
+    assert_null(m);
+    assert_non_null(strstr(err.msg, "blk.0.attn_q.weight"));
+    assert_non_null(strstr(err.msg, "type 25 (I16)"));
+    unlink(path);
+}
+
+/*
+ * The attention contract (attention.h): a query at position p sees keys
+ * max(0, p - window + 1) .. p, and a sink adds exp(sink) to the softmax's
+ * denominator. Random K/V for 100 positions go into a pool; every query
+ * block of every position is checked against softmax in double over the
+ * keys the window allows, for windows 0 (full), 1, 16, 20 and 33, with and
+ * without sinks, on f32 and f16 caches (f16: the reference reads the cache's
+ * rounded values).
+ */
+static void test_attention_window_sinks(void **state)
+{
+    (void)state;
+    const uint32_t hd = 64, G = 4, n_kv_head = 2, N = 100, bt = 32;
+    const enum hr_ggml_type types[] = {HR_GGML_F32, HR_GGML_F16};
+    struct hr_rng r;
+    hr_rng_seed(&r, 11);
+    float *k = malloc((size_t)N * n_kv_head * hd * sizeof(float));
+    float *v = malloc((size_t)N * n_kv_head * hd * sizeof(float));
+    float *q = malloc((size_t)N * G * n_kv_head * hd * sizeof(float));
+    float *out = malloc((size_t)N * G * n_kv_head * hd * sizeof(float));
+    float sinks[8];
+    for (size_t i = 0; i < (size_t)N * n_kv_head * hd; i++) {
+        k[i] = (float)hr_rng_normal(&r);
+        v[i] = (float)hr_rng_normal(&r);
+    }
+    for (size_t i = 0; i < (size_t)N * G * n_kv_head * hd; i++)
+        q[i] = (float)hr_rng_normal(&r);
+    for (int i = 0; i < 8; i++)
+        sinks[i] = (float)(2.0 * hr_rng_normal(&r));
+    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+        struct hr_kv_config kc = {.n_layer = 1, .n_head_kv = n_kv_head, .head_dim = hd,
+                                  .block_tokens = bt, .type = types[ti],
+                                  .budget_bytes = 16ull << 20};
+        struct hr_kv_pool *pool = NULL;
+        struct hr_err err = {{0}};
+        assert_int_equal(hr_kv_pool_init(&kc, &pool, &err), HR_OK);
+        struct hr_kv_seq seq;
+        assert_int_equal(hr_kv_seq_init(&seq, N, bt, &err), HR_OK);
+        assert_int_equal(hr_kv_seq_reserve(&seq, pool, N, &err), HR_OK);
+        for (uint32_t p = 0; p < N; p++)
+            hr_attn_store(pool, seq.blocks, 0, n_kv_head, hd, (int32_t)p, k + (size_t)p * n_kv_head * hd,
+                          v + (size_t)p * n_kv_head * hd);
+        /* the values the cache holds */
+        float *kc_ = malloc((size_t)N * n_kv_head * hd * sizeof(float));
+        float *vc_ = malloc((size_t)N * n_kv_head * hd * sizeof(float));
+        for (size_t i = 0; i < (size_t)N * n_kv_head * hd; i++) {
+            kc_[i] = types[ti] == HR_GGML_F16 ? hr_f16_to_f32(hr_f32_to_f16(k[i])) : k[i];
+            vc_[i] = types[ti] == HR_GGML_F16 ? hr_f16_to_f32(hr_f32_to_f16(v[i])) : v[i];
+        }
+        void *scr = malloc(hr_attn_scratch_bytes(types[ti], hd, G));
+        const uint32_t windows[] = {0, 1, 16, 20, 33};
+        const uint32_t q_dim = G * n_kv_head * hd, bq = hr_attn_block_tokens(G);
+        for (size_t wi = 0; wi < sizeof(windows) / sizeof(windows[0]); wi++)
+            for (int with_sinks = 0; with_sinks <= 1; with_sinks++) {
+                struct hr_attn_ctx ac = {.kv = pool, .blocks = seq.blocks, .layer = 0,
+                                         .head_dim = hd, .block_tokens = bt, .group = G,
+                                         .scale = 1.0f / sqrtf((float)hd),
+                                         .window = windows[wi],
+                                         .sinks = with_sinks ? sinks : NULL};
+                for (uint32_t g = 0; g < n_kv_head; g++)
+                    for (uint32_t t0 = 0; t0 < N; t0 += bq) {
+                        const uint32_t nq = N - t0 < bq ? N - t0 : bq;
+                        const size_t row = (size_t)t0 * q_dim + (size_t)g * G * hd;
+                        hr_attention(&ac, g, q + row, q_dim, (int32_t)t0, nq, out + row, q_dim,
+                                     scr);
+                    }
+                double max_err = 0;
+                for (uint32_t p = 0; p < N; p++)
+                    for (uint32_t h = 0; h < G * n_kv_head; h++) {
+                        const uint32_t g = h / G, w = windows[wi];
+                        const uint32_t lo = w && p >= w ? p - w + 1 : 0;
+                        const float *qr = q + (size_t)p * q_dim + (size_t)h * hd;
+                        double mx = with_sinks ? sinks[h] : -INFINITY, sc[100];
+                        for (uint32_t j = lo; j <= p; j++) {
+                            double d = 0;
+                            for (uint32_t i = 0; i < hd; i++)
+                                d += (double)qr[i] * kc_[((size_t)j * n_kv_head + g) * hd + i];
+                            sc[j] = d / sqrt((double)hd);
+                            mx = sc[j] > mx ? sc[j] : mx;
+                        }
+                        double sum = with_sinks ? exp(sinks[h] - mx) : 0, o[64] = {0};
+                        for (uint32_t j = lo; j <= p; j++) {
+                            const double e = exp(sc[j] - mx);
+                            sum += e;
+                            for (uint32_t i = 0; i < hd; i++)
+                                o[i] += e * vc_[((size_t)j * n_kv_head + g) * hd + i];
+                        }
+                        for (uint32_t i = 0; i < hd; i++) {
+                            const double e_abs =
+                                fabs(o[i] / sum - out[(size_t)p * q_dim + (size_t)h * hd + i]);
+                            max_err = e_abs > max_err ? e_abs : max_err;
+                        }
+                    }
+                if (max_err > 1e-5)
+                    fail_msg("%s cache, window %u, sinks %d: max |error| %.3g vs the reference",
+                             hr_kv_type_name(types[ti]), windows[wi], with_sinks, max_err);
+            }
+        free(scr);
+        free(kc_);
+        free(vc_);
+        hr_kv_seq_free(&seq, pool);
+        hr_kv_pool_free(pool);
+    }
+    free(k);
+    free(v);
+    free(q);
+    free(out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_unsupported_type_is_named),
         cmocka_unit_test_setup_teardown(test_plan_is_exact, setup_qwen3, teardown),
         cmocka_unit_test_setup_teardown(test_plan_is_exact, setup_qwen2_q8, teardown),
         cmocka_unit_test_setup_teardown(test_ragged_equals_alone, setup_qwen3, teardown),
@@ -419,6 +830,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ragged_equals_alone, setup_qwen3_q4_k, teardown),
         cmocka_unit_test_setup_teardown(test_ragged_equals_alone, setup_qwen2_q5_k, teardown),
         cmocka_unit_test_setup_teardown(test_ragged_equals_alone, setup_llama_q6_k, teardown),
+        cmocka_unit_test_setup_teardown(test_ragged_equals_alone, setup_llama_q5_1, teardown),
+        cmocka_unit_test_setup_teardown(test_plan_is_exact, setup_qwen3_q4_k_m_real, teardown),
+        cmocka_unit_test_setup_teardown(test_ragged_equals_alone, setup_qwen3_q4_k_m_real, teardown),
         cmocka_unit_test_setup_teardown(test_chunking_invariant, setup_llama_f16, teardown),
         cmocka_unit_test_setup_teardown(test_chunking_invariant, setup_qwen3, teardown),
         cmocka_unit_test_setup_teardown(test_refusals_change_nothing, setup_qwen3, teardown),
@@ -430,6 +844,26 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_chunking_invariant, setup_qwen3_kv_q8, teardown),
         cmocka_unit_test_setup_teardown(test_chunking_invariant, setup_qwen2_kv_q8_hd96, teardown),
         cmocka_unit_test_setup_teardown(test_quant_cache_rejects_head_dim, setup_qwen3, teardown),
+        cmocka_unit_test_setup_teardown(test_plan_is_exact, setup_qwen3moe, teardown),
+        cmocka_unit_test_setup_teardown(test_plan_is_exact, setup_qwen2moe_q8, teardown),
+        cmocka_unit_test_setup_teardown(test_ragged_equals_alone, setup_qwen3moe, teardown),
+        cmocka_unit_test_setup_teardown(test_ragged_equals_alone, setup_qwen2moe_q8, teardown),
+        cmocka_unit_test_setup_teardown(test_ragged_equals_alone, setup_mixtral_q4_k, teardown),
+        cmocka_unit_test_setup_teardown(test_chunking_invariant, setup_qwen2moe_q8, teardown),
+        cmocka_unit_test_setup_teardown(test_fused_gate_up_equals_separate, setup_qwen3moe,
+                                        teardown),
+        cmocka_unit_test(test_moe_errors_name_the_fault),
+        cmocka_unit_test(test_attention_window_sinks),
+        cmocka_unit_test_setup_teardown(test_plan_is_exact, setup_gptoss, teardown),
+        cmocka_unit_test_setup_teardown(test_ragged_equals_alone, setup_gptoss, teardown),
+        cmocka_unit_test_setup_teardown(test_chunking_invariant, setup_gptoss, teardown),
+        cmocka_unit_test_setup_teardown(test_ragged_equals_alone, setup_gptoss_mxfp4, teardown),
+        cmocka_unit_test_setup_teardown(test_plan_is_exact, setup_qwen35, teardown),
+        cmocka_unit_test_setup_teardown(test_plan_is_exact, setup_qwen35moe_q8, teardown),
+        cmocka_unit_test_setup_teardown(test_ragged_equals_alone, setup_qwen35, teardown),
+        cmocka_unit_test_setup_teardown(test_ragged_equals_alone, setup_qwen35moe_q8, teardown),
+        cmocka_unit_test_setup_teardown(test_chunking_invariant_hybrid, setup_qwen35, teardown),
+        cmocka_unit_test_setup_teardown(test_state_is_counted, setup_qwen35, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

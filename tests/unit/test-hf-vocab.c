@@ -250,6 +250,39 @@ static void test_builtin_gguf(void **state)
     hr_hf_vocab_free(NULL);
 }
 
+/* Padding to config.json's vocab_size: ids past the tokenizer's become
+ * "[PAD<id>]" UNUSED; the tokenizer's own ids and specials are untouched,
+ * and a size below the tokenizer's is refused. */
+static void test_pad(void **state)
+{
+    (void)state;
+    struct hr_hf_vocab *v = NULL;
+    struct hr_err err = {{0}};
+    assert_int_equal(hr_hf_vocab_builtin(&v, &err), HR_OK);
+    const uint32_t n = hr_hf_vocab_n_tokens(v);
+    char last[64];
+    snprintf(last, sizeof(last), "%s", hr_hf_vocab_token(v, n - 1));
+    assert_int_equal(hr_hf_vocab_pad(v, n - 1, &err), HR_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "below"));
+    assert_int_equal(hr_hf_vocab_n_tokens(v), n);
+    assert_int_equal(hr_hf_vocab_pad(v, n, &err), HR_OK);
+    assert_int_equal(hr_hf_vocab_pad(v, n + 3, &err), HR_OK);
+    assert_int_equal(hr_hf_vocab_n_tokens(v), n + 3);
+    assert_token(v, n - 1, last, HR_HF_TOKEN_USER_DEFINED);
+    char name[32];
+    for (uint32_t id = n; id < n + 3; id++) {
+        snprintf(name, sizeof(name), "[PAD%u]", id);
+        assert_token(v, id, name, HR_HF_TOKEN_UNUSED);
+    }
+    assert_int_equal(hr_hf_vocab_special(v, HR_HF_SPECIAL_EOS), n - 3);
+    void *buf = NULL;
+    struct hr_gguf *g = write_and_parse(v, &buf);
+    assert_gguf_matches(g, v);
+    hr_gguf_close(g);
+    free(buf);
+    hr_hf_vocab_free(v);
+}
+
 /* ------------------------------------------------------------------------ */
 /* The real vocabularies                                                    */
 /* ------------------------------------------------------------------------ */
@@ -635,7 +668,7 @@ static void test_malformed(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_builtin),   cmocka_unit_test(test_builtin_gguf),
+        cmocka_unit_test(test_builtin),   cmocka_unit_test(test_builtin_gguf), cmocka_unit_test(test_pad),
         cmocka_unit_test(test_qwen3),     cmocka_unit_test(test_llama3),
         cmocka_unit_test(test_llama2),    cmocka_unit_test(test_gemma3),
         cmocka_unit_test(test_small_gpt2), cmocka_unit_test(test_pre_names),

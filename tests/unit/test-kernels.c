@@ -2,7 +2,8 @@
  * test-kernels.c - the matmul kernels (src/kernels/matmul*.c) against the
  * plain-C reference, on every implementation this machine can run.
  *
- * For every weight type (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) and
+ * For every weight type (F32, F16, BF16, Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K,
+ * Q6_K, IQ4_XS) and
  * every ISA (generic, avx2, avx512vnni; hr_kernels_force_isa picks), with
  * batch invariance on and off where the kernels differ:
  *  - prepare writes the same act bytes on every ISA, and those bytes are
@@ -41,9 +42,12 @@
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
 
-static const enum hr_ggml_type k_types[] = {HR_GGML_F32,  HR_GGML_F16,  HR_GGML_BF16,
-                                            HR_GGML_Q8_0, HR_GGML_Q4_0, HR_GGML_Q4_K,
-                                            HR_GGML_Q5_K, HR_GGML_Q6_K};
+/* New types go at the end: the exact-data test draws every type's data from
+ * one generator, and its data for the older types is known to stay exact. */
+static const enum hr_ggml_type k_types[] = {
+    HR_GGML_F32,  HR_GGML_F16,  HR_GGML_BF16, HR_GGML_Q8_0,   HR_GGML_Q4_0,  HR_GGML_Q4_K,
+    HR_GGML_Q5_K, HR_GGML_Q6_K, HR_GGML_Q4_1, HR_GGML_Q5_0,   HR_GGML_Q5_1,  HR_GGML_IQ4_NL,
+    HR_GGML_MXFP4, HR_GGML_Q2_K, HR_GGML_Q3_K, HR_GGML_IQ4_XS};
 #define N_TYPES (sizeof(k_types) / sizeof(k_types[0]))
 static const char *const k_isas[] = {"generic", "avx2", "avx512vnni"};
 #define N_ISAS (sizeof(k_isas) / sizeof(k_isas[0]))
@@ -181,6 +185,14 @@ static void test_prepare_identical_across_isas(void **state)
                         assert_int_equal(hr_f32_to_f16(hr_mm_d(&l, ref, i)[bi]), b[bi].d);
                         assert_memory_equal(hr_mm_qs(&l, ref, i) + 32 * bi, b[bi].qs, 32);
                     }
+                } else if (vt == HR_GGML_Q8_1) {
+                    const struct hr_block_q8_1 *b = (const void *)blk;
+                    for (size_t bi = 0; bi < k / 32; bi++) {
+                        assert_int_equal(hr_f32_to_f16(hr_mm_d(&l, ref, i)[bi]), b[bi].d);
+                        assert_int_equal(hr_f32_to_f16(hr_mm_s(&l, ref, i)[bi]), b[bi].s);
+                        assert_int_equal(hr_mm_comp(&l, ref, i)[bi], 0);
+                        assert_memory_equal(hr_mm_qs(&l, ref, i) + 32 * bi, b[bi].qs, 32);
+                    }
                 } else if (vt == HR_GGML_Q8_K) {
                     const struct hr_block_q8_K *b = (const void *)blk;
                     for (size_t bi = 0; bi < k / 256; bi++) {
@@ -223,11 +235,15 @@ static void test_act_shared_within_vec_dot_type(void **state)
 {
     (void)state;
     static const enum hr_ggml_type fam[][3] = {{HR_GGML_Q8_0, HR_GGML_Q4_0, HR_GGML_Q8_0},
-                                               {HR_GGML_Q4_K, HR_GGML_Q5_K, HR_GGML_Q6_K}};
+                                               {HR_GGML_Q5_0, HR_GGML_IQ4_NL, HR_GGML_MXFP4},
+                                               {HR_GGML_Q4_1, HR_GGML_Q5_1, HR_GGML_Q4_1},
+                                               {HR_GGML_Q4_K, HR_GGML_Q5_K, HR_GGML_Q6_K},
+                                               {HR_GGML_Q6_K, HR_GGML_Q2_K, HR_GGML_Q3_K},
+                                               {HR_GGML_Q4_K, HR_GGML_IQ4_XS, HR_GGML_Q2_K}};
     const size_t m = 17, k = 512, n_out = 40;
     float *x = malloc(m * k * sizeof(float));
     fill_normal(x, m * k, 1.0, 4242);
-    for (size_t f = 0; f < 2; f++) {
+    for (size_t f = 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
         for (size_t is = 0; is < N_ISAS; is++) {
             if (!hr_kernels_force_isa(k_isas[is]))
                 continue;
@@ -360,6 +376,18 @@ static void make_exact_weights(enum hr_ggml_type t, uint8_t *w, size_t n_out, si
                 break;
             case HR_GGML_Q8_0: ((struct hr_block_q8_0 *)wr)[b].d = d_small; break;
             case HR_GGML_Q4_0: ((struct hr_block_q4_0 *)wr)[b].d = d_small; break;
+            case HR_GGML_Q5_0: ((struct hr_block_q5_0 *)wr)[b].d = d_small; break;
+            case HR_GGML_IQ4_NL: ((struct hr_block_iq4_nl *)wr)[b].d = d_small; break;
+            case HR_GGML_MXFP4: ((struct hr_block_mxfp4 *)wr)[b].e = 128 - 12; break;
+            /* the offset m times Q8_1's s (an integer here) stays a multiple of 2^-12 */
+            case HR_GGML_Q4_1:
+                ((struct hr_block_q4_1 *)wr)[b].d = d_small;
+                ((struct hr_block_q4_1 *)wr)[b].m = d_small;
+                break;
+            case HR_GGML_Q5_1:
+                ((struct hr_block_q5_1 *)wr)[b].d = d_small;
+                ((struct hr_block_q5_1 *)wr)[b].m = d_small;
+                break;
             case HR_GGML_Q4_K:
                 ((struct hr_block_q4_K *)wr)[b].d = d_small;
                 ((struct hr_block_q4_K *)wr)[b].dmin = d_min;
@@ -374,6 +402,27 @@ static void make_exact_weights(enum hr_ggml_type t, uint8_t *w, size_t n_out, si
                 x6->d = d_small;
                 for (int j = 0; j < 16; j++)
                     x6->scales[j] = (int8_t)((int)(hr_rng_u64(r) % 32) - 16);
+                break;
+            }
+            case HR_GGML_Q2_K:
+                ((struct hr_block_q2_K *)wr)[b].d = d_small;
+                ((struct hr_block_q2_K *)wr)[b].dmin = d_min;
+                break;
+            case HR_GGML_Q3_K: ((struct hr_block_q3_K *)wr)[b].d = d_small; break;
+            case HR_GGML_IQ4_XS: {
+                /* scales 32 +- 3 keep the block sums (grid values up to 127)
+                 * below 2^24 */
+                struct hr_block_iq4_xs *x4 = (struct hr_block_iq4_xs *)wr + b;
+                x4->d = d_small;
+                x4->scales_h = 0;
+                for (int j = 0; j < 8; j++) {
+                    const int ls = 32 + (int)(hr_rng_u64(r) % 7) - 3;
+                    x4->scales_h |= (uint16_t)((ls >> 4) << (2 * j));
+                    if (j % 2 == 0)
+                        x4->scales_l[j / 2] = (uint8_t)(ls & 0xF);
+                    else
+                        x4->scales_l[j / 2] |= (uint8_t)((ls & 0xF) << 4);
+                }
                 break;
             }
             default: break;
@@ -478,6 +527,8 @@ static void test_within_activation_quantization_error(void **state)
                         double step;
                         if (vt == HR_GGML_Q8_0)
                             step = 0.5 * hr_f16_to_f32(((struct hr_block_q8_0 *)abuf)[j / 32].d);
+                        else if (vt == HR_GGML_Q8_1)
+                            step = 0.5 * hr_f16_to_f32(((struct hr_block_q8_1 *)abuf)[j / 32].d);
                         else if (vt == HR_GGML_Q8_K)
                             step = 0.5 * fabs(((struct hr_block_q8_K *)abuf)[j / 256].d);
                         else if (vt == HR_GGML_F16)
@@ -487,6 +538,15 @@ static void test_within_activation_quantization_error(void **state)
                         else
                             step = 0;
                         bound += fabs(wj) * step * 1.0001;
+                    }
+                    if (vt == HR_GGML_Q8_1) {
+                        /* Q4_1 / Q5_1: m_w times Q8_1's s, which is rounded to f16 */
+                        for (size_t b = 0; b < k / 32; b++) {
+                            uint16_t mw;
+                            memcpy(&mw, w + r * rb + b * hr_mm_b32_bytes(t) + 2, 2);
+                            bound += fabs(hr_f16_to_f32(mw)) *
+                                     fabs(hr_f16_to_f32(((struct hr_block_q8_1 *)abuf)[b].s)) * 0x1p-11;
+                        }
                     }
                     bound += 1e-5 * mag; /* float accumulation */
                     double err = fabs(y[i * n_out + r] - exact);
@@ -697,9 +757,15 @@ static void test_api(void **state)
     (void)state;
     for (size_t ti = 0; ti < N_TYPES; ti++)
         assert_true(hr_matmul_supports(k_types[ti]));
-    assert_false(hr_matmul_supports(HR_GGML_Q2_K));
+    assert_false(hr_matmul_supports(HR_GGML_IQ2_XXS));
     assert_false(hr_matmul_supports(HR_GGML_Q8_K));
+    assert_false(hr_matmul_supports(HR_GGML_Q8_1));
     assert_int_equal(hr_matmul_vec_dot_type(HR_GGML_Q4_0), HR_GGML_Q8_0);
+    assert_int_equal(hr_matmul_vec_dot_type(HR_GGML_Q5_0), HR_GGML_Q8_0);
+    assert_int_equal(hr_matmul_vec_dot_type(HR_GGML_IQ4_NL), HR_GGML_Q8_0);
+    assert_int_equal(hr_matmul_vec_dot_type(HR_GGML_MXFP4), HR_GGML_Q8_0);
+    assert_int_equal(hr_matmul_vec_dot_type(HR_GGML_Q4_1), HR_GGML_Q8_1);
+    assert_int_equal(hr_matmul_vec_dot_type(HR_GGML_Q5_1), HR_GGML_Q8_1);
     assert_int_equal(hr_matmul_vec_dot_type(HR_GGML_Q6_K), HR_GGML_Q8_K);
     assert_int_equal(hr_matmul_vec_dot_type(HR_GGML_F16), HR_GGML_F16);
     assert_int_equal(hr_row_bytes(HR_GGML_Q4_K, 512), 288);

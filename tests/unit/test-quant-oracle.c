@@ -8,8 +8,8 @@
  * the f16/bf16 row converters on the same floats we quantize, then compare
  * bytes. Data: random normals at several scales, all-zero blocks, blocks
  * whose scaled values land exactly on .5 (rounding ties), huge and tiny
- * magnitudes (infinities included), and rows of odd block counts; K-quants on
- * rows of 256, 512, 4096 and 256 * 19 values.
+ * magnitudes (infinities included), and rows of odd block counts; K-quants
+ * (Q2_K .. Q6_K) and IQ4_XS on rows of 256, 512, 4096 and 256 * 19 values.
  *
  * The CPU backend is a second library, libggml-cpu-<variant>.so, one per
  * instruction-set level; llama.cpp loads the variant whose
@@ -214,6 +214,36 @@ static void test_q4_0_matches_llama_cpp(void **state)
     compare_type(HR_GGML_Q4_0);
 }
 
+static void test_q4_1_matches_llama_cpp(void **state)
+{
+    (void)state;
+    compare_type(HR_GGML_Q4_1);
+}
+
+static void test_q5_0_matches_llama_cpp(void **state)
+{
+    (void)state;
+    compare_type(HR_GGML_Q5_0);
+}
+
+static void test_q5_1_matches_llama_cpp(void **state)
+{
+    (void)state;
+    compare_type(HR_GGML_Q5_1);
+}
+
+static void test_iq4_nl_matches_llama_cpp(void **state)
+{
+    (void)state;
+    compare_type(HR_GGML_IQ4_NL);
+}
+
+static void test_mxfp4_matches_llama_cpp(void **state)
+{
+    (void)state;
+    compare_type(HR_GGML_MXFP4);
+}
+
 static void test_q4_K_matches_llama_cpp(void **state)
 {
     (void)state;
@@ -232,6 +262,24 @@ static void test_q6_K_matches_llama_cpp(void **state)
     compare_type(HR_GGML_Q6_K);
 }
 
+static void test_q2_K_matches_llama_cpp(void **state)
+{
+    (void)state;
+    compare_type(HR_GGML_Q2_K);
+}
+
+static void test_q3_K_matches_llama_cpp(void **state)
+{
+    (void)state;
+    compare_type(HR_GGML_Q3_K);
+}
+
+static void test_iq4_xs_matches_llama_cpp(void **state)
+{
+    (void)state;
+    compare_type(HR_GGML_IQ4_XS);
+}
+
 static void test_f16_bf16_f32_chunks_match_llama_cpp(void **state)
 {
     (void)state;
@@ -246,8 +294,8 @@ static void test_act_conversion_matches_ggml_cpu(void **state)
     (void)state;
     if (!g_traits)
         skip();
-    static const enum hr_ggml_type types[] = {HR_GGML_Q8_0, HR_GGML_Q8_K, HR_GGML_F16,
-                                              HR_GGML_BF16, HR_GGML_F32};
+    static const enum hr_ggml_type types[] = {HR_GGML_Q8_0, HR_GGML_Q8_1, HR_GGML_Q8_K,
+                                              HR_GGML_F16,  HR_GGML_BF16, HR_GGML_F32};
     static const size_t lens[] = {256, 512, 896, 4096, 256 * 19};
     for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
         const struct hr_ggml_type_info *info = hr_ggml_type_info(types[ti]);
@@ -297,9 +345,10 @@ static void test_vec_dot_matches_ggml_cpu(void **state)
     (void)state;
     if (!g_traits || !g_quantize_chunk)
         skip();
-    static const enum hr_ggml_type types[] = {HR_GGML_F32,  HR_GGML_F16,  HR_GGML_BF16,
-                                              HR_GGML_Q8_0, HR_GGML_Q4_0, HR_GGML_Q4_K,
-                                              HR_GGML_Q5_K, HR_GGML_Q6_K};
+    static const enum hr_ggml_type types[] = {
+        HR_GGML_F32,  HR_GGML_F16,  HR_GGML_BF16,   HR_GGML_Q8_0,  HR_GGML_Q4_0, HR_GGML_Q4_1,
+        HR_GGML_Q5_0, HR_GGML_Q5_1, HR_GGML_IQ4_NL, HR_GGML_MXFP4, HR_GGML_Q4_K, HR_GGML_Q5_K,
+        HR_GGML_Q6_K, HR_GGML_Q2_K, HR_GGML_Q3_K,   HR_GGML_IQ4_XS};
     static const size_t lens[] = {256, 512, 896, 4096, 4864};
     static const size_t ms[] = {1, 4, 12, 20};
     static const char *const isas[] = {"generic", "avx2", "avx512vnni"};
@@ -387,9 +436,10 @@ static void test_dequantize_matches_llama_cpp(void **state)
     (void)state;
     if (!g_base_traits || !g_quantize_chunk)
         skip();
-    static const enum hr_ggml_type types[] = {HR_GGML_Q8_0, HR_GGML_Q4_0, HR_GGML_Q4_K,
-                                              HR_GGML_Q5_K, HR_GGML_Q6_K, HR_GGML_F16,
-                                              HR_GGML_BF16};
+    static const enum hr_ggml_type types[] = {
+        HR_GGML_Q8_0,  HR_GGML_Q4_0, HR_GGML_Q4_1, HR_GGML_Q5_0, HR_GGML_Q5_1, HR_GGML_IQ4_NL,
+        HR_GGML_MXFP4, HR_GGML_Q4_K, HR_GGML_Q5_K, HR_GGML_Q6_K, HR_GGML_Q2_K, HR_GGML_Q3_K,
+        HR_GGML_IQ4_XS, HR_GGML_F16, HR_GGML_BF16};
     static const size_t lens[] = {256, 512, 4096};
     for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
         const struct hr_ggml_type_info *info = hr_ggml_type_info(types[ti]);
@@ -481,9 +531,17 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_q8_0_matches_llama_cpp),
         cmocka_unit_test(test_q4_0_matches_llama_cpp),
+        cmocka_unit_test(test_q4_1_matches_llama_cpp),
+        cmocka_unit_test(test_q5_0_matches_llama_cpp),
+        cmocka_unit_test(test_q5_1_matches_llama_cpp),
+        cmocka_unit_test(test_iq4_nl_matches_llama_cpp),
+        cmocka_unit_test(test_mxfp4_matches_llama_cpp),
         cmocka_unit_test(test_q4_K_matches_llama_cpp),
         cmocka_unit_test(test_q5_K_matches_llama_cpp),
         cmocka_unit_test(test_q6_K_matches_llama_cpp),
+        cmocka_unit_test(test_q2_K_matches_llama_cpp),
+        cmocka_unit_test(test_q3_K_matches_llama_cpp),
+        cmocka_unit_test(test_iq4_xs_matches_llama_cpp),
         cmocka_unit_test(test_f16_bf16_f32_chunks_match_llama_cpp),
         cmocka_unit_test(test_f16_bf16_rows_match_llama_cpp),
         cmocka_unit_test(test_dequantize_matches_llama_cpp),

@@ -1,14 +1,15 @@
 /*
  * test-sched.c - the scheduler on a real (tiny, generated) model:
  *  - requests run together produce exactly what each produces alone, also
- *    when a small KV pool forces preemptions (resume by recompute);
+ *    when a small KV pool forces preemptions (resume by recompute, and with
+ *    parking on: from host memory, engine/backend.h);
  *  - cancellation from an event callback ends the request at the next step
  *    and frees its KV;
  *  - stop strings end the text before them, across token boundaries;
  *  - refusals: too long (N, M), queue full, queue timeout;
  *  - a request whose KV alone outgrows the pool ends with `length`;
  *  - admission's M follows the cache type's real block bytes.
- * Runs under ASan+UBSan and ThreadSanitizer (tests/run.sh TSAN_TESTS).
+ * Runs under ASan+UBSan and ThreadSanitizer (HR_TSAN_TESTS in CMakeLists.txt).
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -38,21 +39,21 @@ struct fixture {
     struct hr_tokenizer *tok;
 };
 
-static int setup(void **state)
+static int setup_arch(void **state, const char *arch)
 {
     struct fixture *fx = calloc(1, sizeof(*fx));
     struct hr_gen_params p;
     struct hr_err err = {{0}};
     assert_int_equal(hr_gen_shape("tiny", &p, &err), HR_OK);
-    p.arch = "qwen3";
+    p.arch = arch;
     p.type = HR_GGML_Q8_0;
     p.n_embd = 64;
     p.n_head = 4;
     p.n_head_kv = 2;
     p.n_ff = 96;
-    p.n_layer = 2;
+    p.n_layer = strcmp(arch, "qwen35") == 0 ? 4 : 2; /* hybrid: 3 DeltaNet + 1 attention */
     p.n_ctx = 512;
-    snprintf(fx->path, sizeof(fx->path), "/tmp/hr-test-sched-%d.gguf", (int)getpid());
+    snprintf(fx->path, sizeof(fx->path), "/tmp/hr-test-sched-%d-%s.gguf", (int)getpid(), arch);
     if (hr_gen_model(&p, fx->path, &err) != HR_OK)
         fail_msg("%s", err.msg);
     if (hr_model_open(fx->path, &fx->model, &err) != HR_OK)
@@ -62,6 +63,9 @@ static int setup(void **state)
     *state = fx;
     return 0;
 }
+
+static int setup(void **state) { return setup_arch(state, "qwen3"); }
+static int setup_qwen35(void **state) { return setup_arch(state, "qwen35"); }
 
 static int teardown(void **state)
 {
@@ -140,13 +144,14 @@ static void on_event(const struct hr_sched_event *ev, void *user)
 }
 
 static bool g_prefix_cache; /* sched_new* build schedulers with the prefix cache */
+static int g_park;          /* their park_preempted (0: GPU only, so never here) */
 static enum hr_ggml_type g_kv_type = HR_GGML_F16; /* ... and this cache type */
 
 static struct hr_sched *sched_new_gov(struct fixture *fx, uint32_t parallel, uint32_t kv_blocks,
                                       uint32_t max_queue, double queue_timeout,
                                       struct hr_gov *gov, uint32_t batch)
 {
-    struct hr_kv_config kc = {.n_layer = fx->model->hp.n_layer,
+    struct hr_kv_config kc = {.n_layer = fx->model->n_attn_layers,
                               .n_head_kv = fx->model->hp.n_head_kv,
                               .head_dim = fx->model->hp.head_dim_k,
                               .type = g_kv_type};
@@ -163,7 +168,8 @@ static struct hr_sched *sched_new_gov(struct fixture *fx, uint32_t parallel, uin
                                   .gov = gov,
                                   .chunk_min = 16,
                                   .gov_sample_ms = 2,
-                                  .prefix_cache = g_prefix_cache};
+                                  .prefix_cache = g_prefix_cache,
+                                  .park_preempted = g_park};
     struct hr_sched *s = NULL;
     struct hr_err err = {{0}};
     if (hr_sched_init(&cfg, &s, &err) != HR_OK)
@@ -210,16 +216,19 @@ static uint64_t submit(struct hr_sched *s, const int32_t *prompt, uint32_t n, ui
 static const uint32_t k_lens[N_REQ] = {5, 37, 64, 1, 100, 20};
 
 /* Mixed lengths together == each alone, token for token; with a pool too
- * small for all of them, preemptions happen and still change nothing. */
+ * small for all of them, preemptions happen and still change nothing. On a
+ * hybrid model (qwen35) too: each running request holds a recurrent state
+ * slot, a preempted one gives it back and rebuilds it by recompute. */
 static void test_together_equals_alone(void **state)
 {
     struct fixture *fx = *state;
     const uint32_t V = fx->model->hp.n_vocab;
     static int32_t prompts[N_REQ][128];
-    static struct record alone[N_REQ], together[N_REQ], squeezed[N_REQ];
+    static struct record alone[N_REQ], together[N_REQ], squeezed[N_REQ], parked[N_REQ];
     memset(alone, 0, sizeof(alone));
     memset(together, 0, sizeof(together));
     memset(squeezed, 0, sizeof(squeezed));
+    memset(parked, 0, sizeof(parked));
     for (int i = 0; i < N_REQ; i++)
         prompt_of(prompts[i], k_lens[i], (uint32_t)i, V);
 
@@ -252,18 +261,42 @@ static void test_together_equals_alone(void **state)
     assert_int_equal(g_preempted[0], 4);
     assert_int_equal(st.kv_blocks_used, 0);
     assert_int_equal(st.aborted_for_memory, 0);
+    assert_int_equal(st.parked, 0);
+    hr_sched_free(s);
+
+    /* The same with parking: preempted requests' KV goes to host memory and
+     * comes back instead of being recomputed (engine/backend.h). A hybrid
+     * model's recurrent state is not parked, so its requests recompute. */
+    const bool hybrid = fx->model->dn.n_layers > 0;
+    g_park = 1;
+    s = sched_new(fx, 4, 6, 16, 0);
+    for (int i = 0; i < N_REQ; i++)
+        submit(s, prompts[i], k_lens[i], N_GEN, 100 + (uint64_t)i, &parked[i]);
+    hr_sched_wait_idle(s);
+    hr_sched_stats(s, &st);
+    g_park = 0;
+    print_message("  parking: %llu preemptions, %llu parked (%llu tokens)\n",
+                  (unsigned long long)st.preempted, (unsigned long long)st.parked,
+                  (unsigned long long)st.parked_tokens);
+    if (hybrid)
+        assert_true(st.preempted > 0 && st.parked == 0);
+    else
+        assert_true(st.preempted > 0 && st.parked == st.preempted && st.parked_tokens > 0);
+    assert_int_equal(st.kv_blocks_used, 0);
     hr_sched_free(s);
 
     for (int i = 0; i < N_REQ; i++) {
         assert_int_equal(alone[i].finished, 1);
         assert_int_equal(alone[i].finish, HR_SCHED_LENGTH);
         assert_int_equal(alone[i].n_tokens, N_GEN);
-        for (const struct record *o = &together[i]; o; o = o == &together[i] ? &squeezed[i] : NULL) {
+        const struct record *others[] = {&together[i], &squeezed[i], &parked[i]};
+        for (int k = 0; k < 3; k++) {
+            const struct record *o = others[k];
             assert_int_equal(o->finished, 1);
             assert_int_equal(o->n_tokens, alone[i].n_tokens);
             if (memcmp(o->tokens, alone[i].tokens, alone[i].n_tokens * sizeof(int32_t)) != 0)
                 fail_msg("request %d (%u-token prompt) differs from its run alone%s", i, k_lens[i],
-                         o == &squeezed[i] ? " (with preemptions)" : "");
+                         k == 1 ? " (with preemptions)" : k == 2 ? " (parked)" : "");
             assert_int_equal(o->n_text, alone[i].n_text);
             assert_memory_equal(o->text, alone[i].text, alone[i].n_text);
         }
@@ -941,6 +974,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_together_equals_alone),
+        cmocka_unit_test_setup_teardown(test_together_equals_alone, setup_qwen35, teardown),
         cmocka_unit_test(test_cancel_frees_kv),
         cmocka_unit_test(test_stop_string),
         cmocka_unit_test(test_script),

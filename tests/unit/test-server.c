@@ -6,7 +6,8 @@
  * thread's events, pings, shutdown) run under ThreadSanitizer and ASan.
  *
  * The tests share one server and run in order; the last one shuts it down
- * with SIGTERM while a stream is running.
+ * with SIGTERM while a stream is running. test_behind_a_balancer starts a
+ * second one of its own (the agent's thread runs under the sanitizers too).
  */
 #include <arpa/inet.h>
 #include <jansson.h>
@@ -378,6 +379,94 @@ static void test_disconnect_frees_kv(void **state)
     assert_int_equal(metric("headroom_requests_running"), 0);
 }
 
+/* A free TCP port on 127.0.0.1 (bound, read, closed). */
+static unsigned free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    socklen_t n = sizeof(a);
+    assert_true(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+                getsockname(fd, (struct sockaddr *)&a, &n) == 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* The one line an agent-check connection gets. */
+static void agent_line(unsigned port, char *buf, size_t cap)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    assert_true(fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+    size_t n = 0;
+    for (ssize_t k; n < cap - 1 && (k = read(fd, buf + n, cap - 1 - n)) > 0;)
+        n += (size_t)k;
+    buf[n] = '\0';
+    close(fd);
+}
+
+/* A second server, set up as docs/deploy.md puts one behind HAProxy:
+ * /ready without the key, the agent's line, the vllm:* names, and a stream
+ * refused in the queue (--queue-max-wait) before any byte of its response,
+ * with Anthropic's overload body under --overload-status 503. */
+static void test_behind_a_balancer(void **state)
+{
+    (void)state;
+    const unsigned agent = free_port();
+    const struct hr_server_config cfg = {.model_path = g_model,
+                                         .host = "127.0.0.1",
+                                         .api_key = "sesame",
+                                         .n_threads = 1,
+                                         .n_ctx = 8192,
+                                         .parallel = 1,
+                                         .max_queue = 4,
+                                         .shutdown_timeout_s = 0.2,
+                                         .agent_port = agent,
+                                         .ready_hold_s = -1,
+                                         .queue_max_wait_s = 0.3,
+                                         .overload_status = 503};
+    struct hr_server *b = NULL;
+    struct hr_err err = {{0}};
+    if (hr_server_start(&cfg, &b, &err) != HR_OK)
+        fail_msg("%s", err.msg);
+    const unsigned main_port = g_port;
+    g_port = b->port;
+    char line[64];
+    agent_line(agent, line, sizeof(line));
+    assert_string_equal(line, "ready up 100%\n");
+    struct reply r = request("GET", "/ready", NULL, NULL); /* no key: a probe */
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "{\"status\":\"ready\"}"));
+    free(r.body);
+    r = request("GET", "/metrics", KEY, NULL);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "\nvllm:kv_cache_usage_perc{model_name="));
+    assert_non_null(strstr(r.body, "\nvllm:cache_config_info{block_size=\"32\",num_gpu_blocks=\""));
+    assert_non_null(strstr(r.body, "\nheadroom_ready 1\n"));
+    free(r.body);
+    assert_true(metric("headroom_admit_max_prompt_tokens") > 100);
+
+    /* One long stream takes the only slot; a second waits with its headers
+     * held and is refused after 0.3 s: a 503 with no SSE in it. */
+    static const char *const body =
+        "{\"model\":\"m\",\"max_tokens\":8000,\"temperature\":0,\"stream\":true,\"messages\":"
+        "[{\"role\":\"user\",\"content\":\"a long story\"}]}";
+    int fd = connect_server();
+    send_request(fd, "POST", "/v1/messages", KEY, body);
+    char buf[4096];
+    assert_true(read(fd, buf, sizeof(buf)) > 0); /* it started: its headers came */
+    r = request("POST", "/v1/messages", KEY, body);
+    assert_int_equal(r.status, 503);
+    assert_non_null(strstr(r.body, "overloaded_error"));
+    assert_non_null(strstr(r.body, "Retry-After: 2"));
+    assert_null(strstr(r.body, "event:"));
+    free(r.body);
+    close(fd);
+    g_port = main_port;
+    hr_server_free(b);
+}
+
 static void *send_sigterm(void *arg)
 {
     (void)arg;
@@ -418,6 +507,7 @@ int main(void)
         cmocka_unit_test(test_concurrent_equals_sequential),
         cmocka_unit_test(test_disconnect_frees_kv),
         cmocka_unit_test(test_dashboard),
+        cmocka_unit_test(test_behind_a_balancer),
         cmocka_unit_test(test_sigterm_during_stream),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

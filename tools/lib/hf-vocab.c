@@ -177,6 +177,19 @@ void hr_hf_vocab_free(struct hr_hf_vocab *v)
     free(v);
 }
 
+/* Id `id` has no token: "[PAD<id>]", UNUSED, as the converter writes holes. */
+static enum hr_status fill_hole(struct hr_hf_vocab *v, uint32_t id, struct hr_err *err)
+{
+    char name[32];
+    int n_name = snprintf(name, sizeof(name), "[PAD%u]", id);
+    if (!(v->tokens[id] = arena_strndup(&v->arena, name, (size_t)n_name)))
+        return hr_err_set(err, HR_ERR_NOMEM, "out of memory for tokens");
+    v->types[id] = HR_HF_TOKEN_UNUSED;
+    if (v->scores)
+        v->scores[id] = SCORE_HOLE;
+    return HR_OK;
+}
+
 static enum hr_status vocab_alloc_tokens(struct hr_hf_vocab *v, uint32_t n, bool with_scores,
                                          struct hr_err *err)
 {
@@ -376,6 +389,12 @@ static const struct {
     {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+"
      "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
      "qwen2"},
+    /* o200k (gpt-oss, GPT-4o): case-split letter runs with contractions. */
+    {"[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}"
+     "\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}"
+     "\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}|"
+     " ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+     "gpt-4o"},
 };
 
 /* True when encoding with special tokens adds any: the post-processor (or
@@ -1083,17 +1102,8 @@ static enum hr_status load_tokens(struct hr_hf_vocab *v, const json_t *tok, cons
 
     /* Holes. */
     for (uint32_t id = 0; id < v->n_tokens; id++) {
-        if (v->tokens[id])
-            continue;
-        char name[32];
-        int n_name = snprintf(name, sizeof(name), "[PAD%u]", id);
-        if (!(v->tokens[id] = arena_strndup(&v->arena, name, (size_t)n_name))) {
-            st = hr_err_set(err, HR_ERR_NOMEM, "out of memory for tokens");
+        if (!v->tokens[id] && (st = fill_hole(v, id, err)) != HR_OK)
             goto out;
-        }
-        v->types[id] = HR_HF_TOKEN_UNUSED;
-        if (spm)
-            v->scores[id] = SCORE_HOLE;
     }
     if (!spm)
         st = gpt2_merges(v, merges, err);
@@ -1425,6 +1435,33 @@ fail:
 /* ------------------------------------------------------------------------ */
 /* Accessors and the writer                                                 */
 /* ------------------------------------------------------------------------ */
+
+enum hr_status hr_hf_vocab_pad(struct hr_hf_vocab *v, uint32_t n, struct hr_err *err)
+{
+    if (n < v->n_tokens)
+        return hr_err_set(err, HR_ERR_INVALID,
+                          "vocabulary size %u is below the tokenizer's %u tokens", n, v->n_tokens);
+    if (n == v->n_tokens)
+        return HR_OK;
+    char **tokens = realloc(v->tokens, (size_t)n * sizeof(*tokens));
+    if (tokens)
+        v->tokens = tokens;
+    int32_t *types = tokens ? realloc(v->types, (size_t)n * sizeof(*types)) : NULL;
+    if (types)
+        v->types = types;
+    float *scores = v->scores && types ? realloc(v->scores, (size_t)n * sizeof(*scores)) : NULL;
+    if (scores)
+        v->scores = scores;
+    if (!tokens || !types || (v->scores && !scores))
+        return hr_err_set(err, HR_ERR_NOMEM, "out of memory for %u tokens", n);
+    for (uint32_t id = v->n_tokens; id < n; id++) {
+        enum hr_status st = fill_hole(v, id, err);
+        if (st != HR_OK)
+            return st; /* n_tokens unchanged: the filled ids are ignored, the arena frees them */
+    }
+    v->n_tokens = n;
+    return HR_OK;
+}
 
 uint32_t hr_hf_vocab_n_tokens(const struct hr_hf_vocab *v)
 {

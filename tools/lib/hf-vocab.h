@@ -101,6 +101,14 @@ enum hr_status hr_hf_vocab_load(const char *dir, struct hr_hf_vocab **out, struc
  */
 enum hr_status hr_hf_vocab_builtin(struct hr_hf_vocab **out, struct hr_err *err);
 
+/*
+ * Grows the vocabulary to n tokens: ids past the tokenizer's highest become
+ * "[PAD<id>]" of type UNUSED (score -10000 for "llama" vocabularies), as
+ * llama.cpp's converter pads up to config.json's vocab_size. HR_ERR_INVALID
+ * when n is below the current size (the tokenizer's ids would not fit).
+ */
+enum hr_status hr_hf_vocab_pad(struct hr_hf_vocab *v, uint32_t n, struct hr_err *err);
+
 /* Number of tokens, holes included: the model's vocab_size. */
 uint32_t hr_hf_vocab_n_tokens(const struct hr_hf_vocab *v);
 

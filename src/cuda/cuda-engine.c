@@ -1,0 +1,846 @@
+/*
+ * cuda-engine.c - the forward pass on the GPU; see cuda-engine.h.
+ *
+ * A step is a sequence of kernel launches on one stream, in the order of
+ * engine.c's forward_worker: embeddings and the RoPE table; per layer the
+ * attention norm, Q/K/V matmuls, biases + Q/K norms + RoPE + KV store (one
+ * kernel), paged attention, the output projection added into the residual,
+ * the FFN norm, gate/up, SwiGLU, the down projection added into the
+ * residual; then the final norm of the logit rows and the output matmul.
+ * Every buffer is a view into the device arena at an offset from
+ * hr_cuda_plan_layout; the step's metadata (tokens, positions, block
+ * tables) goes up in one copy from pinned staging and the logits come back
+ * in one copy, after which the host waits once.
+ *
+ * Matmuls: up to HR_CUDA_GEMV_MAX_ROWS rows (decode, small batches) run the
+ * dequantizing GEMV kernel; more rows the tiled GEMM kernel, which decodes
+ * the weights into shared memory (full f32 on the CUDA cores). A first
+ * version built on cuBLAS SGEMM over dequantized f32 tiles was replaced
+ * after its first run on the H200: cuBLAS picked kernels per shape and
+ * loaded them lazily inside steps (free device memory fell 2 MiB during
+ * random steps), and its results for a token changed with the batch (a
+ * ragged batch differed from each sequence alone by 8e-2 in the logits).
+ * Our GEMM's outputs are one fmaf chain over k, whatever the batch.
+ * Tensor-core GEMMs (bf16 tiles or int8 MMA, cuBLASLt or our own) are the
+ * next step and must keep those two properties.
+ */
+#include "cuda/cuda-engine.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "base/log.h"
+#include "cuda/cuda-kernels.h"
+#include "kernels/matmul.h"
+
+_Static_assert(HR_CUDA_T_F32 == HR_GGML_F32 && HR_CUDA_T_F16 == HR_GGML_F16 &&
+                   HR_CUDA_T_BF16 == HR_GGML_BF16 && HR_CUDA_T_Q8_0 == HR_GGML_Q8_0 &&
+                   HR_CUDA_T_Q4_0 == HR_GGML_Q4_0 && HR_CUDA_T_Q4_K == HR_GGML_Q4_K &&
+                   HR_CUDA_T_Q5_K == HR_GGML_Q5_K && HR_CUDA_T_Q6_K == HR_GGML_Q6_K,
+               "the kernels' type ids are ggml's");
+
+
+/* A weight in device memory. */
+struct dweight {
+    enum hr_ggml_type type;
+    const uint8_t *d;       /* NULL when absent */
+    uint64_t ne0, ne1, row_bytes;
+    enum hr_cuda_act act;   /* how its inputs are rounded (the vec-dot type) */
+};
+
+struct dlayer {
+    struct dweight attn_norm, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, ffn_norm;
+    struct dweight w_gate, w_up, w_down;
+};
+
+struct seq_info {
+    uint32_t first_token, n_tokens, pos0, first_logit, n_logits;
+};
+
+struct hr_cuda_engine {
+    const struct hr_model *m;
+    struct hr_cuda_config cfg;
+    struct hr_cuda_plan_dims dims;
+    struct hr_cuda_mem mem;
+    char device_name[320];
+    bool lost;
+
+    cudaStream_t stream;
+    cudaEvent_t ev0, ev1;
+
+    uint8_t *d_weights;
+    struct dweight tok_embd, output_norm, output, rope_freqs;
+    struct dlayer *layers;
+
+    struct hr_kv_pool *kv; /* books only: which blocks are used; bytes in d_kv */
+    uint8_t *d_kv;
+
+    uint8_t *d_arena;
+    uint64_t arena_cap, high_water;
+    uint8_t *h_stage;      /* pinned: the plan's meta prefix of the largest step */
+    uint64_t stage_cap;
+    float *h_logits;       /* pinned: max_step_logits x n_vocab */
+    uint64_t n_allocs_init, n_allocs;
+
+    float theta_scale, freq_scale;
+    struct seq_info *seqs; /* max_step_seqs */
+    uint32_t n_seqs;
+    float last_ms;
+};
+
+/* ---- errors ------------------------------------------------------------- */
+
+/* Errors after which the context cannot be used again (CUDA's "sticky"
+ * errors); the others fail one call. */
+static bool sticky(cudaError_t ce)
+{
+    switch (ce) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorContextIsDestroyed:
+    case cudaErrorDevicesUnavailable:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static enum hr_status cuda_fail(struct hr_cuda_engine *e, struct hr_err *err, cudaError_t ce,
+                                const char *what)
+{
+    if (e && sticky(ce))
+        e->lost = true;
+    return hr_err_set(err, HR_ERR_DEVICE, "CUDA error in %s: %s (%s)%s", what,
+                      cudaGetErrorString(ce), cudaGetErrorName(ce),
+                      e && e->lost ? "; the CUDA context is lost" : "");
+}
+
+#define CU(call, what)                                                                            \
+    do {                                                                                          \
+        cudaError_t ce_ = (call);                                                                 \
+        if (ce_ != cudaSuccess)                                                                   \
+            return cuda_fail(e, err, ce_, what);                                                  \
+    } while (0)
+
+/* Every device allocation of the engine goes through here (init only). */
+static enum hr_status dev_alloc(struct hr_cuda_engine *e, void **p, uint64_t bytes,
+                                const char *what, struct hr_err *err)
+{
+    *p = NULL;
+    if (!bytes)
+        return HR_OK;
+    cudaError_t ce = cudaMalloc(p, bytes);
+    e->n_allocs++;
+    if (ce == cudaErrorMemoryAllocation) {
+        cudaGetLastError(); /* clear it: an allocation failure is not sticky */
+        size_t fr = 0, tot = 0;
+        cudaMemGetInfo(&fr, &tot);
+        return hr_err_set(err, HR_ERR_NOMEM, "cannot allocate %llu bytes of device memory for "
+                          "the %s (%llu free of %llu)", (unsigned long long)bytes, what,
+                          (unsigned long long)fr, (unsigned long long)tot);
+    }
+    CU(ce, what);
+    return HR_OK;
+}
+
+/* ---- init --------------------------------------------------------------- */
+
+static uint64_t align256(uint64_t x)
+{
+    return (x + 255) & ~(uint64_t)255;
+}
+
+static uint64_t weight_bytes(const struct hr_weight *w)
+{
+    return w->data ? hr_row_bytes(w->type, w->ne0) * w->ne1 : 0;
+}
+
+static enum hr_cuda_act act_of(enum hr_ggml_type t)
+{
+    switch (hr_matmul_vec_dot_type(t)) {
+    case HR_GGML_F16: return HR_CUDA_ACT_F16;
+    case HR_GGML_BF16: return HR_CUDA_ACT_BF16;
+    case HR_GGML_Q8_0: return HR_CUDA_ACT_Q8_0;
+    case HR_GGML_Q8_K: return HR_CUDA_ACT_Q8_K;
+    default: return HR_CUDA_ACT_F32;
+    }
+}
+
+static bool kernel_type(enum hr_ggml_type t)
+{
+    switch (t) {
+    case HR_GGML_F32: case HR_GGML_F16: case HR_GGML_BF16: case HR_GGML_Q8_0:
+    case HR_GGML_Q4_0: case HR_GGML_Q4_K: case HR_GGML_Q5_K: case HR_GGML_Q6_K:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* The host tensors in upload order, with their device twins. */
+struct upload {
+    const struct hr_weight *w;
+    struct dweight *dw;
+    bool matrix; /* multiplied by (any kernel type); else a vector that must be F32 */
+};
+
+static size_t list_uploads(struct hr_cuda_engine *e, struct upload *u)
+{
+    const struct hr_model *m = e->m;
+    size_t n = 0;
+#define ADD(host, dev, mat) u[n++] = (struct upload){&(host), &(dev), mat}
+    ADD(m->tok_embd, e->tok_embd, true);
+    ADD(m->output_norm, e->output_norm, false);
+    ADD(m->output, e->output, true);
+    ADD(m->rope_freqs, e->rope_freqs, false);
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+        const struct hr_layer *L = &m->layers[l];
+        struct dlayer *D = &e->layers[l];
+        ADD(L->attn_norm, D->attn_norm, false);
+        ADD(L->wq, D->wq, true);
+        ADD(L->wk, D->wk, true);
+        ADD(L->wv, D->wv, true);
+        ADD(L->bq, D->bq, false);
+        ADD(L->bk, D->bk, false);
+        ADD(L->bv, D->bv, false);
+        ADD(L->q_norm, D->q_norm, false);
+        ADD(L->k_norm, D->k_norm, false);
+        ADD(L->wo, D->wo, true);
+        ADD(L->ffn_norm, D->ffn_norm, false);
+        ADD(L->w_gate, D->w_gate, true);
+        ADD(L->w_up, D->w_up, true);
+        ADD(L->w_down, D->w_down, true);
+    }
+#undef ADD
+    return n;
+}
+
+/* One allocation for every tensor, each uploaded once (a tied output is the
+ * embedding's bytes, shared). */
+static enum hr_status upload_weights(struct hr_cuda_engine *e, struct hr_err *err)
+{
+    const size_t cap = 4 + (size_t)14 * e->m->hp.n_layer;
+    struct upload *u = calloc(cap, sizeof(*u));
+    uint64_t *off = calloc(cap, sizeof(*off));
+    if (!u || !off) {
+        free(u);
+        free(off);
+        return hr_err_set(err, HR_ERR_NOMEM, "out of memory");
+    }
+    size_t n = list_uploads(e, u);
+    enum hr_status st = HR_OK;
+    uint64_t total = 0;
+    for (size_t i = 0; i < n && st == HR_OK; i++) {
+        const struct hr_weight *w = u[i].w;
+        off[i] = UINT64_MAX;
+        if (!w->data)
+            continue;
+        if (u[i].matrix ? !kernel_type(w->type) || w->ne0 % 32 : w->type != HR_GGML_F32) {
+            st = hr_err_set(err, HR_ERR_UNSUPPORTED, "tensor '%s' has type %s, which the CUDA "
+                            "kernels cannot compute with", w->name ? w->name : "?",
+                            hr_ggml_type_name(w->type));
+            break;
+        }
+        for (size_t j = 0; j < i; j++) /* shared bytes (tied output) */
+            if (u[j].w->data == w->data && off[j] != UINT64_MAX)
+                off[i] = off[j];
+        if (off[i] == UINT64_MAX) {
+            off[i] = total;
+            total = align256(total + weight_bytes(w));
+        }
+    }
+    if (st == HR_OK)
+        st = dev_alloc(e, (void **)&e->d_weights, total, "weights", err);
+    for (size_t i = 0; i < n && st == HR_OK; i++) {
+        const struct hr_weight *w = u[i].w;
+        struct dweight *d = u[i].dw;
+        memset(d, 0, sizeof(*d));
+        if (!w->data)
+            continue;
+        d->type = w->type;
+        d->ne0 = w->ne0;
+        d->ne1 = w->ne1;
+        d->row_bytes = hr_row_bytes(w->type, w->ne0);
+        d->act = act_of(w->type);
+        d->d = e->d_weights + off[i];
+        bool first = true;
+        for (size_t j = 0; j < i; j++)
+            if (u[j].w->data == w->data)
+                first = false;
+        if (first) {
+            cudaError_t ce = cudaMemcpy(e->d_weights + off[i], w->data, weight_bytes(w),
+                                        cudaMemcpyHostToDevice);
+            if (ce != cudaSuccess)
+                st = cuda_fail(e, err, ce, "uploading the weights");
+        }
+    }
+    e->mem.weights_bytes = total;
+    free(u);
+    free(off);
+    return st;
+}
+
+static uint64_t max64(uint64_t a, uint64_t b)
+{
+    return a > b ? a : b;
+}
+
+static uint64_t dev_used(void)
+{
+    size_t fr = 0, tot = 0;
+    cudaMemGetInfo(&fr, &tot);
+    return (uint64_t)(tot - fr);
+}
+
+void hr_cuda_config_defaults(struct hr_cuda_config *cfg)
+{
+    if (!cfg->kv_block_tokens)
+        cfg->kv_block_tokens = HR_KV_DEFAULT_BLOCK_TOKENS;
+    if (!cfg->max_step_tokens)
+        cfg->max_step_tokens = 512;
+    if (!cfg->max_step_logits || cfg->max_step_logits > cfg->max_step_tokens)
+        cfg->max_step_logits = cfg->max_step_tokens;
+    if (!cfg->max_step_seqs)
+        cfg->max_step_seqs = 64;
+    if (cfg->max_step_seqs > cfg->max_step_tokens)
+        cfg->max_step_seqs = cfg->max_step_tokens;
+    if (!cfg->max_seq_tokens)
+        cfg->max_seq_tokens = 4096;
+}
+
+void hr_cuda_engine_dims(const struct hr_model *m, const struct hr_cuda_config *cfg,
+                         struct hr_cuda_plan_dims *d)
+{
+    const struct hr_hparams *hp = &m->hp;
+    memset(d, 0, sizeof(*d));
+    d->n_embd = hp->n_embd;
+    d->n_head = hp->n_head;
+    d->n_head_kv = hp->n_head_kv;
+    d->head_dim = hp->head_dim_k;
+    d->n_rot = hp->n_rot;
+    d->n_ff = hp->n_ff;
+    d->n_vocab = hp->n_vocab;
+    d->gemv_max_tokens = HR_CUDA_GEMV_MAX_ROWS;
+    struct hr_kv_config kc = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv,
+                              .head_dim = hp->head_dim_k, .block_tokens = cfg->kv_block_tokens,
+                              .type = cfg->kv_type, .budget_bytes = cfg->kv_budget_bytes};
+    d->kv_block_bytes = hr_kv_block_bytes_for(&kc);
+}
+
+static struct hr_cuda_sizing sizing_of(const struct hr_cuda_config *cfg)
+{
+    return (struct hr_cuda_sizing){.max_step_tokens = cfg->max_step_tokens,
+                                   .max_step_logits = cfg->max_step_logits,
+                                   .max_step_seqs = cfg->max_step_seqs,
+                                   .max_seq_tokens = cfg->max_seq_tokens,
+                                   .kv_block_tokens = cfg->kv_block_tokens,
+                                   .kv_budget_bytes = cfg->kv_budget_bytes};
+}
+
+void hr_cuda_engine_max_plan(const struct hr_cuda_plan_dims *d, const struct hr_cuda_config *cfg,
+                             struct hr_cuda_plan *p)
+{
+    const struct hr_cuda_sizing z = sizing_of(cfg);
+    hr_cuda_plan_max(d, &z, p);
+}
+
+static double mib(uint64_t b) { return (double)b / 1048576.0; }
+
+/*
+ * Sizes cfg's KV pool and step under cfg->device_limit_bytes from what the
+ * device holds now (context, library, weights, and any other process);
+ * hr_cuda_plan_size does the arithmetic. Two allocations remain, each
+ * rounded up by the driver to its page (2 MiB): that slack is kept out of
+ * the room.
+ */
+static enum hr_status size_under_limit(struct hr_cuda_engine *e, struct hr_cuda_config *cfg,
+                                       struct hr_err *err)
+{
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess)
+        return cuda_fail(e, err, cudaGetLastError(), "cudaMemGetInfo");
+    const uint64_t slack = 2 * HR_CUDA_ALLOC_GRANULE;
+    const uint64_t limit = cfg->device_limit_bytes < tot ? cfg->device_limit_bytes : tot;
+    const uint64_t used = (uint64_t)(tot - fr);
+    uint64_t room = limit > used + slack ? limit - used - slack : 0;
+    if (room > (uint64_t)fr)
+        room = fr;
+    struct hr_cuda_sizing z = sizing_of(cfg);
+    if (hr_cuda_plan_size(&e->dims, &z, room) != 0) {
+        struct hr_cuda_plan p;
+        hr_cuda_plan_max(&e->dims, &z, &p);
+        const uint64_t bt = z.kv_block_tokens;
+        return hr_err_set(err, HR_ERR_LIMIT,
+                          "under the device ceiling of %.1f MiB, %.1f MiB remain after the "
+                          "context, library and weights (%.1f MiB in use): not enough for a "
+                          "%u-token step arena (%.1f MiB) and the KV of one %u-token "
+                          "sequence (%.1f MiB)", mib(limit), mib(room), mib(used),
+                          z.max_step_tokens, mib(p.arena_bytes), z.max_seq_tokens,
+                          mib((z.max_seq_tokens + bt - 1) / bt * e->dims.kv_block_bytes));
+    }
+    cfg->max_step_tokens = z.max_step_tokens;
+    cfg->max_step_logits = z.max_step_logits;
+    cfg->max_step_seqs = z.max_step_seqs;
+    cfg->kv_budget_bytes = z.kv_budget_bytes;
+    return HR_OK;
+}
+
+enum hr_status hr_cuda_engine_init(const struct hr_model *m, const struct hr_cuda_config *cfg_in,
+                                   struct hr_cuda_engine **out, struct hr_err *err)
+{
+    *out = NULL;
+    if (m->dn.n_layers || m->attn_gated)
+        return hr_err_set(err, HR_ERR_UNSUPPORTED, "the CUDA engine does not run %s's Gated "
+                          "DeltaNet layers yet; use the CPU engine", hr_arch_name(m->arch));
+    struct hr_cuda_config cfg = *cfg_in;
+    hr_cuda_config_defaults(&cfg);
+
+    const struct hr_hparams *hp = &m->hp;
+    if (m->arch != HR_ARCH_LLAMA && m->arch != HR_ARCH_QWEN2 && m->arch != HR_ARCH_QWEN3)
+        return hr_err_set(err, HR_ERR_UNSUPPORTED, "the CUDA engine cannot run architecture %s",
+                          hr_arch_name(m->arch));
+    if (hp->head_dim_k != hp->head_dim_v || hp->head_dim_k % 32 ||
+        hp->head_dim_k > HR_CUDA_MAX_HEAD_DIM || hp->n_rot > hp->head_dim_k || hp->n_rot % 2)
+        return hr_err_set(err, HR_ERR_UNSUPPORTED, "the CUDA engine needs head_dim (key %u, value "
+                          "%u) equal, a multiple of 32 and at most %u, and n_rot (%u) even and "
+                          "within it", hp->head_dim_k, hp->head_dim_v, HR_CUDA_MAX_HEAD_DIM,
+                          hp->n_rot);
+    if (hp->n_head_kv == 0 || hp->n_head % hp->n_head_kv)
+        return hr_err_set(err, HR_ERR_UNSUPPORTED, "n_head %u is not a multiple of n_head_kv %u",
+                          hp->n_head, hp->n_head_kv);
+    if (cfg.kv_type != HR_GGML_F16 && cfg.kv_type != HR_GGML_F32)
+        return hr_err_set(err, HR_ERR_UNSUPPORTED, "the CUDA engine's KV cache is f16 or f32, "
+                          "not %s", hr_kv_type_name(cfg.kv_type));
+
+    struct hr_cuda_engine *e = calloc(1, sizeof(*e));
+    if (!e)
+        return hr_err_set(err, HR_ERR_NOMEM, "out of memory");
+    e->m = m;
+    e->cfg = cfg;
+    e->layers = calloc(hp->n_layer, sizeof(*e->layers));
+    e->seqs = calloc(cfg.max_step_seqs, sizeof(*e->seqs));
+    if (!e->layers || !e->seqs) {
+        hr_cuda_engine_free(e);
+        return hr_err_set(err, HR_ERR_NOMEM, "out of memory");
+    }
+    enum hr_status st;
+#define TRY(call)                                                                                 \
+    do {                                                                                          \
+        if ((st = (call)) != HR_OK) {                                                             \
+            hr_cuda_engine_free(e);                                                               \
+            return st;                                                                            \
+        }                                                                                         \
+    } while (0)
+#define TRY_CU(call, what) TRY((call) == cudaSuccess ? HR_OK : cuda_fail(e, err, cudaGetLastError(), what))
+
+    /* The context: created by the first runtime call; what the device then
+     * holds is the context's overhead (plus any other process's memory). */
+    int n_dev = 0;
+    cudaError_t ce = cudaGetDeviceCount(&n_dev);
+    if (ce != cudaSuccess || cfg.device < 0 || cfg.device >= n_dev) {
+        hr_cuda_engine_free(e);
+        return hr_err_set(err, HR_ERR_DEVICE, "no CUDA device %d (%d found%s%s)", cfg.device,
+                          ce == cudaSuccess ? n_dev : 0, ce == cudaSuccess ? "" : ": ",
+                          ce == cudaSuccess ? "" : cudaGetErrorString(ce));
+    }
+    TRY_CU(cudaSetDevice(cfg.device), "cudaSetDevice");
+    TRY_CU(cudaFree(NULL), "creating the CUDA context");
+    struct cudaDeviceProp prop;
+    TRY_CU(cudaGetDeviceProperties(&prop, cfg.device), "cudaGetDeviceProperties");
+    snprintf(e->device_name, sizeof(e->device_name), "%.200s, sm_%d%d, %d SMs, %.1f GiB",
+             prop.name, prop.major, prop.minor, prop.multiProcessorCount,
+             (double)prop.totalGlobalMem / (1u << 30));
+    size_t fr = 0, tot = 0;
+    TRY_CU(cudaMemGetInfo(&fr, &tot), "cudaMemGetInfo");
+    e->mem.device_total = tot;
+    e->mem.context_bytes = (uint64_t)(tot - fr);
+
+    /* Library: the stream, events and our kernels' code (loaded now, not
+     * lazily at first launch inside a step). */
+    uint64_t before = dev_used();
+    TRY_CU(cudaStreamCreateWithFlags(&e->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    TRY_CU(cudaEventCreate(&e->ev0), "cudaEventCreate");
+    TRY_CU(cudaEventCreate(&e->ev1), "cudaEventCreate");
+    TRY_CU(hr_cuda_kernels_preload(), "loading the kernels");
+
+    /* Dims and the largest step's plan. */
+    struct hr_cuda_plan_dims *d = &e->dims;
+    hr_cuda_engine_dims(m, &cfg, d);
+    struct hr_kv_config kc = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv,
+                              .head_dim = hp->head_dim_k, .block_tokens = cfg.kv_block_tokens,
+                              .type = cfg.kv_type, .budget_bytes = cfg.kv_budget_bytes};
+
+    TRY(upload_weights(e, err));
+    /* Under a device ceiling the KV pool and the arena take what the
+     * context, the library and the weights left: measured now, not
+     * estimated, so the ceiling holds by construction. */
+    if (cfg.device_limit_bytes) {
+        TRY(size_under_limit(e, &cfg, err));
+        e->cfg = cfg;
+        kc.budget_bytes = cfg.kv_budget_bytes;
+    }
+
+    TRY(hr_kv_pool_init(&kc, &e->kv, err));
+    e->mem.kv_bytes = (uint64_t)hr_kv_n_blocks(e->kv) * hr_kv_block_bytes(e->kv);
+    uint64_t alloc_before = dev_used();
+    TRY(dev_alloc(e, (void **)&e->d_kv, e->mem.kv_bytes, "KV pool", err));
+
+    struct hr_cuda_plan max_plan;
+    hr_cuda_engine_max_plan(d, &cfg, &max_plan);
+    e->arena_cap = max_plan.arena_bytes;
+    e->stage_cap = max_plan.meta_bytes;
+    e->mem.arena_bytes = e->arena_cap;
+    TRY(dev_alloc(e, (void **)&e->d_arena, e->arena_cap, "step arena", err));
+    e->mem.alloc_delta_bytes = dev_used() - alloc_before;
+
+    const uint64_t logits_bytes = (uint64_t)cfg.max_step_logits * hp->n_vocab * sizeof(float);
+    TRY_CU(cudaMallocHost((void **)&e->h_stage, e->stage_cap ? e->stage_cap : 1), "pinned staging");
+    TRY_CU(cudaMallocHost((void **)&e->h_logits, logits_bytes), "pinned logits");
+    e->mem.host_pinned_bytes = e->stage_cap + logits_bytes;
+
+    /* The library category: everything the device gained that is not ours. */
+    e->mem.library_bytes = dev_used() - before - e->mem.weights_bytes - e->mem.alloc_delta_bytes;
+    TRY_CU(cudaMemGetInfo(&fr, &tot), "cudaMemGetInfo");
+    e->mem.free_after_init = fr;
+
+    e->theta_scale = powf(hp->rope_base, -2.0f / (float)hp->n_rot);
+    e->freq_scale = hp->rope_scaling == HR_ROPE_SCALING_LINEAR ? 1.0f / hp->rope_factor : 1.0f;
+    e->n_allocs_init = e->n_allocs;
+#undef TRY
+#undef TRY_CU
+    *out = e;
+    return HR_OK;
+}
+
+void hr_cuda_engine_free(struct hr_cuda_engine *e)
+{
+    if (!e)
+        return;
+    if (e->stream)
+        cudaStreamSynchronize(e->stream);
+    cudaFree(e->d_weights);
+    cudaFree(e->d_kv);
+    cudaFree(e->d_arena);
+    cudaFreeHost(e->h_stage);
+    cudaFreeHost(e->h_logits);
+    if (e->ev0)
+        cudaEventDestroy(e->ev0);
+    if (e->ev1)
+        cudaEventDestroy(e->ev1);
+    if (e->stream)
+        cudaStreamDestroy(e->stream);
+    hr_kv_pool_free(e->kv);
+    free(e->layers);
+    free(e->seqs);
+    free(e);
+}
+
+const char *hr_cuda_engine_device_name(const struct hr_cuda_engine *e) { return e->device_name; }
+const struct hr_cuda_mem *hr_cuda_engine_mem(const struct hr_cuda_engine *e) { return &e->mem; }
+struct hr_kv_pool *hr_cuda_engine_kv_pool(struct hr_cuda_engine *e) { return e->kv; }
+const struct hr_cuda_plan_dims *hr_cuda_engine_plan_dims(const struct hr_cuda_engine *e)
+{
+    return &e->dims;
+}
+uint64_t hr_cuda_engine_arena_high_water(const struct hr_cuda_engine *e) { return e->high_water; }
+uint64_t hr_cuda_engine_arena_capacity(const struct hr_cuda_engine *e) { return e->arena_cap; }
+void *hr_cuda_engine_arena_device(struct hr_cuda_engine *e) { return e->d_arena; }
+uint64_t hr_cuda_engine_n_device_allocs(const struct hr_cuda_engine *e)
+{
+    return e->n_allocs - e->n_allocs_init;
+}
+float hr_cuda_engine_last_step_ms(const struct hr_cuda_engine *e) { return e->last_ms; }
+bool hr_cuda_engine_lost(const struct hr_cuda_engine *e) { return e->lost; }
+
+enum hr_status hr_cuda_engine_kv_copy(struct hr_cuda_engine *e, const int32_t *blocks, uint32_t n,
+                                      void *host, bool to_host, struct hr_err *err)
+{
+    if (e->lost)
+        return hr_err_set(err, HR_ERR_DEVICE, "the CUDA context is lost (an earlier error)");
+    const uint64_t bb = e->dims.kv_block_bytes;
+    uint8_t *h = host;
+    for (uint32_t i = 0; i < n; i++, h += bb) {
+        HR_ASSERT(blocks[i] >= 0 && (uint32_t)blocks[i] < hr_kv_n_blocks(e->kv));
+        uint8_t *d = e->d_kv + (uint64_t)blocks[i] * bb;
+        cudaError_t ce = to_host ? cudaMemcpyAsync(h, d, bb, cudaMemcpyDeviceToHost, e->stream)
+                                 : cudaMemcpyAsync(d, h, bb, cudaMemcpyHostToDevice, e->stream);
+        if (ce != cudaSuccess)
+            return cuda_fail(e, err, ce, to_host ? "parking KV blocks" : "restoring KV blocks");
+    }
+    cudaError_t ce = cudaStreamSynchronize(e->stream);
+    if (ce != cudaSuccess)
+        return cuda_fail(e, err, ce, "the KV copy");
+    return HR_OK;
+}
+const struct hr_cuda_config *hr_cuda_engine_config(const struct hr_cuda_engine *e)
+{
+    return &e->cfg;
+}
+
+enum hr_status hr_cuda_engine_seq_init(struct hr_cuda_engine *e, struct hr_kv_seq *seq,
+                                       uint32_t max_tokens, struct hr_err *err)
+{
+    if (max_tokens > e->cfg.max_seq_tokens)
+        return hr_err_set(err, HR_ERR_LIMIT, "a sequence of %u tokens exceeds the CUDA engine's "
+                          "max_seq_tokens %u", max_tokens, e->cfg.max_seq_tokens);
+    return hr_kv_seq_init(seq, max_tokens, e->cfg.kv_block_tokens, err);
+}
+
+void hr_cuda_engine_step_shape(const struct hr_cuda_engine *e, const struct hr_step *step,
+                               struct hr_cuda_step_shape *shape)
+{
+    memset(shape, 0, sizeof(*shape));
+    shape->n_seqs = step->n_seqs;
+    for (uint32_t i = 0; i < step->n_seqs; i++) {
+        const struct hr_step_seq *s = &step->seqs[i];
+        uint32_t need = hr_kv_blocks_needed(s->kv->n_blocks, s->kv->n_tokens + s->n_tokens,
+                                            e->cfg.kv_block_tokens);
+        shape->n_tokens += s->n_tokens;
+        shape->n_logits += s->n_logits;
+        shape->new_blocks += need;
+        shape->n_table += s->kv->n_blocks + need;
+    }
+}
+
+void hr_cuda_engine_plan(const struct hr_cuda_engine *e, const struct hr_step *step,
+                         struct hr_cuda_plan *plan)
+{
+    struct hr_cuda_step_shape shape;
+    hr_cuda_engine_step_shape(e, step, &shape);
+    hr_cuda_plan_layout(&e->dims, &shape, plan);
+}
+
+const float *hr_cuda_engine_logits(const struct hr_cuda_engine *e, uint32_t seq, uint32_t j)
+{
+    HR_ASSERT(seq < e->n_seqs && j < e->seqs[seq].n_logits);
+    return e->h_logits + (uint64_t)(e->seqs[seq].first_logit + j) * e->dims.n_vocab;
+}
+
+/* ---- the forward pass ------------------------------------------------------ */
+
+/* Every buffer the runner touches comes through here, so the high-water mark
+ * is exactly the end of the furthest buffer used. */
+static void *view(struct hr_cuda_engine *e, uint64_t off, uint64_t bytes)
+{
+    HR_ASSERT(off + bytes <= e->arena_cap);
+    if (bytes && off + bytes > e->high_water)
+        e->high_water = off + bytes;
+    return e->d_arena + off;
+}
+
+struct fwd {
+    int32_t *tokens, *pos, *seq_of, *rows, *tab_off, *tables;
+    float *rope, *x, *xn, *act, *q, *k, *v, *attn, *gate, *up, *out_x, *logits;
+};
+
+/* y (+)= round(x) W^T (+ bias) over m rows. */
+static enum hr_status matmul(struct hr_cuda_engine *e, const struct fwd *f,
+                             const struct dweight *w, const float *x, uint32_t m, float *y,
+                             uint32_t ldy, const struct dweight *bias, int accumulate,
+                             struct hr_err *err)
+{
+    const uint32_t k = (uint32_t)w->ne0, n = (uint32_t)w->ne1;
+    const float *b = bias && bias->d ? (const float *)bias->d : NULL;
+    const float *in = x;
+    if (w->act != HR_CUDA_ACT_F32) {
+        CU(hr_cuda_act_round(w->act, x, m, k, f->act, e->stream), "rounding matmul inputs");
+        in = f->act;
+    }
+    if (m <= e->dims.gemv_max_tokens)
+        CU(hr_cuda_gemv((int)w->type, w->d, w->row_bytes, k, n, in, m, y, ldy, b, accumulate,
+                        e->stream), "the GEMV kernel");
+    else
+        CU(hr_cuda_gemm((int)w->type, w->d, w->row_bytes, k, n, in, m, y, ldy, b, accumulate,
+                        e->stream), "the GEMM kernel");
+    return HR_OK;
+}
+
+#define TRY(call)                                                                                 \
+    do {                                                                                          \
+        enum hr_status st_ = (call);                                                              \
+        if (st_ != HR_OK)                                                                         \
+            return st_;                                                                           \
+    } while (0)
+
+static enum hr_status forward(struct hr_cuda_engine *e, const struct fwd *f, uint32_t T,
+                              uint32_t L, struct hr_err *err)
+{
+    const struct hr_model *m = e->m;
+    const struct hr_hparams *hp = &m->hp;
+    const uint32_t E = hp->n_embd, hd = hp->head_dim_k;
+    const uint32_t q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd, F = hp->n_ff;
+    cudaStream_t s = e->stream;
+
+    CU(hr_cuda_embed((int)e->tok_embd.type, e->tok_embd.d, e->tok_embd.row_bytes, E, f->tokens,
+                     T, f->x, s), "the embedding lookup");
+    CU(hr_cuda_rope_table(f->pos, T, hp->n_rot, e->theta_scale, e->freq_scale,
+                          (const float *)e->rope_freqs.d, f->rope, s), "the RoPE table");
+    struct hr_cuda_kv_view kv = {.pool = e->d_kv, .block_bytes = hr_kv_block_bytes(e->kv),
+                                 .block_tokens = e->cfg.kv_block_tokens,
+                                 .n_head_kv = hp->n_head_kv, .head_dim = hd,
+                                 .f16 = e->cfg.kv_type == HR_GGML_F16, .pos = f->pos,
+                                 .seq_of = f->seq_of, .tab_off = f->tab_off, .tables = f->tables};
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        const struct dlayer *D = &e->layers[l];
+        kv.layer = l;
+        CU(hr_cuda_rms_norm(f->x, NULL, NULL, T, E, (const float *)D->attn_norm.d, hp->rms_eps,
+                            f->xn, s), "the attention norm");
+        TRY(matmul(e, f, &D->wq, f->xn, T, f->q, q_dim, NULL, 0, err));
+        TRY(matmul(e, f, &D->wk, f->xn, T, f->k, kv_dim, NULL, 0, err));
+        TRY(matmul(e, f, &D->wv, f->xn, T, f->v, kv_dim, NULL, 0, err));
+        struct hr_cuda_qkv_args qa = {
+            .q = f->q, .k = f->k, .v = f->v, .bq = (const float *)D->bq.d,
+            .bk = (const float *)D->bk.d, .bv = (const float *)D->bv.d,
+            .q_norm = (const float *)D->q_norm.d, .k_norm = (const float *)D->k_norm.d,
+            .rope = f->rope, .n_tokens = T, .n_head = hp->n_head, .n_rot = hp->n_rot,
+            .neox = m->rope_neox, .eps = hp->rms_eps, .kv = kv};
+        CU(hr_cuda_qkv_post(&qa, s), "biases, Q/K norms, RoPE and the KV store");
+        struct hr_cuda_attn_args aa = {.q = f->q, .out = f->attn, .n_tokens = T,
+                                       .n_head = hp->n_head, .scale = 1.0f / sqrtf((float)hd),
+                                       .kv = kv};
+        CU(hr_cuda_attention(&aa, s), "attention");
+        /* x += attn Wo^T, then xn = norm(x) */
+        TRY(matmul(e, f, &D->wo, f->attn, T, f->x, E, NULL, 1, err));
+        CU(hr_cuda_rms_norm(f->x, NULL, NULL, T, E, (const float *)D->ffn_norm.d, hp->rms_eps,
+                            f->xn, s), "the FFN norm");
+        TRY(matmul(e, f, &D->w_gate, f->xn, T, f->gate, F, NULL, 0, err));
+        TRY(matmul(e, f, &D->w_up, f->xn, T, f->up, F, NULL, 0, err));
+        CU(hr_cuda_swiglu(f->gate, f->up, (uint64_t)T * F, s), "SwiGLU");
+        TRY(matmul(e, f, &D->w_down, f->gate, T, f->x, E, NULL, 1, err));
+    }
+    if (!L)
+        return HR_OK;
+    CU(hr_cuda_rms_norm(f->x, NULL, f->rows, L, E, (const float *)e->output_norm.d, hp->rms_eps,
+                        f->out_x, s), "the output norm");
+    TRY(matmul(e, f, &e->output, f->out_x, L, f->logits, hp->n_vocab, NULL, 0, err));
+    return HR_OK;
+}
+
+enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *step,
+                                   struct hr_err *err)
+{
+    if (e->lost)
+        return hr_err_set(err, HR_ERR_DEVICE, "the CUDA context is lost (an earlier error); "
+                          "the engine must be recreated");
+    if (step->n_seqs == 0)
+        return hr_err_set(err, HR_ERR_INVALID, "a step needs at least one sequence");
+    if (step->n_seqs > e->cfg.max_step_seqs)
+        return hr_err_set(err, HR_ERR_LIMIT, "step of %u sequences exceeds the engine's %u",
+                          step->n_seqs, e->cfg.max_step_seqs);
+    const uint32_t n_vocab = e->dims.n_vocab;
+    for (uint32_t i = 0; i < step->n_seqs; i++) {
+        const struct hr_step_seq *s = &step->seqs[i];
+        if (!s->kv || !s->tokens || s->n_tokens == 0 || s->n_logits > s->n_tokens)
+            return hr_err_set(err, HR_ERR_INVALID, "step sequence %u is malformed", i);
+        for (uint32_t j = 0; j < i; j++)
+            if (step->seqs[j].kv == s->kv)
+                return hr_err_set(err, HR_ERR_INVALID, "sequence %u appears twice in a step", i);
+        uint64_t end = (uint64_t)s->kv->n_tokens + s->n_tokens;
+        if (end > (uint64_t)s->kv->cap_blocks * e->cfg.kv_block_tokens ||
+            end > e->cfg.max_seq_tokens)
+            return hr_err_set(err, HR_ERR_LIMIT, "sequence %u would reach %llu tokens, past its "
+                              "table of %u or the engine's %u", i, (unsigned long long)end,
+                              s->kv->cap_blocks * e->cfg.kv_block_tokens, e->cfg.max_seq_tokens);
+        for (uint32_t t = 0; t < s->n_tokens; t++)
+            if (s->tokens[t] < 0 || (uint32_t)s->tokens[t] >= n_vocab)
+                return hr_err_set(err, HR_ERR_INVALID, "token id %d is outside the vocabulary "
+                                  "of %u", s->tokens[t], n_vocab);
+    }
+    struct hr_cuda_step_shape shape;
+    hr_cuda_engine_step_shape(e, step, &shape);
+    if (shape.n_tokens > e->cfg.max_step_tokens || shape.n_logits > e->cfg.max_step_logits)
+        return hr_err_set(err, HR_ERR_LIMIT,
+                          "step of %u tokens and %u logit rows exceeds the engine's %u and %u",
+                          shape.n_tokens, shape.n_logits, e->cfg.max_step_tokens,
+                          e->cfg.max_step_logits);
+    if (shape.new_blocks > hr_kv_n_free(e->kv))
+        return hr_err_set(err, HR_ERR_NOMEM, "the step needs %u KV blocks, %u are free",
+                          shape.new_blocks, hr_kv_n_free(e->kv));
+    for (uint32_t i = 0; i < step->n_seqs; i++) {
+        enum hr_status st = hr_kv_seq_reserve(step->seqs[i].kv, e->kv, step->seqs[i].n_tokens, err);
+        HR_ASSERT(st == HR_OK);
+    }
+
+    struct hr_cuda_plan p;
+    hr_cuda_plan_layout(&e->dims, &shape, &p);
+    HR_ASSERT(p.meta_bytes <= e->stage_cap && p.arena_bytes <= e->arena_cap);
+    e->high_water = 0;
+    e->n_seqs = step->n_seqs;
+    const uint32_t T = shape.n_tokens, L = shape.n_logits;
+    const uint64_t fz = sizeof(float), iz = sizeof(int32_t);
+    const uint64_t q_dim = (uint64_t)e->dims.n_head * e->dims.head_dim;
+    const uint64_t kv_dim = (uint64_t)e->dims.n_head_kv * e->dims.head_dim;
+    const uint64_t max_in = max64(max64(e->dims.n_embd, q_dim), e->dims.n_ff);
+    struct fwd f;
+    f.tokens = view(e, p.off_tokens, T * iz);
+    f.pos = view(e, p.off_pos, T * iz);
+    f.seq_of = view(e, p.off_seq_of, T * iz);
+    f.rows = view(e, p.off_rows, L * iz);
+    f.tab_off = view(e, p.off_tab_off, step->n_seqs * iz);
+    f.tables = view(e, p.off_tables, shape.n_table * iz);
+    f.rope = view(e, p.off_rope, T * e->dims.n_rot * fz);
+    f.x = view(e, p.off_x, T * e->dims.n_embd * fz);
+    f.xn = view(e, p.off_xn, T * e->dims.n_embd * fz);
+    f.act = view(e, p.off_act, T * max_in * fz);
+    f.q = view(e, p.off_q, T * q_dim * fz);
+    f.k = view(e, p.off_k, T * kv_dim * fz);
+    f.v = view(e, p.off_v, T * kv_dim * fz);
+    f.attn = view(e, p.off_attn, T * q_dim * fz);
+    f.gate = view(e, p.off_gate, T * e->dims.n_ff * fz);
+    f.up = view(e, p.off_up, T * e->dims.n_ff * fz);
+    f.out_x = view(e, p.off_out_x, L * e->dims.n_embd * fz);
+    f.logits = view(e, p.off_logits, L * n_vocab * fz);
+
+    /* The metadata, in the staging copy of the arena's first meta_bytes. */
+    uint8_t *h = e->h_stage;
+    int32_t *tokens = (int32_t *)(h + p.off_tokens), *pos = (int32_t *)(h + p.off_pos);
+    int32_t *seq_of = (int32_t *)(h + p.off_seq_of), *rows = (int32_t *)(h + p.off_rows);
+    int32_t *tab_off = (int32_t *)(h + p.off_tab_off), *tables = (int32_t *)(h + p.off_tables);
+    uint32_t t = 0, row = 0, tab = 0;
+    for (uint32_t i = 0; i < step->n_seqs; i++) {
+        const struct hr_step_seq *s = &step->seqs[i];
+        struct seq_info *si = &e->seqs[i];
+        si->first_token = t;
+        si->n_tokens = s->n_tokens;
+        si->pos0 = s->kv->n_tokens;
+        si->first_logit = row;
+        si->n_logits = s->n_logits;
+        tab_off[i] = (int32_t)tab;
+        memcpy(tables + tab, s->kv->blocks, s->kv->n_blocks * iz);
+        tab += s->kv->n_blocks;
+        for (uint32_t j = 0; j < s->n_tokens; j++, t++) {
+            tokens[t] = s->tokens[j];
+            pos[t] = (int32_t)(si->pos0 + j);
+            seq_of[t] = (int32_t)i;
+            if (j >= s->n_tokens - s->n_logits)
+                rows[row++] = (int32_t)t;
+        }
+    }
+    HR_ASSERT(tab == shape.n_table);
+
+    CU(cudaEventRecord(e->ev0, e->stream), "cudaEventRecord");
+    if (p.meta_bytes)
+        CU(cudaMemcpyAsync(e->d_arena, h, p.meta_bytes, cudaMemcpyHostToDevice, e->stream),
+           "uploading the step's metadata");
+    TRY(forward(e, &f, T, L, err));
+    if (L)
+        CU(cudaMemcpyAsync(e->h_logits, f.logits, (uint64_t)L * n_vocab * fz,
+                           cudaMemcpyDeviceToHost, e->stream), "copying the logits back");
+    CU(cudaEventRecord(e->ev1, e->stream), "cudaEventRecord");
+    CU(cudaStreamSynchronize(e->stream), "the step");
+    CU(cudaEventElapsedTime(&e->last_ms, e->ev0, e->ev1), "cudaEventElapsedTime");
+    for (uint32_t i = 0; i < step->n_seqs; i++)
+        step->seqs[i].kv->n_tokens += step->seqs[i].n_tokens;
+    return HR_OK;
+}

@@ -1,0 +1,844 @@
+/*
+ * cuda-kernels.cu - the CUDA engine's kernels; see cuda-kernels.h.
+ *
+ * Plain first versions, written for agreement with the CPU engine before
+ * speed: one warp per weight row in the GEMV, one warp per (token, head) in
+ * attention, cuBLAS (cuda-engine.c) for prefill GEMMs on dequantized f32
+ * tiles. Each is checked against the CPU reference in
+ * tests/cuda/test-cuda-kernels.c.
+ */
+#include "cuda/cuda-kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+
+
+/* ---- dequantization: one chunk of 32 consecutive elements ----------------
+ *
+ * Every supported type splits a row into chunks of 32 values that can be
+ * decoded alone: a Q8_0 / Q4_0 block, or one of the 8 sub-blocks of a
+ * K-quant super-block of 256. The expressions and their order are those of
+ * kernels/quant.c, so the floats are bit-identical to the CPU's. */
+
+__device__ __forceinline__ float f16_at(const uint8_t *p)
+{
+    return __half2float(__ushort_as_half(*(const unsigned short *)p));
+}
+
+/* Q4_K / Q5_K: the 6-bit scale and min of sub-block j (ggml's get_scale_min_k4). */
+__device__ __forceinline__ void scale_min_k4(int j, const uint8_t *q, float *sc, float *m)
+{
+    if (j < 4) {
+        *sc = (float)(q[j] & 63);
+        *m = (float)(q[j + 4] & 63);
+    } else {
+        *sc = (float)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (float)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+template <int TYPE>
+__device__ __forceinline__ void dequant_chunk(const uint8_t *row, uint32_t c, float v[32])
+{
+    if constexpr (TYPE == HR_CUDA_T_F32) {
+        const float4 *p = (const float4 *)(row + (size_t)c * 128);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            float4 a = p[i];
+            v[4 * i] = a.x, v[4 * i + 1] = a.y, v[4 * i + 2] = a.z, v[4 * i + 3] = a.w;
+        }
+    } else if constexpr (TYPE == HR_CUDA_T_F16) {
+        const __half2 *p = (const __half2 *)(row + (size_t)c * 64);
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            float2 a = __half22float2(p[i]);
+            v[2 * i] = a.x, v[2 * i + 1] = a.y;
+        }
+    } else if constexpr (TYPE == HR_CUDA_T_BF16) {
+        const unsigned short *p = (const unsigned short *)(row + (size_t)c * 64);
+#pragma unroll
+        for (int i = 0; i < 32; i++)
+            v[i] = __uint_as_float((unsigned)p[i] << 16);
+    } else if constexpr (TYPE == HR_CUDA_T_Q8_0) {
+        const uint8_t *b = row + (size_t)c * 34;
+        const float d = f16_at(b);
+        const int8_t *qs = (const int8_t *)(b + 2);
+#pragma unroll
+        for (int i = 0; i < 32; i++)
+            v[i] = (float)qs[i] * d;
+    } else if constexpr (TYPE == HR_CUDA_T_Q4_0) {
+        const uint8_t *b = row + (size_t)c * 18;
+        const float d = f16_at(b);
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            v[i] = (float)((b[2 + i] & 0x0F) - 8) * d;
+            v[i + 16] = (float)((b[2 + i] >> 4) - 8) * d;
+        }
+    } else if constexpr (TYPE == HR_CUDA_T_Q4_K || TYPE == HR_CUDA_T_Q5_K) {
+        const uint32_t sb = c / 8, s = c % 8;
+        const uint8_t *b = row + (size_t)sb * (TYPE == HR_CUDA_T_Q4_K ? 144 : 176);
+        const float d = f16_at(b), dmin = f16_at(b + 2);
+        float sc, m;
+        scale_min_k4((int)s, b + 4, &sc, &m);
+        const float d1 = d * sc, m1 = dmin * m;
+        const uint8_t *qs = b + (TYPE == HR_CUDA_T_Q4_K ? 16 : 48) + 32 * (s / 2);
+        const int shift = (s & 1) ? 4 : 0;
+        if constexpr (TYPE == HR_CUDA_T_Q4_K) {
+#pragma unroll
+            for (int l = 0; l < 32; l++)
+                v[l] = d1 * (float)((qs[l] >> shift) & 0xF) - m1;
+        } else {
+            const uint8_t *qh = b + 16;
+            const uint8_t u = (uint8_t)(1u << s);
+#pragma unroll
+            for (int l = 0; l < 32; l++)
+                v[l] = d1 * (float)(((qs[l] >> shift) & 0xF) + (qh[l] & u ? 16 : 0)) - m1;
+        }
+    } else if constexpr (TYPE == HR_CUDA_T_Q6_K) {
+        const uint32_t sb = c / 8, s = c % 8, half = s / 4, g = s % 4;
+        const uint8_t *b = row + (size_t)sb * 210;
+        const uint8_t *ql = b + 64 * half + ((g & 1) ? 32 : 0);
+        const uint8_t *qh = b + 128 + 32 * half;
+        const int8_t *sc = (const int8_t *)(b + 192) + 8 * half + 2 * g;
+        const float d = f16_at(b + 208);
+        const int shift = (g >= 2) ? 4 : 0;
+#pragma unroll
+        for (int l = 0; l < 32; l++) {
+            const int q = (int)(((ql[l] >> shift) & 0xF) | (((qh[l] >> (2 * g)) & 3) << 4)) - 32;
+            v[l] = d * (float)sc[l / 16] * (float)q;
+        }
+    }
+}
+
+/* Calls F<TYPE> for a run-time type; false for a type the kernels lack. */
+#define HR_DISPATCH(type, CALL)                                                                   \
+    switch (type) {                                                                               \
+    case HR_CUDA_T_F32: CALL(HR_CUDA_T_F32); break;                                                  \
+    case HR_CUDA_T_F16: CALL(HR_CUDA_T_F16); break;                                                  \
+    case HR_CUDA_T_BF16: CALL(HR_CUDA_T_BF16); break;                                                \
+    case HR_CUDA_T_Q8_0: CALL(HR_CUDA_T_Q8_0); break;                                                \
+    case HR_CUDA_T_Q4_0: CALL(HR_CUDA_T_Q4_0); break;                                                \
+    case HR_CUDA_T_Q4_K: CALL(HR_CUDA_T_Q4_K); break;                                                \
+    case HR_CUDA_T_Q5_K: CALL(HR_CUDA_T_Q5_K); break;                                                \
+    case HR_CUDA_T_Q6_K: CALL(HR_CUDA_T_Q6_K); break;                                                \
+    default: return cudaErrorInvalidValue;                                                        \
+    }
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ double warp_sum_d(double v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* ---- embeddings, dequantized tiles ---------------------------------------- */
+
+/* One thread per 32-element chunk of the rows asked for. */
+template <int TYPE>
+__global__ void dequant_rows_kernel(const uint8_t *w, uint64_t row_bytes, uint32_t k,
+                                    const int32_t *ids, uint32_t row0, uint32_t n_rows, float *out)
+{
+    const uint64_t chunks = k / 32, i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= chunks * n_rows)
+        return;
+    const uint32_t r = (uint32_t)(i / chunks), c = (uint32_t)(i % chunks);
+    const uint64_t src = ids ? (uint64_t)ids[r] : (uint64_t)row0 + r;
+    float v[32];
+    dequant_chunk<TYPE>(w + src * row_bytes, c, v);
+    float4 *o = (float4 *)(out + (uint64_t)r * k + (uint64_t)c * 32);
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        o[j] = make_float4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);
+}
+
+static cudaError_t dequant_rows(int type, const void *w, uint64_t row_bytes, uint32_t k,
+                                const int32_t *ids, uint32_t row0, uint32_t n_rows, float *out,
+                                cudaStream_t s)
+{
+    if (!n_rows)
+        return cudaSuccess;
+    const uint64_t n = (uint64_t)(k / 32) * n_rows;
+    const unsigned blocks = (unsigned)((n + 127) / 128);
+#define L_DQ(T)                                                                                   \
+    dequant_rows_kernel<T><<<blocks, 128, 0, s>>>((const uint8_t *)w, row_bytes, k, ids, row0,   \
+                                                  n_rows, out)
+    HR_DISPATCH(type, L_DQ)
+#undef L_DQ
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t hr_cuda_embed(int type, const void *w, uint64_t row_bytes, uint32_t k,
+                                     const int32_t *tokens, uint32_t n_tokens, float *x,
+                                     cudaStream_t s)
+{
+    return dequant_rows(type, w, row_bytes, k, tokens, 0, n_tokens, x, s);
+}
+
+extern "C" cudaError_t hr_cuda_dequant_rows(int type, const void *w, uint64_t row_bytes,
+                                            uint32_t k, uint32_t row0, uint32_t n_rows, float *out,
+                                            cudaStream_t s)
+{
+    return dequant_rows(type, w, row_bytes, k, NULL, row0, n_rows, out, s);
+}
+
+/* ---- RoPE table ------------------------------------------------------------ */
+
+/* One thread per token: the multiply chain is sequential by definition
+ * (ggml_rope_cache_init), n_rot / 2 steps. */
+__global__ void rope_table_kernel(const int32_t *pos, uint32_t n_tokens, uint32_t n_rot,
+                                  float theta_scale, float freq_scale, const float *freqs,
+                                  float *rope)
+{
+    const uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n_tokens)
+        return;
+    float theta = (float)pos[t];
+    float *c = rope + (size_t)t * n_rot;
+    for (uint32_t i0 = 0; i0 < n_rot; i0 += 2) {
+        const float f = freqs ? freqs[i0 / 2] : 1.0f;
+        const float a = freq_scale * (theta / f);
+        c[i0] = cosf(a);
+        c[i0 + 1] = sinf(a);
+        theta *= theta_scale;
+    }
+}
+
+extern "C" cudaError_t hr_cuda_rope_table(const int32_t *pos, uint32_t n_tokens, uint32_t n_rot,
+                                          float theta_scale, float freq_scale, const float *freqs,
+                                          float *rope, cudaStream_t s)
+{
+    rope_table_kernel<<<(n_tokens + 63) / 64, 64, 0, s>>>(pos, n_tokens, n_rot, theta_scale,
+                                                          freq_scale, freqs, rope);
+    return cudaGetLastError();
+}
+
+/* ---- RMSNorm (with the residual add fused) --------------------------------- */
+
+__global__ void rms_norm_kernel(float *x, const float *add, const int32_t *rows, uint32_t n,
+                                const float *w, float eps, float *y)
+{
+    __shared__ double part[32];
+    const uint32_t r = blockIdx.x, src = rows ? (uint32_t)rows[r] : r;
+    float *xr = x + (size_t)src * n;
+    double sum = 0.0;
+    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = xr[i];
+        if (add) {
+            v += add[(size_t)src * n + i];
+            xr[i] = v;
+        }
+        sum += (double)(v * v);
+    }
+    sum = warp_sum_d(sum);
+    if ((threadIdx.x & 31) == 0)
+        part[threadIdx.x / 32] = sum;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        double p = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0;
+        p = warp_sum_d(p);
+        if (threadIdx.x == 0)
+            part[0] = p;
+    }
+    __syncthreads();
+    const float mean = (float)(part[0] / n);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    float *yr = y + (size_t)r * n;
+    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
+        yr[i] = (xr[i] * scale) * w[i];
+}
+
+extern "C" cudaError_t hr_cuda_rms_norm(float *x, const float *add, const int32_t *rows,
+                                        uint32_t n_rows, uint32_t n, const float *w, float eps,
+                                        float *y, cudaStream_t s)
+{
+    if (!n_rows)
+        return cudaSuccess;
+    rms_norm_kernel<<<n_rows, 256, 0, s>>>(x, add, rows, n, w, eps, y);
+    return cudaGetLastError();
+}
+
+/* ---- matmul inputs rounded to the vec-dot format ----------------------------
+ *
+ * The values ggml-cpu multiplies by (kernels/quant.c): f16 and bf16 round to
+ * nearest even; Q8_0 (x86 from_float): d = amax / 127 stored as f16, q =
+ * rint(x x 127 / amax) saturated, value = f16(d) x q; Q8_K: the value of
+ * largest magnitude (the first such) sets iscale = -127 / max, q =
+ * min(127, rint(iscale x x)), value = (1 / iscale) x q. */
+
+__global__ void act_round_kernel(int act, const float *x, uint32_t k, float *out)
+{
+    const uint32_t row = blockIdx.y;
+    const float *xr = x + (size_t)row * k;
+    float *o = out + (size_t)row * k;
+    const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; /* < k: k % 256 == 0 or masked */
+    const bool in = i < k;
+    const float v = in ? xr[i] : 0.0f;
+    if (act == HR_CUDA_ACT_F16) {
+        if (in)
+            o[i] = __half2float(__float2half_rn(v));
+    } else if (act == HR_CUDA_ACT_BF16) {
+        if (in)
+            o[i] = __bfloat162float(__float2bfloat16_rn(v));
+    } else if (act == HR_CUDA_ACT_Q8_0) {
+        /* A warp is one 32-value block. */
+        const float amax = warp_max(fabsf(v));
+        const float d = __half2float(__float2half_rn(amax / 127.f));
+        const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+        /* through an integer, as the CPU's int8 quant: rint(-0.3) is -0.0,
+         * but the quant 0 is +0 */
+        const int q = max(-128, min(127, __float2int_rn(v * id)));
+        if (in)
+            o[i] = d * (float)q;
+    } else { /* Q8_K: the block of 256 threads is one super-block */
+        __shared__ float s_ax[8];
+        __shared__ int s_ix[8];
+        __shared__ float s_max;
+        float ax = fabsf(v);
+        int ix = (int)threadIdx.x;
+#pragma unroll
+        for (int o2 = 16; o2 > 0; o2 >>= 1) {
+            const float a2 = __shfl_xor_sync(0xffffffffu, ax, o2);
+            const int i2 = __shfl_xor_sync(0xffffffffu, ix, o2);
+            if (a2 > ax || (a2 == ax && i2 < ix))
+                ax = a2, ix = i2;
+        }
+        if ((threadIdx.x & 31) == 0)
+            s_ax[threadIdx.x / 32] = ax, s_ix[threadIdx.x / 32] = ix;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            float ba = s_ax[0];
+            int bi = s_ix[0];
+            for (int w = 1; w < 8; w++)
+                if (s_ax[w] > ba || (s_ax[w] == ba && s_ix[w] < bi))
+                    ba = s_ax[w], bi = s_ix[w];
+            s_max = ba == 0.0f ? 0.0f : xr[blockIdx.x * blockDim.x + bi];
+        }
+        __syncthreads();
+        const float mx = s_max;
+        if (in) {
+            if (mx == 0.0f) {
+                o[i] = 0.0f;
+            } else {
+                const float iscale = -127.f / mx;
+                const int q = min(127, __float2int_rn(iscale * v));
+                o[i] = (1 / iscale) * (float)q;
+            }
+        }
+    }
+}
+
+extern "C" cudaError_t hr_cuda_act_round(enum hr_cuda_act act, const float *x, uint32_t m,
+                                         uint32_t k, float *out, cudaStream_t s)
+{
+    if (!m)
+        return cudaSuccess;
+    if (act == HR_CUDA_ACT_F32)
+        return cudaMemcpyAsync(out, x, (size_t)m * k * sizeof(float), cudaMemcpyDeviceToDevice, s);
+    const unsigned threads = act == HR_CUDA_ACT_Q8_K ? 256 : 128;
+    dim3 grid((k + threads - 1) / threads, m);
+    act_round_kernel<<<grid, threads, 0, s>>>((int)act, x, k, out);
+    return cudaGetLastError();
+}
+
+/* ---- GEMV: decode and small batches ----------------------------------------
+ *
+ * One warp per weight row; lane l decodes chunks l, l + 32, ... of the row
+ * (32 values each, in registers) and multiplies them with the same 32
+ * inputs of each of the m <= 8 rows of x, then the warp sums. The weights
+ * are read once for all m rows. Each output's summation order depends only
+ * on k, never on m: a token's result does not depend on its batch. */
+template <int TYPE>
+__global__ void __launch_bounds__(128) gemv_kernel(const uint8_t *w, uint64_t row_bytes, uint32_t k,
+                                                   uint32_t n, const float *x, uint32_t m, float *y,
+                                                   uint32_t ldy, const float *bias, int accumulate)
+{
+    const uint32_t lane = threadIdx.x & 31;
+    const uint32_t j = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (j >= n)
+        return;
+    const uint8_t *row = w + (uint64_t)j * row_bytes;
+    float acc[HR_CUDA_GEMV_MAX_ROWS];
+#pragma unroll
+    for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++)
+        acc[t] = 0.0f;
+    for (uint32_t c = lane; c < k / 32; c += 32) {
+        float v[32];
+        dequant_chunk<TYPE>(row, c, v);
+#pragma unroll
+        for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
+            if ((uint32_t)t < m) {
+                const float4 *xp = (const float4 *)(x + (uint64_t)t * k + (uint64_t)c * 32);
+                float a = acc[t];
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    const float4 xv = xp[i];
+                    a = fmaf(v[4 * i], xv.x, a);
+                    a = fmaf(v[4 * i + 1], xv.y, a);
+                    a = fmaf(v[4 * i + 2], xv.z, a);
+                    a = fmaf(v[4 * i + 3], xv.w, a);
+                }
+                acc[t] = a;
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
+        if ((uint32_t)t < m) {
+            float a = warp_sum(acc[t]);
+            if (lane == 0) {
+                if (bias)
+                    a += bias[j];
+                float *yp = y + (uint64_t)t * ldy + j;
+                *yp = accumulate ? *yp + a : a;
+            }
+        }
+    }
+}
+
+extern "C" cudaError_t hr_cuda_gemv(int type, const void *w, uint64_t row_bytes, uint32_t k,
+                                    uint32_t n, const float *x, uint32_t m, float *y, uint32_t ldy,
+                                    const float *bias, int accumulate, cudaStream_t s)
+{
+    if (!m || !n)
+        return cudaSuccess;
+    if (m > HR_CUDA_GEMV_MAX_ROWS || k % 32)
+        return cudaErrorInvalidValue;
+    const unsigned blocks = (n + 3) / 4;
+#define L_GEMV(T)                                                                                 \
+    gemv_kernel<T><<<blocks, 128, 0, s>>>((const uint8_t *)w, row_bytes, k, n, x, m, y, ldy,     \
+                                          bias, accumulate)
+    HR_DISPATCH(type, L_GEMV)
+#undef L_GEMV
+    return cudaGetLastError();
+}
+
+/* ---- GEMM: prefill --------------------------------------------------------
+ *
+ * A 64 x 64 tile of y (64 input rows x 64 weight rows) per block of 256
+ * threads, each thread 4 x 4 outputs. Per 32-value chunk of k: 64 threads
+ * decode one weight row's chunk each into shared memory (the weights stay
+ * quantized in VRAM; no dequantized copy exists), all threads load the
+ * inputs' chunk, then every output takes 32 fmaf in k order. So each output
+ * is one fmaf chain over k = 0 .. k-1, whatever m and the tile: a token's
+ * result does not depend on its batch (within the GEMM's range, m > 8). Full
+ * f32 on the CUDA cores: the first version, for agreement; tensor cores
+ * (bf16 tiles, int8 MMA) come next and must beat it measured. */
+#define GT 64
+template <int TYPE>
+__global__ void __launch_bounds__(256) gemm_kernel(const uint8_t *w, uint64_t row_bytes, uint32_t k,
+                                                   uint32_t n, const float *x, uint32_t m, float *y,
+                                                   uint32_t ldy, const float *bias, int accumulate)
+{
+    __shared__ float as[32][GT + 4]; /* [k in chunk][input row] */
+    __shared__ float ws[32][GT + 4]; /* [k in chunk][weight row] */
+    const uint32_t t0 = blockIdx.y * GT, j0 = blockIdx.x * GT;
+    const uint32_t tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+    float acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            acc[i][j] = 0.0f;
+    for (uint32_t c = 0; c < k / 32; c++) {
+        if (tid < GT) {
+            float v[32];
+            const uint32_t j = j0 + tid;
+            if (j < n) {
+                dequant_chunk<TYPE>(w + (uint64_t)j * row_bytes, c, v);
+            } else {
+#pragma unroll
+                for (int i = 0; i < 32; i++)
+                    v[i] = 0.0f;
+            }
+#pragma unroll
+            for (int i = 0; i < 32; i++)
+                ws[i][tid] = v[i];
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const uint32_t idx = tid + 256 * r, row = idx / 8, q = idx % 8;
+            float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (t0 + row < m)
+                a = *(const float4 *)(x + (uint64_t)(t0 + row) * k + (uint64_t)c * 32 + q * 4);
+            as[q * 4][row] = a.x, as[q * 4 + 1][row] = a.y;
+            as[q * 4 + 2][row] = a.z, as[q * 4 + 3][row] = a.w;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < 32; kk++) {
+            float a[4], b[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                a[i] = as[kk][ty * 4 + i], b[i] = ws[kk][tx * 4 + i];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint32_t t = t0 + ty * 4 + i;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const uint32_t jj = j0 + tx * 4 + j;
+            if (t < m && jj < n) {
+                float v = acc[i][j];
+                if (bias)
+                    v += bias[jj];
+                float *yp = y + (uint64_t)t * ldy + jj;
+                *yp = accumulate ? *yp + v : v;
+            }
+        }
+    }
+}
+
+extern "C" cudaError_t hr_cuda_gemm(int type, const void *w, uint64_t row_bytes, uint32_t k,
+                                    uint32_t n, const float *x, uint32_t m, float *y, uint32_t ldy,
+                                    const float *bias, int accumulate, cudaStream_t s)
+{
+    if (!m || !n)
+        return cudaSuccess;
+    if (k % 32)
+        return cudaErrorInvalidValue;
+    dim3 grid((n + GT - 1) / GT, (m + GT - 1) / GT);
+#define L_GEMM(T)                                                                                 \
+    gemm_kernel<T><<<grid, 256, 0, s>>>((const uint8_t *)w, row_bytes, k, n, x, m, y, ldy, bias,  \
+                                        accumulate)
+    HR_DISPATCH(type, L_GEMM)
+#undef L_GEMM
+    return cudaGetLastError();
+}
+
+__global__ void add_bias_kernel(float *y, uint32_t m, uint32_t n, uint32_t ldy, const float *b)
+{
+    const uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (uint64_t)m * n)
+        return;
+    const uint32_t t = (uint32_t)(i / n), j = (uint32_t)(i % n);
+    y[(uint64_t)t * ldy + j] += b[j];
+}
+
+extern "C" cudaError_t hr_cuda_add_bias(float *y, uint32_t m, uint32_t n, uint32_t ldy,
+                                        const float *bias, cudaStream_t s)
+{
+    const uint64_t total = (uint64_t)m * n;
+    if (!total)
+        return cudaSuccess;
+    add_bias_kernel<<<(unsigned)((total + 255) / 256), 256, 0, s>>>(y, m, n, ldy, bias);
+    return cudaGetLastError();
+}
+
+/* ---- the paged KV ------------------------------------------------------------ */
+
+/* Byte offset of the row of (position, kv head) in K (kind 0) or V (kind 1). */
+__device__ __forceinline__ uint64_t kv_row(const hr_cuda_kv_view &kv, int32_t tab0, int32_t p,
+                                           int kind, uint32_t h)
+{
+    const int32_t blk = kv.tables[tab0 + p / (int32_t)kv.block_tokens];
+    const uint32_t slot = (uint32_t)p % kv.block_tokens;
+    const uint64_t es = kv.f16 ? 2 : 4;
+    return (uint64_t)blk * kv.block_bytes +
+           ((((uint64_t)kv.layer * 2 + kind) * kv.n_head_kv + h) * kv.block_tokens + slot) *
+               kv.head_dim * es;
+}
+
+/* One warp per (token, head): bias, norm, RoPE; K and V heads also go into
+ * the cache. Heads 0..n_head-1 are queries, then n_head_kv keys. */
+__global__ void qkv_post_kernel(hr_cuda_qkv_args a)
+{
+    __shared__ float hv[HR_CUDA_MAX_HEAD_DIM];
+    const uint32_t t = blockIdx.x, hh = blockIdx.y, lane = threadIdx.x;
+    const uint32_t hd = a.kv.head_dim, nkv = a.kv.n_head_kv;
+    const bool is_q = hh < a.n_head;
+    const uint32_t h = is_q ? hh : hh - a.n_head;
+    const uint32_t width = is_q ? a.n_head * hd : nkv * hd;
+    float *src = (is_q ? a.q : a.k) + (uint64_t)t * width + (uint64_t)h * hd;
+    const float *bias = is_q ? a.bq : a.bk;
+    const float *nw = is_q ? a.q_norm : a.k_norm;
+    for (uint32_t i = lane; i < hd; i += 32)
+        hv[i] = bias ? src[i] + bias[h * hd + i] : src[i];
+    __syncwarp();
+    if (nw) {
+        double sum = 0.0;
+        for (uint32_t i = lane; i < hd; i += 32)
+            sum += (double)(hv[i] * hv[i]);
+        sum = warp_sum_d(sum);
+        const float mean = (float)(sum / hd);
+        const float scale = 1.0f / sqrtf(mean + a.eps);
+        __syncwarp();
+        for (uint32_t i = lane; i < hd; i += 32)
+            hv[i] = (hv[i] * scale) * nw[i];
+        __syncwarp();
+    }
+    const float *rc = a.rope + (uint64_t)t * a.n_rot;
+    for (uint32_t i0 = 2 * lane; i0 < a.n_rot; i0 += 64) {
+        const float c = rc[i0], s = rc[i0 + 1];
+        const uint32_t ia = a.neox ? i0 / 2 : i0, ib = a.neox ? i0 / 2 + a.n_rot / 2 : i0 + 1;
+        const float x0 = hv[ia], x1 = hv[ib];
+        hv[ia] = x0 * c - x1 * s;
+        hv[ib] = x0 * s + x1 * c;
+    }
+    __syncwarp();
+    if (is_q) {
+        for (uint32_t i = lane; i < hd; i += 32)
+            src[i] = hv[i];
+        return;
+    }
+    const int32_t p = a.kv.pos[t], tab0 = a.kv.tab_off[a.kv.seq_of[t]];
+    const float *vs = a.v + (uint64_t)t * width + (uint64_t)h * hd;
+    const float *bv = a.bv ? a.bv + h * hd : NULL;
+    uint8_t *kd = a.kv.pool + kv_row(a.kv, tab0, p, 0, h);
+    uint8_t *vd = a.kv.pool + kv_row(a.kv, tab0, p, 1, h);
+    for (uint32_t i = lane; i < hd; i += 32) {
+        const float vv = bv ? vs[i] + bv[i] : vs[i];
+        if (a.kv.f16) {
+            ((__half *)kd)[i] = __float2half_rn(hv[i]);
+            ((__half *)vd)[i] = __float2half_rn(vv);
+        } else {
+            ((float *)kd)[i] = hv[i];
+            ((float *)vd)[i] = vv;
+        }
+    }
+}
+
+extern "C" cudaError_t hr_cuda_qkv_post(const struct hr_cuda_qkv_args *a, cudaStream_t s)
+{
+    if (!a->n_tokens)
+        return cudaSuccess;
+    if (a->kv.head_dim > HR_CUDA_MAX_HEAD_DIM || a->kv.head_dim % 32 || a->n_rot > a->kv.head_dim)
+        return cudaErrorInvalidValue;
+    dim3 grid(a->n_tokens, a->n_head + a->kv.n_head_kv);
+    qkv_post_kernel<<<grid, 32, 0, s>>>(*a);
+    return cudaGetLastError();
+}
+
+/* ---- attention ---------------------------------------------------------------
+ *
+ * One warp per (token, query head). Keys 0..pos in tiles of 32: the warp
+ * first copies the tile's 32 K rows and 32 V rows into shared memory (row
+ * by row, each row one coalesced read; the 32 row addresses come from the
+ * block table at once, one lookup per lane), then lane l computes key l's
+ * score against the query (also in shared memory; K rows padded by one
+ * float so the 32 lanes read 32 banks), the warp takes the tile maximum,
+ * and the online softmax keeps a running maximum m, sum l and output acc
+ * (lane owns dims lane, lane + 32, ...): when a tile raises m, l and acc are
+ * rescaled by exp(m_old - m_new). Then every lane adds p_j x V_j for the
+ * tile's keys. Memory: O(32 x head_dim) per warp, never the score matrix.
+ *
+ * Earlier versions read the rows one value at a time (each lane its own
+ * key's row, then row by row with a shared store after each load): ncu
+ * showed attention taking 4.8 of the 7.8 ms of a 1B model's decode step at
+ * 512 positions, waiting on those loads one after another. */
+__host__ __device__ constexpr size_t attn_smem_floats(uint32_t hd)
+{
+    return (size_t)hd + 32 * ((size_t)hd + 1) + 32 * (size_t)hd;
+}
+
+template <int F16>
+__global__ void attention_kernel(hr_cuda_attn_args a)
+{
+    constexpr int MAXD = HR_CUDA_MAX_HEAD_DIM / 32;
+    extern __shared__ float sm[];
+    const uint32_t t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
+    const uint32_t hd = a.kv.head_dim, nd = hd / 32, kst = hd + 1;
+    float *qs = sm, *ks = sm + hd, *vs = ks + 32 * kst;
+    const uint32_t group = a.n_head / a.kv.n_head_kv, g = h / group;
+    const uint64_t q_dim = (uint64_t)a.n_head * hd;
+    const float *q = a.q + (uint64_t)t * q_dim + (uint64_t)h * hd;
+    for (uint32_t i = lane; i < hd; i += 32)
+        qs[i] = q[i];
+    const int32_t pos = a.kv.pos[t], tab0 = a.kv.tab_off[a.kv.seq_of[t]];
+    float m = -INFINITY, l = 0.0f, acc[MAXD];
+#pragma unroll
+    for (int i = 0; i < MAXD; i++)
+        acc[i] = 0.0f;
+    for (int32_t j0 = 0; j0 <= pos; j0 += 32) {
+        const int32_t n_keys = min(32, pos - j0 + 1);
+        unsigned long long koff = 0, voff = 0;
+        if ((int32_t)lane < n_keys) {
+            koff = kv_row(a.kv, tab0, j0 + (int32_t)lane, 0, g);
+            voff = kv_row(a.kv, tab0, j0 + (int32_t)lane, 1, g);
+        }
+        __syncwarp(); /* the last tile's reads of ks and vs are done */
+        /* The tile as 16-byte vectors, 8 per lane in flight before any is
+         * stored: loads issued back to back, one memory latency per 8
+         * (a load after a shared store could not be moved above it). */
+        const uint32_t vpr = hd * (F16 ? 2 : 4) / 16, n_vec = (uint32_t)n_keys * vpr;
+        for (uint32_t v0 = 0; v0 < n_vec; v0 += 8 * 32) {
+            uint4 kb[8], vb[8];
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                const uint32_t v = v0 + (uint32_t)i * 32 + lane;
+                const int src = (int)((v < n_vec ? v : 0) / vpr);
+                const unsigned long long ko = __shfl_sync(0xffffffffu, koff, src);
+                const unsigned long long vo = __shfl_sync(0xffffffffu, voff, src);
+                if (v < n_vec) {
+                    kb[i] = *(const uint4 *)(a.kv.pool + ko + (v % vpr) * 16);
+                    vb[i] = *(const uint4 *)(a.kv.pool + vo + (v % vpr) * 16);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                const uint32_t v = v0 + (uint32_t)i * 32 + lane;
+                if (v >= n_vec)
+                    continue;
+                const uint32_t r = v / vpr, d0 = (v % vpr) * (F16 ? 8 : 4);
+                float kf[8], vf[8];
+                if (F16) {
+                    const __half2 *k2 = (const __half2 *)&kb[i], *v2 = (const __half2 *)&vb[i];
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        const float2 a2 = __half22float2(k2[j]), b2 = __half22float2(v2[j]);
+                        kf[2 * j] = a2.x, kf[2 * j + 1] = a2.y, vf[2 * j] = b2.x, vf[2 * j + 1] = b2.y;
+                    }
+                } else {
+                    const float *k4 = (const float *)&kb[i], *v4 = (const float *)&vb[i];
+#pragma unroll
+                    for (int j = 0; j < 4; j++)
+                        kf[j] = k4[j], vf[j] = v4[j];
+                }
+#pragma unroll
+                for (int j = 0; j < (F16 ? 8 : 4); j++) {
+                    ks[r * kst + d0 + j] = kf[j];
+                    vs[r * hd + d0 + j] = vf[j];
+                }
+            }
+        }
+        __syncwarp();
+        float sc = -INFINITY;
+        if ((int32_t)lane < n_keys) {
+            const float *kk = ks + lane * kst;
+            float dot = 0.0f;
+            for (uint32_t d = 0; d < hd; d++)
+                dot = fmaf(qs[d], kk[d], dot);
+            sc = dot * a.scale;
+        }
+        const float m_new = fmaxf(m, warp_max(sc));
+        const float corr = expf(m - m_new); /* 0 on the first tile: m = -inf */
+        const float p = (int32_t)lane < n_keys ? expf(sc - m_new) : 0.0f;
+        l = l * corr + warp_sum(p);
+#pragma unroll
+        for (int i = 0; i < MAXD; i++)
+            acc[i] *= corr;
+        m = m_new;
+        for (int32_t jj = 0; jj < n_keys; jj++) {
+            const float pj = __shfl_sync(0xffffffffu, p, jj);
+            const float *vv = vs + jj * hd + lane;
+#pragma unroll
+            for (int i = 0; i < MAXD; i++)
+                if ((uint32_t)i < nd)
+                    acc[i] = fmaf(pj, vv[32 * i], acc[i]);
+        }
+    }
+    float *o = a.out + (uint64_t)t * q_dim + (uint64_t)h * hd;
+    const float inv = 1.0f / l;
+#pragma unroll
+    for (int i = 0; i < MAXD; i++)
+        if ((uint32_t)i < nd)
+            o[lane + 32 * i] = acc[i] * inv;
+}
+
+extern "C" cudaError_t hr_cuda_attention(const struct hr_cuda_attn_args *a, cudaStream_t s)
+{
+    if (!a->n_tokens)
+        return cudaSuccess;
+    if (a->kv.head_dim > HR_CUDA_MAX_HEAD_DIM || a->kv.head_dim % 32 ||
+        a->n_head % a->kv.n_head_kv)
+        return cudaErrorInvalidValue;
+    dim3 grid(a->n_tokens, a->n_head);
+    const size_t smem = attn_smem_floats(a->kv.head_dim) * sizeof(float);
+    if (a->kv.f16)
+        attention_kernel<1><<<grid, 32, smem, s>>>(*a);
+    else
+        attention_kernel<0><<<grid, 32, smem, s>>>(*a);
+    return cudaGetLastError();
+}
+
+/* ---- SwiGLU ------------------------------------------------------------------ */
+
+__global__ void swiglu_kernel(float *gate, const float *up, uint64_t n)
+{
+    const uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        const float g = gate[i];
+        gate[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+extern "C" cudaError_t hr_cuda_swiglu(float *gate, const float *up, uint64_t n, cudaStream_t s)
+{
+    if (!n)
+        return cudaSuccess;
+    swiglu_kernel<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(gate, up, n);
+    return cudaGetLastError();
+}
+
+/* ---- loading --------------------------------------------------------------- */
+
+/* With lazy loading (CUDA's default since 12.2) a kernel's code is put in
+ * device memory at its first launch: inside a step. Asking for each
+ * kernel's attributes loads it now, so the engine's init takes that memory
+ * and no step does. */
+template <int T>
+static cudaError_t preload_type(void)
+{
+    cudaFuncAttributes a;
+    cudaError_t ce;
+    if ((ce = cudaFuncGetAttributes(&a, dequant_rows_kernel<T>)) != cudaSuccess ||
+        (ce = cudaFuncGetAttributes(&a, gemv_kernel<T>)) != cudaSuccess ||
+        (ce = cudaFuncGetAttributes(&a, gemm_kernel<T>)) != cudaSuccess)
+        return ce;
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t hr_cuda_kernels_preload(void)
+{
+    cudaFuncAttributes a;
+    cudaError_t ce;
+    if ((ce = preload_type<HR_CUDA_T_F32>()) != cudaSuccess ||
+        (ce = preload_type<HR_CUDA_T_F16>()) != cudaSuccess ||
+        (ce = preload_type<HR_CUDA_T_BF16>()) != cudaSuccess ||
+        (ce = preload_type<HR_CUDA_T_Q8_0>()) != cudaSuccess ||
+        (ce = preload_type<HR_CUDA_T_Q4_0>()) != cudaSuccess ||
+        (ce = preload_type<HR_CUDA_T_Q4_K>()) != cudaSuccess ||
+        (ce = preload_type<HR_CUDA_T_Q5_K>()) != cudaSuccess ||
+        (ce = preload_type<HR_CUDA_T_Q6_K>()) != cudaSuccess)
+        return ce;
+    const void *k[] = {(const void *)rope_table_kernel, (const void *)rms_norm_kernel,
+                       (const void *)act_round_kernel, (const void *)add_bias_kernel,
+                       (const void *)qkv_post_kernel, (const void *)attention_kernel<0>,
+                       (const void *)attention_kernel<1>, (const void *)swiglu_kernel};
+    for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++)
+        if ((ce = cudaFuncGetAttributes(&a, k[i])) != cudaSuccess)
+            return ce;
+    /* Attention's tiles take up to 65 KiB of shared memory (head_dim 256),
+     * past the 48 KiB a launch gets without asking. */
+    const int smem = (int)(attn_smem_floats(HR_CUDA_MAX_HEAD_DIM) * sizeof(float));
+    if ((ce = cudaFuncSetAttribute(attention_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   smem)) != cudaSuccess ||
+        (ce = cudaFuncSetAttribute(attention_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   smem)) != cudaSuccess)
+        return ce;
+    return cudaSuccess;
+}

@@ -1,0 +1,152 @@
+/*
+ * cuda-kernels.h - the CUDA engine's kernels, callable from C.
+ *
+ * Each function launches one kernel (or a few) on `stream` and returns
+ * cudaGetLastError(): launch errors are reported here, errors inside a
+ * kernel surface at the engine's next synchronization. None of them
+ * allocates: every buffer is a view the caller (cuda-engine.c) took from the
+ * planned step arena, the weights or the KV pool.
+ *
+ * Shapes follow engine.c: activations are row-major [rows][width] f32; a
+ * weight is `n` rows of `k` elements in its GGUF type (row_bytes apart),
+ * read as stored - quantized weights stay quantized in VRAM and are
+ * dequantized in registers (GEMV) or into shared memory (GEMM).
+ *
+ * Numerics follow the CPU engine (and so llama.cpp's CPU backend) where it
+ * is cheap to: RMSNorm sums squares in double; the RoPE table is built by
+ * the same multiply chain; dequantization uses the same expression order
+ * (bit-identical to kernels/quant.c, tested); matmul inputs are first
+ * rounded to the weight's vec-dot format (hr_cuda_act_round: f16 for F16,
+ * bf16 for BF16, Q8_0 for Q8_0/Q4_0, Q8_K for the K-quants), the values
+ * ggml-cpu multiplies by; only the order of float sums differs.
+ *
+ * Device KV layout (differs inside a block from the CPU pool's, same bytes):
+ *   block = [layer][K, V][kv head][slot][head_dim] in f16 or f32, so a key
+ *   or value row of one token is head_dim contiguous elements.
+ *
+ * Threads: call from the engine thread that owns `stream`.
+ */
+#ifndef HR_CUDA_CUDA_KERNELS_H
+#define HR_CUDA_CUDA_KERNELS_H
+
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The weight types the kernels take: ggml's type ids (gguf/ggml-types.h,
+ * which C++ cannot include under -Wshadow; cuda-engine.c asserts they are
+ * equal). `type` arguments below are these ids. */
+#define HR_CUDA_T_F32 0
+#define HR_CUDA_T_F16 1
+#define HR_CUDA_T_Q4_0 2
+#define HR_CUDA_T_Q8_0 8
+#define HR_CUDA_T_Q4_K 12
+#define HR_CUDA_T_Q5_K 13
+#define HR_CUDA_T_Q6_K 14
+#define HR_CUDA_T_BF16 30
+
+/* The rounding a matmul input gets before the product (the vec-dot type). */
+enum hr_cuda_act { HR_CUDA_ACT_F32, HR_CUDA_ACT_F16, HR_CUDA_ACT_BF16, HR_CUDA_ACT_Q8_0,
+                   HR_CUDA_ACT_Q8_K };
+
+/* Largest head_dim the attention and Q/K kernels take (a multiple of 32). */
+#define HR_CUDA_MAX_HEAD_DIM 256
+/* Largest number of rows the GEMV kernel multiplies at once. */
+#define HR_CUDA_GEMV_MAX_ROWS 8
+
+/* Where the paged KV lives and how a step's tokens find their blocks. */
+struct hr_cuda_kv_view {
+    uint8_t *pool;          /* device pool: n_blocks x block_bytes */
+    uint64_t block_bytes;
+    uint32_t block_tokens, n_head_kv, head_dim, layer;
+    int f16;                /* element type: f16 (1) or f32 (0) */
+    const int32_t *pos;     /* [T] */
+    const int32_t *seq_of;  /* [T] */
+    const int32_t *tab_off; /* [S] */
+    const int32_t *tables;  /* concatenated block tables */
+};
+
+/* x[t] = row tokens[t] of the embedding matrix, dequantized. */
+cudaError_t hr_cuda_embed(int type, const void *w, uint64_t row_bytes, uint32_t k,
+                          const int32_t *tokens, uint32_t n_tokens, float *x, cudaStream_t s);
+
+/* rope[t] = n_rot/2 (cos, sin) pairs for position pos[t], as engine.c's
+ * rope_cache_row: theta = pos, times theta_scale per pair; divided by
+ * freqs[i] (llama3) when given; times freq_scale. */
+cudaError_t hr_cuda_rope_table(const int32_t *pos, uint32_t n_tokens, uint32_t n_rot,
+                               float theta_scale, float freq_scale, const float *freqs,
+                               float *rope, cudaStream_t s);
+
+/* For r < n_rows, with src = rows ? rows[r] : r: if `add`, x[src] += add[src]
+ * first (the residual); then y[r] = rmsnorm(x[src]) * w. Rows are n floats. */
+cudaError_t hr_cuda_rms_norm(float *x, const float *add, const int32_t *rows, uint32_t n_rows,
+                             uint32_t n, const float *w, float eps, float *y, cudaStream_t s);
+
+/* out = x rounded to `act` (m rows of k; k a multiple of 256 for Q8_K, 32
+ * for Q8_0). */
+cudaError_t hr_cuda_act_round(enum hr_cuda_act act, const float *x, uint32_t m, uint32_t k,
+                              float *out, cudaStream_t s);
+
+/* y[t][j] (+)= sum_i x[t][i] w[j][i] (+ bias[j]) for t < m <= HR_CUDA_GEMV_MAX_ROWS,
+ * j < n; accumulate adds to y (the residual). One warp per weight row. */
+cudaError_t hr_cuda_gemv(int type, const void *w, uint64_t row_bytes, uint32_t k, uint32_t n,
+                         const float *x, uint32_t m, float *y, uint32_t ldy, const float *bias,
+                         int accumulate, cudaStream_t s);
+
+/* The same for m > HR_CUDA_GEMV_MAX_ROWS (prefill): tiled, weights decoded
+ * a chunk at a time into shared memory, full f32; each output is one fmaf
+ * chain over k in order, so it does not depend on m. */
+cudaError_t hr_cuda_gemm(int type, const void *w, uint64_t row_bytes, uint32_t k, uint32_t n,
+                         const float *x, uint32_t m, float *y, uint32_t ldy, const float *bias,
+                         int accumulate, cudaStream_t s);
+
+/* Loads every kernel's code now (lazy loading would load it at first use,
+ * inside a step, taking device memory there). */
+cudaError_t hr_cuda_kernels_preload(void);
+
+/* out[r][i] = weight row0 + r, element i, as f32 (r < n_rows). */
+cudaError_t hr_cuda_dequant_rows(int type, const void *w, uint64_t row_bytes, uint32_t k,
+                                 uint32_t row0, uint32_t n_rows, float *out, cudaStream_t s);
+
+/* y[t][j] += bias[j]. */
+cudaError_t hr_cuda_add_bias(float *y, uint32_t m, uint32_t n, uint32_t ldy, const float *bias,
+                             cudaStream_t s);
+
+/* After the Q/K/V matmuls, per token: biases, per-head Q/K RMSNorm (weights
+ * may be NULL), RoPE (adjacent pairs or NeoX halves), then K and V into the
+ * KV cache at the token's position. q keeps the rotated queries. */
+struct hr_cuda_qkv_args {
+    float *q, *k, *v;                       /* [T][q_dim], [T][kv_dim], [T][kv_dim] */
+    const float *bq, *bk, *bv;              /* or NULL */
+    const float *q_norm, *k_norm;           /* [head_dim] or NULL */
+    const float *rope;                      /* [T][n_rot] */
+    uint32_t n_tokens, n_head, n_rot;
+    int neox;
+    float eps;
+    struct hr_cuda_kv_view kv;
+};
+cudaError_t hr_cuda_qkv_post(const struct hr_cuda_qkv_args *a, cudaStream_t s);
+
+/* Causal attention of every token over its sequence's keys 0..pos, online
+ * softmax over the paged KV (no score matrix), GQA by head / group. */
+struct hr_cuda_attn_args {
+    const float *q;   /* [T][n_head * head_dim] */
+    float *out;       /* same shape */
+    uint32_t n_tokens, n_head;
+    float scale;
+    struct hr_cuda_kv_view kv;
+};
+cudaError_t hr_cuda_attention(const struct hr_cuda_attn_args *a, cudaStream_t s);
+
+/* gate[i] = silu(gate[i]) * up[i]. */
+cudaError_t hr_cuda_swiglu(float *gate, const float *up, uint64_t n, cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,98 @@
+/* cuda-plan.c - the device step layout; see cuda-plan.h for what it draws. */
+#include "cuda/cuda-plan.h"
+
+static uint64_t align_up(uint64_t x)
+{
+    return (x + HR_CUDA_ARENA_ALIGN - 1) & ~(uint64_t)(HR_CUDA_ARENA_ALIGN - 1);
+}
+
+/* Places `bytes` at the cursor and advances it to the next aligned offset;
+ * `end` is the last byte any non-empty buffer reaches, so the arena size is
+ * the runner's high-water mark exactly (trailing padding is not counted). */
+static uint64_t place(uint64_t *cursor, uint64_t bytes, uint64_t *end)
+{
+    uint64_t off = *cursor;
+    *cursor = align_up(off + bytes);
+    if (bytes && off + bytes > *end)
+        *end = off + bytes;
+    return off;
+}
+
+static uint64_t max64(uint64_t a, uint64_t b)
+{
+    return a > b ? a : b;
+}
+
+void hr_cuda_plan_layout(const struct hr_cuda_plan_dims *d, const struct hr_cuda_step_shape *s,
+                         struct hr_cuda_plan *p)
+{
+    const uint64_t T = s->n_tokens, L = s->n_logits, f = sizeof(float), i = sizeof(int32_t);
+    const uint64_t q_dim = (uint64_t)d->n_head * d->head_dim;
+    const uint64_t kv_dim = (uint64_t)d->n_head_kv * d->head_dim;
+    const uint64_t max_in = max64(max64(d->n_embd, q_dim), d->n_ff);
+    uint64_t c = 0, end = 0;
+
+    p->off_tokens = place(&c, T * i, &end);
+    p->off_pos = place(&c, T * i, &end);
+    p->off_seq_of = place(&c, T * i, &end);
+    p->off_rows = place(&c, L * i, &end);
+    p->off_tab_off = place(&c, (uint64_t)s->n_seqs * i, &end);
+    p->off_tables = place(&c, (uint64_t)s->n_table * i, &end);
+    p->meta_bytes = end;
+
+    p->off_rope = place(&c, T * d->n_rot * f, &end);
+    p->off_x = place(&c, T * d->n_embd * f, &end);
+    p->off_xn = place(&c, T * d->n_embd * f, &end);
+    p->off_act = place(&c, max64(T, L) * max_in * f, &end);
+
+    /* Attention and FFN buffers are never live at once: both from one base. */
+    uint64_t base = c, ca = base, cf = base;
+    p->off_q = place(&ca, T * q_dim * f, &end);
+    p->off_k = place(&ca, T * kv_dim * f, &end);
+    p->off_v = place(&ca, T * kv_dim * f, &end);
+    p->off_attn = place(&ca, T * q_dim * f, &end);
+    p->off_gate = place(&cf, T * d->n_ff * f, &end);
+    p->off_up = place(&cf, T * d->n_ff * f, &end);
+    c = max64(ca, cf);
+
+    p->off_out_x = place(&c, L * d->n_embd * f, &end);
+    p->off_logits = place(&c, L * d->n_vocab * f, &end);
+    p->arena_bytes = end;
+    p->kv_bytes = (uint64_t)s->new_blocks * d->kv_block_bytes;
+    p->total_bytes = p->arena_bytes + p->kv_bytes;
+}
+
+void hr_cuda_plan_max(const struct hr_cuda_plan_dims *d, const struct hr_cuda_sizing *z,
+                      struct hr_cuda_plan *p)
+{
+    const uint32_t max_blocks = (z->max_seq_tokens + z->kv_block_tokens - 1) / z->kv_block_tokens;
+    const struct hr_cuda_step_shape shape = {z->max_step_tokens, z->max_step_logits,
+                                             z->max_step_seqs, z->max_step_seqs * max_blocks, 0};
+    hr_cuda_plan_layout(d, &shape, p);
+}
+
+int hr_cuda_plan_size(const struct hr_cuda_plan_dims *d, struct hr_cuda_sizing *z,
+                      uint64_t room_bytes)
+{
+    const uint64_t bt = z->kv_block_tokens, bb = d->kv_block_bytes;
+    const uint64_t kv_min = (z->max_seq_tokens + bt - 1) / bt * bb;
+    for (;;) {
+        struct hr_cuda_plan p;
+        hr_cuda_plan_max(d, z, &p);
+        if (p.arena_bytes <= room_bytes && kv_min <= room_bytes - p.arena_bytes) {
+            const uint64_t left = (room_bytes - p.arena_bytes) / bb * bb;
+            if (!z->kv_budget_bytes || z->kv_budget_bytes > left)
+                z->kv_budget_bytes = left;
+            return 0;
+        }
+        if (z->max_step_tokens <= HR_CUDA_MIN_STEP_TOKENS)
+            return -1;
+        z->max_step_tokens /= 2;
+        if (z->max_step_tokens < HR_CUDA_MIN_STEP_TOKENS)
+            z->max_step_tokens = HR_CUDA_MIN_STEP_TOKENS;
+        if (z->max_step_logits > z->max_step_tokens)
+            z->max_step_logits = z->max_step_tokens;
+        if (z->max_step_seqs > z->max_step_tokens)
+            z->max_step_seqs = z->max_step_tokens;
+    }
+}

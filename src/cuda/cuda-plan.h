@@ -1,0 +1,104 @@
+/*
+ * cuda-plan.h - the exact device-memory plan of one CUDA engine step.
+ *
+ * The CUDA twin of engine/plan.h: one pure function, hr_cuda_plan_layout,
+ * returns the offset of every buffer a step uses in the device step arena and
+ * the arena's total, and the runner (cuda-engine.c) takes every buffer it
+ * touches from those offsets. "Planned" and "used" therefore cannot drift:
+ * tests/cuda/test-cuda-engine.c checks on random ragged batches that the
+ * arena's high-water mark equals plan.arena_bytes byte for byte and that
+ * the bytes past it were not written.
+ *
+ *   arena (each buffer 256-byte aligned, in this order)
+ *   -- meta: written on the host into pinned staging, sent with ONE copy --
+ *   tokens   [T] i32          ids of the step's tokens
+ *   pos      [T] i32          their positions
+ *   seq_of   [T] i32          which sequence each token belongs to
+ *   rows     [L] i32          token index of each logit row
+ *   tab_off  [S] i32          where each sequence's block table starts in `tables`
+ *   tables   [B] i32          the block tables of the step's sequences, concatenated
+ *   -- device-only --
+ *   rope     [T][n_rot] f32   cos/sin pairs per token
+ *   x        [T][n_embd] f32  the residual stream
+ *   xn       [T][n_embd] f32  normed input of a block
+ *   act      [T][max_in] f32  matmul input rounded to the weight's vec-dot format
+ *   work     union of  { q [T][q_dim], k [T][kv_dim], v [T][kv_dim], attn [T][q_dim] }
+ *                      { gate [T][n_ff], up [T][n_ff] }          (never live together)
+ *   out_x    [L][n_embd] f32  normed rows whose logits are wanted
+ *   logits   [L][n_vocab] f32 only for the L rows asked for (copied back once)
+ *
+ * T = tokens, L = logit rows, S = sequences, B = block-table entries of the
+ * step's sequences after the step's new blocks. Nothing depends on the KV
+ * length itself (attention streams the blocks with an online softmax), only
+ * the tables' few bytes grow with it.
+ *
+ * Pure C, no CUDA: built on every machine, so the plan and the sizing under
+ * a device ceiling (hr_cuda_plan_size) are unit-tested without a GPU.
+ */
+#ifndef HR_CUDA_CUDA_PLAN_H
+#define HR_CUDA_CUDA_PLAN_H
+
+#include <stdint.h>
+
+#define HR_CUDA_ARENA_ALIGN 256
+
+struct hr_cuda_plan_dims {
+    uint32_t n_embd, n_head, n_head_kv, head_dim, n_rot, n_ff, n_vocab;
+    uint32_t gemv_max_tokens;     /* steps of up to this many rows use the GEMV kernels */
+    uint64_t kv_block_bytes;
+};
+
+struct hr_cuda_step_shape {
+    uint32_t n_tokens;     /* T */
+    uint32_t n_logits;     /* L */
+    uint32_t n_seqs;       /* S */
+    uint32_t n_table;      /* B: block-table entries after the step */
+    uint32_t new_blocks;   /* KV blocks the step takes from the pool */
+};
+
+struct hr_cuda_plan {
+    uint64_t off_tokens, off_pos, off_seq_of, off_rows, off_tab_off, off_tables;
+    uint64_t meta_bytes;   /* the staged prefix: one host-to-device copy */
+    uint64_t off_rope, off_x, off_xn, off_act;
+    uint64_t off_q, off_k, off_v, off_attn, off_gate, off_up;
+    uint64_t off_out_x, off_logits;
+    uint64_t arena_bytes;  /* end of the last buffer: the arena's high-water mark */
+    uint64_t kv_bytes;     /* new_blocks x block bytes */
+    uint64_t total_bytes;  /* arena + kv: what the step adds to device memory */
+};
+
+/* Fills `p` for `s`. Monotone: more of anything never plans fewer bytes. */
+void hr_cuda_plan_layout(const struct hr_cuda_plan_dims *d, const struct hr_cuda_step_shape *s,
+                         struct hr_cuda_plan *p);
+
+/* The limits an engine is sized for: its arena holds the largest step they
+ * allow, its KV pool kv_budget_bytes. */
+struct hr_cuda_sizing {
+    uint32_t max_step_tokens, max_step_logits, max_step_seqs;
+    uint32_t max_seq_tokens;  /* longest sequence: its block table is staged */
+    uint32_t kv_block_tokens;
+    uint64_t kv_budget_bytes; /* 0: whatever the room leaves */
+};
+
+#define HR_CUDA_MIN_STEP_TOKENS 64u
+
+/* The plan of the largest step `z` allows (what the engine allocates as
+ * its arena): T = max_step_tokens, L = max_step_logits, S = max_step_seqs,
+ * every sequence's table at max_seq_tokens. */
+void hr_cuda_plan_max(const struct hr_cuda_plan_dims *d, const struct hr_cuda_sizing *z,
+                      struct hr_cuda_plan *p);
+
+/*
+ * Sizes `z` to fit `room_bytes` of device memory (what a ceiling leaves
+ * after the context, the library and the weights): the KV pool gets what it
+ * asked for or what the largest step's arena leaves, whichever is less
+ * (whole blocks); when that would not hold one max_seq_tokens sequence, the
+ * step is halved (logit rows and sequences clamped to it) down to
+ * HR_CUDA_MIN_STEP_TOKENS. Returns 0 and z sized, or -1 when nothing fits
+ * (z then holds the smallest step tried). Pure: unit-tested without a GPU.
+ * Afterwards arena (hr_cuda_plan_max) + kv_budget_bytes <= room_bytes.
+ */
+int hr_cuda_plan_size(const struct hr_cuda_plan_dims *d, struct hr_cuda_sizing *z,
+                      uint64_t room_bytes);
+
+#endif

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# gpu-host.sh - the GPU tests on a bare GPU host: one that has the CUDA
+# toolkit, cmake and ninja but none of our -dev packages (jansson,
+# libmicrohttpd, cmocka), so neither gen-model nor the main build can be
+# made there. Builds the engine-only tree (HR_ENGINE_ONLY=ON: base, gguf,
+# model, kernels, engine, cuda and tests/cuda) and runs tests/cuda/run.sh on
+# models made elsewhere (`tests/cuda/run.sh` makes them in build/cuda-models).
+#
+#   tests/cuda/gpu-host.sh MODELS_DIR
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+models=${1:?usage: tests/cuda/gpu-host.sh MODELS_DIR}
+nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm,clocks.mem \
+  --format=csv 2>&1
+nvcc --version 2>&1 | tail -2
+t0=$(date +%s.%N)
+gen=()
+command -v ninja >/dev/null && gen=(-G Ninja)
+cmake -S . -B build-gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_C_FLAGS_RELEASE="-O2 -g -DNDEBUG" -DHR_ENGINE_ONLY=ON -DHR_CUDA=ON >build-gpu.log 2>&1 ||
+  { tail -40 build-gpu.log; exit 1; }
+cmake --build build-gpu -j "$(nproc)" >>build-gpu.log 2>&1 || { tail -60 build-gpu.log; exit 1; }
+echo "configure + build: $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s"
+t0=$(date +%s.%N)
+tests/cuda/run.sh build-gpu "$models"
+rc=$?
+echo "GPU tests: $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s, exit $rc"
+exit $rc

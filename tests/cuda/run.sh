@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# run.sh - the GPU tests (`make test-cuda`): makes the test models, then runs
+# every tests/cuda program; prints their check lines and exits non-zero on a
+# failure (77 when there is no CUDA device).
+#
+#   tests/cuda/run.sh [BUILD_DIR] [MODELS_DIR]
+#
+# BUILD_DIR holds tests/cuda/test-* (default build/). Models are read from
+# MODELS_DIR (default BUILD_DIR/cuda-models); missing ones are made with
+# BUILD_DIR/gen-model (built-in byte-level vocabulary, random weights), so a
+# GPU host without gen-model can be handed pre-made models instead.
+#
+# The models: one small shape (n_embd 256, 2 layers, 4 heads of 64, 2 KV
+# heads, n_ff 512: K-quant sized) for every weight type on qwen3, and the
+# other architectures' traits (llama: adjacent-pair RoPE with llama3
+# factors, an untied output and a K-quant mix; qwen2: Q/K/V biases).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+build=${1:-build}
+models=${2:-$build/cuda-models}
+mkdir -p "$models"
+
+shape=(--n-embd 256 --n-layer 2 --n-head 4 --n-head-kv 2 --head-dim 64 --n-ff 512 --vocab builtin)
+specs=(
+  "qwen3-q4_k   --arch qwen3 --type q4_k"
+  "qwen3-f32    --arch qwen3 --type f32"
+  "qwen3-f16    --arch qwen3 --type f16"
+  "qwen3-bf16   --arch qwen3 --type bf16"
+  "qwen3-q8_0   --arch qwen3 --type q8_0"
+  "qwen3-q4_0   --arch qwen3 --type q4_0"
+  "qwen3-q5_k   --arch qwen3 --type q5_k"
+  "qwen3-q6_k   --arch qwen3 --type q6_k"
+  "llama-f32    --arch llama --type f32 --untied --rope-scaling llama3 --rope-factor 8 --rope-orig-ctx 64"
+  "llama-q4_k_m --arch llama --type q4_k_m --untied"
+  "qwen2-f32    --arch qwen2 --type f32"
+  "qwen2-q8_0   --arch qwen2 --type q8_0"
+)
+files=()
+for spec in "${specs[@]}"; do
+  read -r name args <<<"$spec"
+  f="$models/$name.gguf"
+  if [[ ! -f "$f" ]]; then
+    if [[ ! -x "$build/gen-model" ]]; then
+      echo "tests/cuda/run.sh: $f is missing and $build/gen-model is not built" >&2
+      exit 1
+    fi
+    # shellcheck disable=SC2086
+    "$build/gen-model" "${shape[@]}" $args --out "$f" >/dev/null || exit 1
+  fi
+  files+=("$f")
+done
+
+rc=0
+"$build/tests/cuda/test-cuda-kernels" || rc=$?
+if ((rc == 77)); then exit 77; fi
+"$build/tests/cuda/test-cuda-engine" "${files[@]}" || rc=1
+"$build/tests/cuda/test-cuda-backend" "${files[@]}" || rc=1
+exit $rc

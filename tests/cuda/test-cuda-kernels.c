@@ -1,0 +1,331 @@
+/*
+ * test-cuda-kernels.c - each CUDA kernel against the CPU reference.
+ *
+ *   dequantization  every weight type, bit-identical to kernels/quant.c
+ *   act rounding    f16, bf16, Q8_0 (x86 from_float), Q8_K: bit-identical to
+ *                   hr_convert_act_row followed by the CPU's dequantizer
+ *   GEMV            every type, 1..8 rows, against a double-precision dot of
+ *                   the CPU-dequantized weights and CPU-rounded inputs;
+ *                   also the bias and accumulate forms
+ *   RMSNorm         with the fused residual add and a row index
+ *   SwiGLU, RoPE table
+ * Attention, the Q/K post-processing and the KV store are checked through
+ * whole models in test-cuda-engine.c (against the CPU engine).
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "base/fp16.h"
+#include "base/rand.h"
+#include "cuda-test.h"
+#include "cuda/cuda-kernels.h"
+#include "kernels/matmul.h"
+#include "kernels/quant.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static float frand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((double)(rng >> 11) / (double)(1ull << 53) * 2.0 - 1.0);
+}
+
+static void *to_dev(const void *h, size_t n)
+{
+    void *d = NULL;
+    CT_CUDA(cudaMalloc(&d, n ? n : 1));
+    if (n)
+        CT_CUDA(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
+    return d;
+}
+
+static void from_dev(void *h, const void *d, size_t n)
+{
+    CT_CUDA(cudaDeviceSynchronize());
+    CT_CUDA(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
+}
+
+static const enum hr_ggml_type types[] = {HR_GGML_F32, HR_GGML_F16, HR_GGML_BF16, HR_GGML_Q8_0,
+                                          HR_GGML_Q4_0, HR_GGML_Q4_K, HR_GGML_Q5_K, HR_GGML_Q6_K};
+
+static enum hr_cuda_act act_of(enum hr_ggml_type t)
+{
+    switch (hr_matmul_vec_dot_type(t)) {
+    case HR_GGML_F16: return HR_CUDA_ACT_F16;
+    case HR_GGML_BF16: return HR_CUDA_ACT_BF16;
+    case HR_GGML_Q8_0: return HR_CUDA_ACT_Q8_0;
+    case HR_GGML_Q8_K: return HR_CUDA_ACT_Q8_K;
+    default: return HR_CUDA_ACT_F32;
+    }
+}
+
+/* The CPU's rounding of one activation row: convert, then dequantize. */
+static void cpu_round(enum hr_ggml_type t, const float *x, float *y, size_t k, void *scratch)
+{
+    enum hr_ggml_type vt = hr_matmul_vec_dot_type(t);
+    if (vt == HR_GGML_F32) {
+        memcpy(y, x, k * sizeof(float));
+        return;
+    }
+    hr_convert_act_row(vt, x, scratch, k);
+    if (vt == HR_GGML_Q8_K)
+        hr_dequantize_row_q8_K(scratch, y, k);
+    else
+        hr_dequantize_row(vt, scratch, y, k);
+}
+
+static void test_type(enum hr_ggml_type t)
+{
+    const uint32_t k = 512, n = 96, M = HR_CUDA_GEMV_MAX_ROWS;
+    const char *name = hr_ggml_type_name(t);
+    const size_t rb = hr_row_bytes(t, k);
+    float *wf = malloc(sizeof(float) * k * n), *wd = malloc(sizeof(float) * k * n);
+    uint8_t *wq = malloc(rb * n);
+    for (size_t i = 0; i < (size_t)k * n; i++)
+        wf[i] = frand() * 0.5f;
+    for (uint32_t r = 0; r < n; r++) {
+        hr_quantize_row(t, wf + (size_t)r * k, wq + r * rb, k);
+        hr_dequantize_row(t, wq + r * rb, wd + (size_t)r * k, k);
+    }
+    void *dw = to_dev(wq, rb * n);
+
+    /* dequantization: bit for bit */
+    float *dout = NULL, *hout = malloc(sizeof(float) * k * n);
+    CT_CUDA(cudaMalloc((void **)&dout, sizeof(float) * k * n));
+    CT_CUDA(hr_cuda_dequant_rows((int)t, dw, rb, k, 0, n, dout, 0));
+    from_dev(hout, dout, sizeof(float) * k * n);
+    CT_CHECK(memcmp(hout, wd, sizeof(float) * k * n) == 0, "%-5s dequantize %u x %u rows: "
+             "bit-identical to the CPU", name, n, k);
+
+    /* act rounding: bit for bit */
+    float *x = malloc(sizeof(float) * k * M), *xr = malloc(sizeof(float) * k * M);
+    void *scratch = malloc(k * 4 + 4096);
+    for (size_t i = 0; i < (size_t)k * M; i++)
+        x[i] = frand() * 3.0f;
+    x[7] = 0.0f; /* an exact zero in the first block */
+    for (uint32_t r = 0; r < M; r++)
+        cpu_round(t, x + (size_t)r * k, xr + (size_t)r * k, k, scratch);
+    float *dx = to_dev(x, sizeof(float) * k * M), *dxr = NULL;
+    CT_CUDA(cudaMalloc((void **)&dxr, sizeof(float) * k * M));
+    enum hr_cuda_act act = act_of(t);
+    CT_CUDA(hr_cuda_act_round(act, dx, M, k, dxr, 0));
+    float *hxr = malloc(sizeof(float) * k * M);
+    from_dev(hxr, dxr, sizeof(float) * k * M);
+    CT_CHECK(memcmp(hxr, xr, sizeof(float) * k * M) == 0, "%-5s rounding of the inputs (act %d): "
+             "bit-identical to the CPU's", name, (int)act);
+
+    /* GEMV for every m, plain, with bias, accumulating */
+    float *bias = malloc(sizeof(float) * n);
+    for (uint32_t j = 0; j < n; j++)
+        bias[j] = frand();
+    float *dbias = to_dev(bias, sizeof(float) * n);
+    float *dy = NULL, *hy = malloc(sizeof(float) * n * M), *y0 = malloc(sizeof(float) * n * M);
+    CT_CUDA(cudaMalloc((void **)&dy, sizeof(float) * n * M));
+    double worst = 0.0;
+    int all_m_ok = 1;
+    for (uint32_t m = 1; m <= M; m++) {
+        for (int mode = 0; mode < 3; mode++) { /* 0 plain, 1 bias, 2 accumulate onto y0 */
+            for (size_t i = 0; i < (size_t)n * M; i++)
+                y0[i] = frand();
+            CT_CUDA(cudaMemcpy(dy, y0, sizeof(float) * n * M, cudaMemcpyHostToDevice));
+            CT_CUDA(hr_cuda_gemv((int)t, dw, rb, k, n, dxr, m, dy, n, mode == 1 ? dbias : NULL,
+                                 mode == 2, 0));
+            from_dev(hy, dy, sizeof(float) * n * M);
+            for (uint32_t r = 0; r < m; r++)
+                for (uint32_t j = 0; j < n; j++) {
+                    double ref = 0.0, mag = 0.0;
+                    for (uint32_t i = 0; i < k; i++) {
+                        ref += (double)wd[(size_t)j * k + i] * xr[(size_t)r * k + i];
+                        mag += fabs((double)wd[(size_t)j * k + i] * xr[(size_t)r * k + i]);
+                    }
+                    if (mode == 1)
+                        ref += bias[j];
+                    if (mode == 2)
+                        ref += y0[(size_t)r * n + j];
+                    double e = fabs(hy[(size_t)r * n + j] - ref) / (mag + 1e-30);
+                    if (e > worst)
+                        worst = e;
+                }
+            /* rows past m untouched */
+            for (uint32_t r = m; r < M; r++)
+                for (uint32_t j = 0; j < n; j++)
+                    if (hy[(size_t)r * n + j] != y0[(size_t)r * n + j])
+                        all_m_ok = 0;
+        }
+    }
+    CT_CHECK(worst < 1e-6 && all_m_ok, "%-5s GEMV m = 1..%u (plain, bias, accumulate): worst error "
+             "%.2e of sum |terms| (< 1e-6), other rows untouched", name, M, worst);
+
+    /* The CPU's own kernel against the same reference: how far ggml-cpu's
+     * arithmetic (integer block sums, scaled) is from the dot product of the
+     * values the GPU multiplies. Printed, not checked: it explains the GPU -
+     * CPU differences the whole-model test sees. */
+    {
+        void *cact = malloc(hr_matmul_act_bytes(t, M, k) + 64);
+        float *cy = malloc(sizeof(float) * n * M);
+        hr_matmul_prepare(t, x, M, k, cact, 0, 1);
+        hr_matmul_compute(t, wq, k, n, cact, M, cy, n, 0, 1);
+        double cw = 0.0;
+        for (uint32_t r = 0; r < M; r++)
+            for (uint32_t j = 0; j < n; j++) {
+                double ref = 0.0, mag = 0.0;
+                for (uint32_t i = 0; i < k; i++) {
+                    ref += (double)wd[(size_t)j * k + i] * xr[(size_t)r * k + i];
+                    mag += fabs((double)wd[(size_t)j * k + i] * xr[(size_t)r * k + i]);
+                }
+                double e = fabs(cy[(size_t)r * n + j] - ref) / (mag + 1e-30);
+                cw = e > cw ? e : cw;
+            }
+        printf("  data  %-5s the CPU kernel (%s) against the same reference: worst error %.2e of "
+               "sum |terms|\n", name, hr_kernels_isa(), cw);
+        free(cact), free(cy);
+    }
+
+    /* GEMM (m > 8): against the reference, and row 3 the same at m = 9 and 70 */
+    {
+        const uint32_t MG = 70;
+        float *gx = malloc(sizeof(float) * k * MG), *gy = malloc(sizeof(float) * n * MG);
+        float *gy9 = malloc(sizeof(float) * n * 9);
+        for (size_t i = 0; i < (size_t)k * MG; i++)
+            gx[i] = frand();
+        float *dgx = to_dev(gx, sizeof(float) * k * MG), *dgy = NULL;
+        CT_CUDA(cudaMalloc((void **)&dgy, sizeof(float) * n * MG));
+        double gw = 0.0;
+        for (int mode = 0; mode < 3; mode++) {
+            for (size_t i = 0; i < (size_t)n * MG; i++)
+                gy[i] = frand();
+            float *y0g = malloc(sizeof(float) * n * MG);
+            memcpy(y0g, gy, sizeof(float) * n * MG);
+            CT_CUDA(cudaMemcpy(dgy, gy, sizeof(float) * n * MG, cudaMemcpyHostToDevice));
+            CT_CUDA(hr_cuda_gemm((int)t, dw, rb, k, n, dgx, MG, dgy, n, mode == 1 ? dbias : NULL,
+                                 mode == 2, 0));
+            from_dev(gy, dgy, sizeof(float) * n * MG);
+            for (uint32_t r = 0; r < MG; r++)
+                for (uint32_t j = 0; j < n; j++) {
+                    double ref = 0.0, mag = 0.0;
+                    for (uint32_t i = 0; i < k; i++) {
+                        ref += (double)wd[(size_t)j * k + i] * gx[(size_t)r * k + i];
+                        mag += fabs((double)wd[(size_t)j * k + i] * gx[(size_t)r * k + i]);
+                    }
+                    if (mode == 1)
+                        ref += bias[j];
+                    if (mode == 2)
+                        ref += y0g[(size_t)r * n + j];
+                    double e = fabs(gy[(size_t)r * n + j] - ref) / (mag + 1e-30);
+                    gw = e > gw ? e : gw;
+                }
+            free(y0g);
+        }
+        CT_CHECK(gw < 1e-6, "%-5s GEMM m = %u (plain, bias, accumulate): worst error %.2e of sum "
+                 "|terms| (< 1e-6)", name, MG, gw);
+        CT_CUDA(hr_cuda_gemm((int)t, dw, rb, k, n, dgx, MG, dgy, n, NULL, 0, 0));
+        from_dev(gy, dgy, sizeof(float) * n * MG);
+        CT_CUDA(hr_cuda_gemm((int)t, dw, rb, k, n, dgx + (size_t)61 * k, 9, dgy, n, NULL, 0, 0));
+        from_dev(gy9, dgy, sizeof(float) * n * 9);
+        CT_CHECK(memcmp(gy + (size_t)64 * n, gy9 + (size_t)3 * n, sizeof(float) * n) == 0,
+                 "%-5s GEMM row 64 of 70 == row 3 of 9 (another tile), bit for bit", name);
+        cudaFree(dgx), cudaFree(dgy);
+        free(gx), free(gy), free(gy9);
+    }
+
+    /* batch invariance: row r's result is the same for every m */
+    float *ya = malloc(sizeof(float) * n), *yb = malloc(sizeof(float) * n * M);
+    CT_CUDA(hr_cuda_gemv((int)t, dw, rb, k, n, dxr + 3 * k, 1, dy, n, NULL, 0, 0));
+    from_dev(ya, dy, sizeof(float) * n);
+    CT_CUDA(hr_cuda_gemv((int)t, dw, rb, k, n, dxr, M, dy, n, NULL, 0, 0));
+    from_dev(yb, dy, sizeof(float) * n * M);
+    CT_CHECK(memcmp(ya, yb + 3 * n, sizeof(float) * n) == 0, "%-5s GEMV row 3 alone == row 3 of "
+             "%u rows, bit for bit", name, M);
+
+    cudaFree(dw), cudaFree(dout), cudaFree(dx), cudaFree(dxr), cudaFree(dbias), cudaFree(dy);
+    free(wf), free(wd), free(wq), free(hout), free(x), free(xr), free(scratch), free(hxr);
+    free(bias), free(hy), free(y0), free(ya), free(yb);
+}
+
+static void test_small(void)
+{
+    const uint32_t n = 384, rows = 5;
+    float *x = malloc(sizeof(float) * n * rows), *add = malloc(sizeof(float) * n * rows);
+    float *w = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * n * 2);
+    for (size_t i = 0; i < (size_t)n * rows; i++)
+        x[i] = frand() * 2, add[i] = frand();
+    for (uint32_t i = 0; i < n; i++)
+        w[i] = frand();
+    int32_t idx[2] = {3, 1};
+    float *dx = to_dev(x, sizeof(float) * n * rows), *dadd = to_dev(add, sizeof(float) * n * rows);
+    float *dw = to_dev(w, sizeof(float) * n), *dy = NULL;
+    int32_t *didx = to_dev(idx, sizeof(idx));
+    CT_CUDA(cudaMalloc((void **)&dy, sizeof(float) * n * 2));
+    CT_CUDA(hr_cuda_rms_norm(dx, dadd, didx, 2, n, dw, 1e-6f, dy, 0));
+    from_dev(y, dy, sizeof(float) * n * 2);
+    double worst = 0;
+    for (int r = 0; r < 2; r++) {
+        const float *xr = x + (size_t)idx[r] * n, *ar = add + (size_t)idx[r] * n;
+        float s[384];
+        double sum = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            s[i] = xr[i] + ar[i];
+            sum += (double)(s[i] * s[i]);
+        }
+        const float scale = 1.0f / sqrtf((float)(sum / n) + 1e-6f);
+        for (uint32_t i = 0; i < n; i++) {
+            double e = fabs(y[(size_t)r * n + i] - (s[i] * scale) * w[i]);
+            worst = e > worst ? e : worst;
+        }
+    }
+    CT_CHECK(worst <= 1e-6, "RMSNorm with residual add and row index: worst abs error %.2e", worst);
+
+    /* SwiGLU */
+    float *dg = to_dev(x, sizeof(float) * n), *du = to_dev(add, sizeof(float) * n);
+    CT_CUDA(hr_cuda_swiglu(dg, du, n, 0));
+    from_dev(y, dg, sizeof(float) * n);
+    worst = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        double ref = x[i] / (1.0 + exp(-(double)x[i])) * add[i];
+        double e = fabs(y[i] - ref);
+        worst = e > worst ? e : worst;
+    }
+    CT_CHECK(worst < 1e-6, "SwiGLU: worst abs error %.2e", worst);
+
+    /* RoPE table: the CPU's multiply chain, cos/sin to a few ulp */
+    const uint32_t n_rot = 64, T = 3;
+    int32_t pos[3] = {0, 17, 4000};
+    float freqs[32];
+    for (int i = 0; i < 32; i++)
+        freqs[i] = 1.0f + (float)i / 8;
+    int32_t *dpos = to_dev(pos, sizeof(pos));
+    float *dfreqs = to_dev(freqs, sizeof(freqs)), *drope = NULL, rope[3 * 64];
+    CT_CUDA(cudaMalloc((void **)&drope, sizeof(rope)));
+    const float ts = powf(10000.0f, -2.0f / (float)n_rot);
+    CT_CUDA(hr_cuda_rope_table(dpos, T, n_rot, ts, 0.5f, dfreqs, drope, 0));
+    from_dev(rope, drope, sizeof(rope));
+    worst = 0;
+    for (uint32_t t = 0; t < T; t++) {
+        float theta = (float)pos[t];
+        for (uint32_t i0 = 0; i0 < n_rot; i0 += 2) {
+            const float a = 0.5f * (theta / freqs[i0 / 2]);
+            double e = fmax(fabs(rope[t * n_rot + i0] - cosf(a)), fabs(rope[t * n_rot + i0 + 1] - sinf(a)));
+            worst = e > worst ? e : worst;
+            theta *= ts;
+        }
+    }
+    CT_CHECK(worst < 1e-6, "RoPE table (llama3 factors, linear scale): worst abs error %.2e", worst);
+    cudaFree(dx), cudaFree(dadd), cudaFree(dw), cudaFree(dy), cudaFree(didx), cudaFree(dg);
+    cudaFree(du), cudaFree(dpos), cudaFree(dfreqs), cudaFree(drope);
+    free(x), free(add), free(w), free(y);
+}
+
+int main(int argc, char **argv)
+{
+    ct_require_device("test-cuda-kernels");
+    if (argc > 1 && strcmp(argv[1], "--probe") == 0)
+        return 0; /* exit 0: a device answers (77 above: none) */
+    double t0 = ct_now();
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+        test_type(types[i]);
+    test_small();
+    printf("test-cuda-kernels: %.1f s\n", ct_now() - t0);
+    return ct_finish("test-cuda-kernels");
+}
