@@ -222,6 +222,10 @@ uint32_t hr_gov_size_chunk(struct hr_gov *g, const struct hr_gov_chunk_req *req,
 /* What admission keeps below the hard watermark for the measurement's
  * noise between its sample and the request's run (governor.c). */
 #define HR_GOV_ADMIT_NOISE_BYTES (512ull * 1024)
+/* What the smallest ceiling named in a refusal ("the smallest --memory-limit
+ * that runs it is Z") adds for the start-to-start spread of a process's
+ * residual (1.5 MiB measured; see hr_gov_admit). */
+#define HR_GOV_MIN_CEILING_SLACK_BYTES (2ull * 1024 * 1024)
 #define HR_GOV_RESIDUAL_FLOOR_AUTO UINT64_MAX /* hr_gov_admit: use the measured residual */
 
 struct hr_gov_admit_req {
