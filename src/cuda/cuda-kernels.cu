@@ -12,6 +12,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 
 /* ---- dequantization: one chunk of 32 consecutive elements ----------------
@@ -413,6 +416,145 @@ __global__ void __launch_bounds__(128) gemv_kernel(const uint8_t *w, uint64_t ro
     }
 }
 
+/* Q4_K, rows 16-byte aligned: the same products, loaded as the bytes lie,
+ * four weight rows per warp.
+ *
+ * A super-block (144 bytes) is a 16-byte header (d, dmin, 12 scale bytes)
+ * and 128 quant bytes in 8 pieces of 16; piece (p, h) holds the low nibbles
+ * of sub-block 2p, values 16h..16h+15, and the high nibbles of sub-block
+ * 2p+1, the same values. Lane l takes pieces l, l + 32, ... of its warp's
+ * four rows: per piece two 16-byte loads a row (header, quants), 8 in
+ * flight, 8 consecutive lanes one super-block, so a warp's loads are
+ * contiguous; each input float4 is loaded once for the four rows. (The
+ * generic kernel's lane decodes a 32-value chunk with byte loads and reads
+ * the whole input per row: 249 GB/s on an 8B shape; one row per warp with
+ * these loads: 372.) The weight values are the CPU's (d1 x q - m1, as
+ * dequant_chunk). Each lane's sum runs over its pieces in order and the
+ * warp then sums lanes: an output's order depends on k only, never on m or
+ * on which rows share its warp. */
+#define Q4K_ROWS 4
+/* Byte i (0..11) of the 12 scale bytes, header words y, z, w (registers;
+ * taking the header's address would put it in local memory). */
+__device__ __forceinline__ uint32_t q4k_sbyte(const uint4 hd, uint32_t i)
+{
+    const uint32_t word = i < 4 ? hd.y : i < 8 ? hd.z : hd.w;
+    return (word >> (8 * (i % 4))) & 0xFF;
+}
+
+/* scale_min_k4 on the header in registers: sub-blocks 2p and 2p + 1. */
+__device__ __forceinline__ void q4k_scales(const uint4 hd, uint32_t p, float *d1a, float *m1a,
+                                           float *d1b, float *m1b)
+{
+    const float d = __half2float(__ushort_as_half((unsigned short)(hd.x & 0xFFFF)));
+    const float dmin = __half2float(__ushort_as_half((unsigned short)(hd.x >> 16)));
+    float sc[2], mn[2];
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        const uint32_t jj = 2 * p + (uint32_t)e;
+        if (jj < 4) {
+            sc[e] = (float)(q4k_sbyte(hd, jj) & 63);
+            mn[e] = (float)(q4k_sbyte(hd, jj + 4) & 63);
+        } else {
+            sc[e] = (float)((q4k_sbyte(hd, jj + 4) & 0xF) | ((q4k_sbyte(hd, jj - 4) >> 6) << 4));
+            mn[e] = (float)((q4k_sbyte(hd, jj + 4) >> 4) | ((q4k_sbyte(hd, jj) >> 6) << 4));
+        }
+    }
+    *d1a = d * sc[0], *m1a = dmin * mn[0], *d1b = d * sc[1], *m1b = dmin * mn[1];
+}
+
+__global__ void __launch_bounds__(128) gemv_q4k_kernel(const uint8_t *w, uint64_t row_bytes,
+                                                       uint32_t k, uint32_t n, const float *x,
+                                                       uint32_t m, float *y, uint32_t ldy,
+                                                       const float *bias, int accumulate)
+{
+    const uint32_t lane = threadIdx.x & 31;
+    const uint32_t j0 = (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * Q4K_ROWS;
+    if (j0 >= n)
+        return;
+    const uint32_t nr = n - j0 < Q4K_ROWS ? n - j0 : Q4K_ROWS;
+    float acc[HR_CUDA_GEMV_MAX_ROWS][Q4K_ROWS];
+#pragma unroll
+    for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++)
+#pragma unroll
+        for (int r = 0; r < Q4K_ROWS; r++)
+            acc[t][r] = 0.0f;
+    const uint32_t pieces = k / 256 * 8;
+    for (uint32_t pc = lane; pc < pieces; pc += 32) {
+        const uint32_t sb = pc / 8, p = (pc / 2) % 4, h = pc % 2;
+        uint4 hd[Q4K_ROWS], qv[Q4K_ROWS];
+#pragma unroll
+        for (int r = 0; r < Q4K_ROWS; r++) {
+            /* a missing row (n % 4) reads row j0 again and is not stored */
+            const uint8_t *b = w + (uint64_t)(j0 + ((uint32_t)r < nr ? r : 0)) * row_bytes +
+                               (size_t)sb * 144;
+            hd[r] = *(const uint4 *)b;
+            qv[r] = *(const uint4 *)(b + 16 + 32 * p + 16 * h);
+        }
+        float d1a[Q4K_ROWS], m1a[Q4K_ROWS], d1b[Q4K_ROWS], m1b[Q4K_ROWS];
+#pragma unroll
+        for (int r = 0; r < Q4K_ROWS; r++)
+            q4k_scales(hd[r], p, &d1a[r], &m1a[r], &d1b[r], &m1b[r]);
+        const uint64_t xo = (uint64_t)sb * 256 + 64 * p + 16 * h;
+#pragma unroll
+        for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
+            if ((uint32_t)t < m) {
+                const float4 *xl = (const float4 *)(x + (uint64_t)t * k + xo);
+                const float4 *xh = (const float4 *)(x + (uint64_t)t * k + xo + 32);
+                float xv[32];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const float4 a = xl[i], b2 = xh[i];
+                    xv[4 * i] = a.x, xv[4 * i + 1] = a.y, xv[4 * i + 2] = a.z, xv[4 * i + 3] = a.w;
+                    xv[16 + 4 * i] = b2.x, xv[16 + 4 * i + 1] = b2.y, xv[16 + 4 * i + 2] = b2.z,
+                                xv[16 + 4 * i + 3] = b2.w;
+                }
+#pragma unroll
+                for (int r = 0; r < Q4K_ROWS; r++) {
+                    const uint32_t q[4] = {qv[r].x, qv[r].y, qv[r].z, qv[r].w};
+                    float a = acc[t][r];
+#pragma unroll
+                    for (int i = 0; i < 16; i++)
+                        a = fmaf(d1a[r] * (float)((q[i / 4] >> (8 * (i % 4))) & 0xF) - m1a[r],
+                                 xv[i], a);
+#pragma unroll
+                    for (int i = 0; i < 16; i++)
+                        a = fmaf(d1b[r] * (float)((q[i / 4] >> (8 * (i % 4) + 4)) & 0xF) - m1b[r],
+                                 xv[16 + i], a);
+                    acc[t][r] = a;
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
+        if ((uint32_t)t < m) {
+#pragma unroll
+            for (int r = 0; r < Q4K_ROWS; r++) {
+                float a = warp_sum(acc[t][r]);
+                if (lane == 0 && (uint32_t)r < nr) {
+                    const uint32_t j = j0 + r;
+                    if (bias)
+                        a += bias[j];
+                    float *yp = y + (uint64_t)t * ldy + j;
+                    *yp = accumulate ? *yp + a : a;
+                }
+            }
+        }
+    }
+}
+
+/* HR_CUDA_GEMV=generic runs every type on the generic kernel (benchmarks
+ * compare the two in one run). */
+static int gemv_generic_only(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("HR_CUDA_GEMV");
+        v = e && !strcmp(e, "generic");
+    }
+    return v;
+}
+
 extern "C" cudaError_t hr_cuda_gemv(int type, const void *w, uint64_t row_bytes, uint32_t k,
                                     uint32_t n, const float *x, uint32_t m, float *y, uint32_t ldy,
                                     const float *bias, int accumulate, cudaStream_t s)
@@ -422,6 +564,13 @@ extern "C" cudaError_t hr_cuda_gemv(int type, const void *w, uint64_t row_bytes,
     if (m > HR_CUDA_GEMV_MAX_ROWS || k % 32)
         return cudaErrorInvalidValue;
     const unsigned blocks = (n + 3) / 4;
+    if (type == HR_CUDA_T_Q4_K && k % 256 == 0 && ((uintptr_t)w | row_bytes) % 16 == 0 &&
+        !gemv_generic_only()) {
+        const unsigned qblocks = (n + 4 * Q4K_ROWS - 1) / (4 * Q4K_ROWS);
+        gemv_q4k_kernel<<<qblocks, 128, 0, s>>>((const uint8_t *)w, row_bytes, k, n, x, m, y, ldy,
+                                                bias, accumulate);
+        return cudaGetLastError();
+    }
 #define L_GEMV(T)                                                                                 \
     gemv_kernel<T><<<blocks, 128, 0, s>>>((const uint8_t *)w, row_bytes, k, n, x, m, y, ldy,     \
                                           bias, accumulate)
@@ -825,7 +974,8 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
         (ce = preload_type<HR_CUDA_T_Q5_K>()) != cudaSuccess ||
         (ce = preload_type<HR_CUDA_T_Q6_K>()) != cudaSuccess)
         return ce;
-    const void *k[] = {(const void *)rope_table_kernel, (const void *)rms_norm_kernel,
+    const void *k[] = {(const void *)gemv_q4k_kernel,
+                       (const void *)rope_table_kernel, (const void *)rms_norm_kernel,
                        (const void *)act_round_kernel, (const void *)add_bias_kernel,
                        (const void *)qkv_post_kernel, (const void *)attention_kernel<0>,
                        (const void *)attention_kernel<1>, (const void *)swiglu_kernel};

@@ -1031,9 +1031,10 @@ static enum hr_status get_int(const struct hr_gguf *g, const char *key, const ch
 enum hr_status hr_gguf_get_u32(const struct hr_gguf *g, const char *key, uint32_t *out,
                                struct hr_err *err)
 {
-    bool neg;
-    uint64_t u;
-    int64_t s;
+    /* get_int sets all three on success; gcc 13 at -O3 cannot see it */
+    bool neg = false;
+    uint64_t u = 0;
+    int64_t s = 0;
     enum hr_status st = get_int(g, key, "an integer", &neg, &u, &s, err);
     if (st != HR_OK)
         return st;
@@ -1049,9 +1050,10 @@ enum hr_status hr_gguf_get_u32(const struct hr_gguf *g, const char *key, uint32_
 enum hr_status hr_gguf_get_u64(const struct hr_gguf *g, const char *key, uint64_t *out,
                                struct hr_err *err)
 {
-    bool neg;
-    uint64_t u;
-    int64_t s;
+    /* get_int sets all three on success; gcc 13 at -O3 cannot see it */
+    bool neg = false;
+    uint64_t u = 0;
+    int64_t s = 0;
     enum hr_status st = get_int(g, key, "an integer", &neg, &u, &s, err);
     if (st != HR_OK)
         return st;
@@ -1064,9 +1066,10 @@ enum hr_status hr_gguf_get_u64(const struct hr_gguf *g, const char *key, uint64_
 enum hr_status hr_gguf_get_i64(const struct hr_gguf *g, const char *key, int64_t *out,
                                struct hr_err *err)
 {
-    bool neg;
-    uint64_t u;
-    int64_t s;
+    /* get_int sets all three on success; gcc 13 at -O3 cannot see it */
+    bool neg = false;
+    uint64_t u = 0;
+    int64_t s = 0;
     enum hr_status st = get_int(g, key, "an integer", &neg, &u, &s, err);
     if (st != HR_OK)
         return st;
