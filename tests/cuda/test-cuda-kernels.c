@@ -78,7 +78,9 @@ static void cpu_round(enum hr_ggml_type t, const float *x, float *y, size_t k, v
 
 static void test_type(enum hr_ggml_type t)
 {
-    const uint32_t k = 512, n = 96, M = HR_CUDA_GEMV_MAX_ROWS;
+    /* n = 99: the Q4_K GEMV takes rows four to a warp and 16 to a block; 99
+     * leaves a warp with 3 rows and a block with 3 warps */
+    const uint32_t k = 512, n = 99, M = HR_CUDA_GEMV_MAX_ROWS;
     const char *name = hr_ggml_type_name(t);
     const size_t rb = hr_row_bytes(t, k);
     float *wf = malloc(sizeof(float) * k * n), *wd = malloc(sizeof(float) * k * n);
