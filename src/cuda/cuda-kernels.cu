@@ -543,6 +543,54 @@ __global__ void __launch_bounds__(128) gemv_q4k_kernel(const uint8_t *w, uint64_
     }
 }
 
+/* One input row (decode of one sequence), the other types: four weight rows
+ * per warp, so each input chunk is loaded once for the four (the generic
+ * kernel loads the whole input per weight row). Lane and chunk order as
+ * gemv_kernel's, so an output equals its bit for bit: a token decoded alone
+ * gets what it gets in a batch. */
+template <int TYPE>
+__global__ void __launch_bounds__(128) gemv1_kernel(const uint8_t *w, uint64_t row_bytes,
+                                                    uint32_t k, uint32_t n, const float *x,
+                                                    float *y, const float *bias, int accumulate)
+{
+    const uint32_t lane = threadIdx.x & 31;
+    const uint32_t j0 = (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * 4;
+    if (j0 >= n)
+        return;
+    const uint32_t nr = n - j0 < 4 ? n - j0 : 4;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (uint32_t c = lane; c < k / 32; c += 32) {
+        const float4 *xp = (const float4 *)(x + (uint64_t)c * 32);
+        float xv[32];
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const float4 a = xp[i];
+            xv[4 * i] = a.x, xv[4 * i + 1] = a.y, xv[4 * i + 2] = a.z, xv[4 * i + 3] = a.w;
+        }
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            float v[32];
+            /* a missing row (n % 4) decodes row j0 again and is not stored */
+            dequant_chunk<TYPE>(w + (uint64_t)(j0 + ((uint32_t)r < nr ? r : 0)) * row_bytes, c, v);
+            float a = acc[r];
+#pragma unroll
+            for (int i = 0; i < 32; i++)
+                a = fmaf(v[i], xv[i], a);
+            acc[r] = a;
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        float a = warp_sum(acc[r]);
+        if (lane == 0 && (uint32_t)r < nr) {
+            const uint32_t j = j0 + r;
+            if (bias)
+                a += bias[j];
+            y[j] = accumulate ? y[j] + a : a;
+        }
+    }
+}
+
 /* HR_CUDA_GEMV=generic runs every type on the generic kernel (benchmarks
  * compare the two in one run). */
 static int gemv_generic_only(void)
@@ -569,6 +617,15 @@ extern "C" cudaError_t hr_cuda_gemv(int type, const void *w, uint64_t row_bytes,
         const unsigned qblocks = (n + 4 * Q4K_ROWS - 1) / (4 * Q4K_ROWS);
         gemv_q4k_kernel<<<qblocks, 128, 0, s>>>((const uint8_t *)w, row_bytes, k, n, x, m, y, ldy,
                                                 bias, accumulate);
+        return cudaGetLastError();
+    }
+    if (m == 1 && !gemv_generic_only()) {
+        const unsigned rblocks = (n + 15) / 16;
+#define L_GEMV1(T)                                                                                \
+    gemv1_kernel<T><<<rblocks, 128, 0, s>>>((const uint8_t *)w, row_bytes, k, n, x, y, bias,       \
+                                            accumulate)
+        HR_DISPATCH(type, L_GEMV1)
+#undef L_GEMV1
         return cudaGetLastError();
     }
 #define L_GEMV(T)                                                                                 \
@@ -956,6 +1013,7 @@ static cudaError_t preload_type(void)
     cudaError_t ce;
     if ((ce = cudaFuncGetAttributes(&a, dequant_rows_kernel<T>)) != cudaSuccess ||
         (ce = cudaFuncGetAttributes(&a, gemv_kernel<T>)) != cudaSuccess ||
+        (ce = cudaFuncGetAttributes(&a, gemv1_kernel<T>)) != cudaSuccess ||
         (ce = cudaFuncGetAttributes(&a, gemm_kernel<T>)) != cudaSuccess)
         return ce;
     return cudaSuccess;
