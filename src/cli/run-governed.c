@@ -181,6 +181,7 @@ int hr_cli_run_governed(const struct hr_cli_governed_run *g)
         .admit_beyond_memory = g->admit_beyond_memory,
         .device = g->device,
         .device_limit_bytes = g->vram_limit_bytes,
+        .kv_full_window = g->kv_full_window,
     };
     struct hr_sched *s = NULL;
     if (hr_sched_init(&sc, &s, &err) != HR_OK) {
