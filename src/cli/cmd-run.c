@@ -328,11 +328,12 @@ static int run(const struct run_opts *o)
         .device_limit_bytes = o->no_governor ? 0 : o->vram_limit_bytes,
         .kv_full_window = o->kv_full_window,
     };
-    struct hr_kv_config kc = {.n_layer = model->n_attn_layers, .n_head_kv = model->hp.n_head_kv,
-                              .head_dim = model->hp.head_dim_k, .type = o->kv_type};
-    uint64_t block = hr_kv_block_bytes_for(&kc);
-    cfg.kv_budget_bytes = ((uint64_t)ctx + HR_KV_DEFAULT_BLOCK_TOKENS - 1) /
-                          HR_KV_DEFAULT_BLOCK_TOKENS * block;
+    /* The whole context's blocks (sliding-window layers: their window's,
+     * for steps of up to --batch tokens). */
+    struct hr_kv_config kc;
+    hr_engine_kv_config(model, o->kv_type, 0, o->kv_full_window, &kc);
+    cfg.kv_budget_bytes = (uint64_t)hr_kv_config_blocks_for(&kc, ctx, batch) *
+                          hr_kv_block_bytes_for(&kc);
     struct hr_backend *eng = NULL;
     struct hr_sampler *smp = NULL;
     struct hr_kv_seq seq = {0};

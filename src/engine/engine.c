@@ -138,6 +138,29 @@ static bool add_type(enum hr_ggml_type *set, uint32_t *n, enum hr_ggml_type t)
     return true;
 }
 
+void hr_engine_kv_config(const struct hr_model *m, enum hr_ggml_type kv_type,
+                         uint32_t block_tokens, bool full_window, struct hr_kv_config *out)
+{
+    /* KV only for the attention layers: a hybrid model's recurrent layers
+     * keep their state in the state pool instead. With sliding-window and
+     * full layers both present, each kind is numbered from 0 in blocks of
+     * its own (kv-cache.h, "Windowed KV"); a block holds the larger count. */
+    const struct hr_hparams *hp = &m->hp;
+    uint32_t n_full = 0, n_win = 0;
+    for (uint32_t l = 0; l < hp->n_layer; l++)
+        if (m->layers[l].mixer == HR_MIXER_ATTN)
+            *(m->layers[l].window ? &n_win : &n_full) += 1;
+    const bool windowed = n_win > 0 && n_full > 0 && !full_window;
+    *out = (struct hr_kv_config){
+        .n_layer = windowed ? (n_full > n_win ? n_full : n_win) : m->n_attn_layers,
+        .n_head_kv = hp->n_head_kv,
+        .head_dim = hp->head_dim_k,
+        .block_tokens = block_tokens ? block_tokens : HR_KV_DEFAULT_BLOCK_TOKENS,
+        .type = kv_type,
+        .window = windowed ? hp->n_swa : 0,
+    };
+}
+
 enum hr_status hr_engine_init(const struct hr_model *m, const struct hr_engine_config *cfg_in,
                               struct hr_engine **out, struct hr_err *err)
 {
@@ -161,10 +184,11 @@ enum hr_status hr_engine_init(const struct hr_model *m, const struct hr_engine_c
     e->m = m;
     e->cfg = cfg;
     const struct hr_hparams *hp = &m->hp;
-    /* KV only for the attention layers: a hybrid model's recurrent layers
-     * keep their state in the state pool instead. With sliding-window and
-     * full layers both present, each kind is numbered from 0 in blocks of
-     * its own (kv-cache.h, "Windowed KV"); a block holds the larger count. */
+    struct hr_kv_config kc;
+    hr_engine_kv_config(m, cfg.kv_type, cfg.kv_block_tokens, cfg.kv_full_window, &kc);
+    kc.budget_bytes = cfg.kv_budget_bytes;
+    /* Each attention layer's place in a block of its kind. */
+    e->windowed = kc.window != 0;
     e->kv_slot = calloc(hp->n_layer ? hp->n_layer : 1, sizeof(*e->kv_slot));
     if (!e->kv_slot) {
         free(e);
@@ -173,23 +197,9 @@ enum hr_status hr_engine_init(const struct hr_model *m, const struct hr_engine_c
     uint32_t n_full = 0, n_win = 0;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const struct hr_layer *L = &m->layers[l];
-        if (L->mixer != HR_MIXER_ATTN)
-            continue;
-        e->kv_slot[l] = L->window ? n_win++ : n_full++;
+        if (L->mixer == HR_MIXER_ATTN)
+            e->kv_slot[l] = !e->windowed ? L->kv_layer : L->window ? n_win++ : n_full++;
     }
-    e->windowed = n_win > 0 && n_full > 0 && !cfg.kv_full_window;
-    if (!e->windowed)
-        for (uint32_t l = 0; l < hp->n_layer; l++)
-            e->kv_slot[l] = m->layers[l].kv_layer;
-    struct hr_kv_config kc = {
-        .n_layer = e->windowed ? (n_full > n_win ? n_full : n_win) : m->n_attn_layers,
-        .window = e->windowed ? hp->n_swa : 0,
-        .n_head_kv = hp->n_head_kv,
-        .head_dim = hp->head_dim_k,
-        .block_tokens = cfg.kv_block_tokens,
-        .type = cfg.kv_type,
-        .budget_bytes = cfg.kv_budget_bytes,
-    };
     struct hr_plan_dims *d = &e->dims;
     d->n_embd = hp->n_embd;
     d->n_head = hp->n_head;

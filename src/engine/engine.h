@@ -74,6 +74,14 @@ struct hr_step {
 
 struct hr_engine;
 
+/* The KV pool's shape for `model` (layers per block, heads, head dim, type,
+ * block tokens, window; budget 0), as hr_engine_init makes it: with both
+ * sliding-window and full layers and !full_window, a windowed pool whose
+ * blocks hold the larger kind's layers. For budgets sized before an engine
+ * exists (hr_kv_config_blocks_for x hr_kv_block_bytes_for). */
+void hr_engine_kv_config(const struct hr_model *model, enum hr_ggml_type kv_type,
+                         uint32_t block_tokens, bool full_window, struct hr_kv_config *out);
+
 enum hr_status hr_engine_init(const struct hr_model *model, const struct hr_engine_config *cfg,
                               struct hr_engine **out, struct hr_err *err);
 void hr_engine_free(struct hr_engine *e);

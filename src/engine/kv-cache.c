@@ -281,9 +281,8 @@ uint32_t hr_kv_seq_held_blocks(const struct hr_kv_seq *seq)
     return seq->n_blocks + (seq->n_wblocks - seq->w_first);
 }
 
-uint32_t hr_kv_window_max_blocks(const struct hr_kv_pool *pool, uint32_t step_tokens)
+static uint32_t window_max_blocks(uint32_t w, uint32_t bt, uint32_t step_tokens)
 {
-    const uint32_t w = pool->cfg.window, bt = pool->cfg.block_tokens;
     if (!w)
         return 0;
     if (!step_tokens)
@@ -304,13 +303,25 @@ uint32_t hr_kv_window_max_blocks(const struct hr_kv_pool *pool, uint32_t step_to
     return most;
 }
 
+uint32_t hr_kv_window_max_blocks(const struct hr_kv_pool *pool, uint32_t step_tokens)
+{
+    return window_max_blocks(pool->cfg.window, pool->cfg.block_tokens, step_tokens);
+}
+
+uint32_t hr_kv_config_blocks_for(const struct hr_kv_config *cfg, uint32_t n_tokens,
+                                 uint32_t step_tokens)
+{
+    const uint32_t bt = cfg->block_tokens ? cfg->block_tokens : HR_KV_DEFAULT_BLOCK_TOKENS;
+    const uint32_t full = hr_kv_blocks_needed(0, n_tokens, bt);
+    if (!cfg->window)
+        return full;
+    const uint32_t win = window_max_blocks(cfg->window, bt, step_tokens);
+    return full + (win < full ? win : full);
+}
+
 uint32_t hr_kv_blocks_for(const struct hr_kv_pool *pool, uint32_t n_tokens, uint32_t step_tokens)
 {
-    const uint32_t full = hr_kv_blocks_needed(0, n_tokens, pool->cfg.block_tokens);
-    if (!pool->cfg.window)
-        return full;
-    const uint32_t win = hr_kv_window_max_blocks(pool, step_tokens);
-    return full + (win < full ? win : full);
+    return hr_kv_config_blocks_for(&pool->cfg, n_tokens, step_tokens);
 }
 
 uint64_t hr_kv_pool_max_tokens(const struct hr_kv_pool *pool, uint32_t step_tokens)

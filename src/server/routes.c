@@ -18,6 +18,7 @@
 
 #include "base/log.h"
 #include "base/sys.h"
+#include "engine/engine.h"
 #include "engine/kv-cache.h"
 #include "kernels/matmul.h"
 #include "mem/counters.h"
@@ -1302,6 +1303,9 @@ enum hr_status hr_server_load(struct hr_server *srv, struct hr_err *err)
     /* KV only on attention layers (a hybrid model's DeltaNet layers keep state) */
     struct hr_kv_config kc = {.n_layer = srv->model->n_attn_layers, .n_head_kv = hp->n_head_kv,
                               .head_dim = hp->head_dim_k, .type = kv_type};
+    /* The pool the engine will make (windowed blocks on gpt-oss). */
+    struct hr_kv_config pool_kc;
+    hr_engine_kv_config(srv->model, kv_type, 0, false, &pool_kc);
     if (!hr_kv_block_bytes_for(&kc))
         return hr_err_set(err, HR_ERR_UNSUPPORTED,
                           "--cache-type %s needs a head dim that is a multiple of 32; the "
@@ -1315,7 +1319,11 @@ enum hr_status hr_server_load(struct hr_server *srv, struct hr_err *err)
         .tok = srv->tok,
         .n_threads = cfg->n_threads,
         .kv_type = kv_type,
-        .kv_budget_bytes = parallel * blocks_per_seq * hr_kv_block_bytes_for(&kc),
+        .kv_budget_bytes =
+            (uint64_t)parallel *
+            hr_kv_config_blocks_for(&pool_kc, (uint32_t)blocks_per_seq * HR_KV_DEFAULT_BLOCK_TOKENS,
+                                    cfg->batch_tokens ? cfg->batch_tokens : 512) *
+            hr_kv_block_bytes_for(&pool_kc),
         .n_ctx = srv->n_ctx,
         .batch_tokens = cfg->batch_tokens,
         .parallel = parallel,
