@@ -114,7 +114,9 @@ static void usage(FILE *f)
             "                        to FILE as raw little-endian float32 rows of n_vocab\n"
             "                        (for comparing whole distributions with other engines)\n"
             "\n"
-            "Timing goes to stderr: prompt and generation tokens/s, peak RSS.\n");
+            "Timing goes to stderr: prompt and generation tokens/s, peak RSS; then\n"
+            "\"kv: N bytes planned, M bytes used at most\": the step plans' KV against\n"
+            "the pool's high-water mark (without --memory-limit).\n");
 }
 
 static int parse_tokens(const char *s, int32_t **out, uint32_t *n)
