@@ -336,28 +336,37 @@ static uint32_t walk_step(const struct hr_pcache *pc, uint64_t *h, uint64_t pare
     return find(pc, *h, parent, t);
 }
 
-uint32_t hr_pcache_peek(const struct hr_pcache *pc, const int32_t *tokens, uint32_t n)
+/* The cached prefix of tokens[0..n), at most max_blocks: on a windowed
+ * pool, only up to the deepest block whose entry carries its window (KV
+ * without the window's blocks cannot be continued). */
+static uint32_t usable_blocks(const struct hr_pcache *pc, const int32_t *tokens, uint32_t n,
+                              uint32_t max_blocks)
 {
-    uint32_t bt = pc->block_tokens, k = 0, usable = 0;
-    uint64_t h = pc->seed, parent = 0;
-    for (; k < n / bt; k++) {
-        uint32_t i = walk_step(pc, &h, parent, tokens + (size_t)k * bt);
-        if (i == NIL) break;
-        parent = pc->entries[i].serial;
-        if (pc->entries[i].n_w) usable = k + 1;
-    }
-    return pc->window ? usable : k;
-}
-
-uint32_t hr_pcache_lookup(struct hr_pcache *pc, const int32_t *tokens, uint32_t n,
-                          uint32_t max_blocks, int32_t *blocks_out)
-{
-    uint32_t bt = pc->block_tokens, n_full = n / bt, k = 0;
+    uint32_t bt = pc->block_tokens, k = 0, usable = 0, n_full = n / bt;
     if (n_full > max_blocks) n_full = max_blocks;
     uint64_t h = pc->seed, parent = 0;
     for (; k < n_full; k++) {
         uint32_t i = walk_step(pc, &h, parent, tokens + (size_t)k * bt);
         if (i == NIL) break;
+        parent = pc->entries[i].serial;
+        if (!pc->window || pc->entries[i].n_w) usable = k + 1;
+    }
+    return usable;
+}
+
+uint32_t hr_pcache_peek(const struct hr_pcache *pc, const int32_t *tokens, uint32_t n)
+{
+    return usable_blocks(pc, tokens, n, UINT32_MAX);
+}
+
+uint32_t hr_pcache_lookup(struct hr_pcache *pc, const int32_t *tokens, uint32_t n,
+                          uint32_t max_blocks, int32_t *blocks_out)
+{
+    uint32_t bt = pc->block_tokens, n_full = usable_blocks(pc, tokens, n, max_blocks), k = 0;
+    uint64_t h = pc->seed, parent = 0;
+    for (; k < n_full; k++) {
+        uint32_t i = walk_step(pc, &h, parent, tokens + (size_t)k * bt);
+        HR_ASSERT(i != NIL); /* usable_blocks walked it */
         struct entry *e = &pc->entries[i];
         hr_kv_ref_block(pc->pool, e->block);
         /* Now held by the caller: pinned, out of the LRU list until released. */
@@ -447,55 +456,23 @@ uint32_t hr_pcache_insert_seq(struct hr_pcache *pc, const int32_t *tokens,
     return added;
 }
 
-uint32_t hr_pcache_lookup_seq(struct hr_pcache *pc, const int32_t *tokens, uint32_t n,
-                              uint32_t max_blocks, struct hr_kv_seq *seq)
+void hr_pcache_restore_window(struct hr_pcache *pc, struct hr_kv_seq *seq)
 {
-    HR_ASSERT(seq->n_blocks == 0 && seq->n_wblocks == 0);
-    if (max_blocks > seq->cap_blocks) max_blocks = seq->cap_blocks;
-    const uint32_t bt = pc->block_tokens;
-    if (!pc->window) {
-        seq->n_blocks = hr_pcache_lookup(pc, tokens, n, max_blocks, seq->blocks);
-        seq->n_tokens = seq->n_blocks * bt;
-        return seq->n_blocks;
+    if (!pc->window) return;
+    HR_ASSERT(seq->n_wblocks == 0 && seq->n_tokens == seq->n_blocks * pc->block_tokens);
+    const uint32_t j = seq->n_blocks;
+    seq->w_first = hr_kv_window_first_block(pc->window, j * pc->block_tokens, pc->block_tokens);
+    for (uint32_t b = 0; b < seq->w_first; b++) seq->wblocks[b] = -1;
+    seq->n_wblocks = j;
+    if (j == 0) return;
+    /* The last block's entry carries the window (usable_blocks ended there). */
+    const uint32_t last = pc->entry_of_block[seq->blocks[j - 1]];
+    HR_ASSERT(last != NIL && pc->entries[last].n_w == j - seq->w_first);
+    const int32_t *w = pc->wblocks + (size_t)last * pc->n_wmax;
+    for (uint32_t b = seq->w_first; b < j; b++) {
+        hr_kv_ref_block(pc->pool, w[b - seq->w_first]);
+        seq->wblocks[b] = w[b - seq->w_first];
     }
-    /* Walk first (entry ids into the table), then take the prefix up to the
-     * deepest entry that carries its window: KV without its window cannot
-     * be continued. */
-    uint32_t n_full = n / bt, k = 0, j = 0;
-    if (n_full > max_blocks) n_full = max_blocks;
-    uint64_t h = pc->seed, parent = 0;
-    for (; k < n_full; k++) {
-        uint32_t i = walk_step(pc, &h, parent, tokens + (size_t)k * bt);
-        if (i == NIL) break;
-        seq->blocks[k] = (int32_t)i;
-        parent = pc->entries[i].serial;
-        if (pc->entries[i].n_w) j = k + 1;
-    }
-    for (k = 0; k < j; k++) {
-        struct entry *e = &pc->entries[seq->blocks[k]];
-        hr_kv_ref_block(pc->pool, e->block);
-        if (e->state == ENTRY_EVICTABLE) lru_unlink(pc, (uint32_t)seq->blocks[k]);
-        e->state = ENTRY_PINNED;
-        seq->blocks[k] = e->block;
-    }
-    const uint32_t first = hr_kv_window_first_block(pc->window, j * bt, bt);
-    if (j) {
-        const uint32_t last = pc->entry_of_block[seq->blocks[j - 1]];
-        const struct entry *e = &pc->entries[last];
-        HR_ASSERT(e->n_w == j - first);
-        const int32_t *w = pc->wblocks + (size_t)last * pc->n_wmax;
-        for (uint32_t b = first; b < j; b++) {
-            hr_kv_ref_block(pc->pool, w[b - first]);
-            seq->wblocks[b] = w[b - first];
-        }
-    }
-    for (uint32_t b = 0; b < first; b++) seq->wblocks[b] = -1;
-    seq->n_blocks = seq->n_wblocks = j;
-    seq->w_first = first;
-    seq->n_tokens = j * bt;
-    pc->stats.lookup_tokens += n;
-    pc->stats.hit_tokens += (uint64_t)j * bt;
-    return j;
 }
 
 uint32_t hr_pcache_evict(struct hr_pcache *pc, uint32_t n)

@@ -80,8 +80,9 @@
  * [hr_kv_window_first_block(k x B), k), and a sequence holds those only for
  * where it is now. So hr_pcache_insert_seq makes the entry at the
  * sequence's last full block carry that window (one reference per block,
- * dropped when the entry is evicted), and hr_pcache_lookup_seq / _peek stop
- * at the deepest entry on the walk that carries one: a prefix is reused up
+ * dropped when the entry is evicted), hr_pcache_lookup and _peek stop at the
+ * deepest entry on the walk that carries one, and hr_pcache_restore_window
+ * puts that window in the sequence: a prefix is reused up
  * to where some sequence ended (a conversation's next turn continues it)
  * and not at arbitrary earlier blocks, whose windows are gone. Windowed
  * blocks are never indexed themselves; hr_pcache_n_idle_wblocks counts
@@ -136,18 +137,19 @@ void hr_pcache_free(struct hr_pcache *pc);
  */
 uint32_t hr_pcache_lookup(struct hr_pcache *pc, const int32_t *tokens, uint32_t n,
                           uint32_t max_blocks, int32_t *blocks_out);
+/* (On a windowed pool the count ends at the deepest block whose entry
+ * carries its window; hr_pcache_restore_window then gives the window.) */
 
 /*
- * hr_pcache_lookup into a sequence with no blocks: its full table, and in a
- * windowed pool its windowed table (the hit's window, earlier entries -1),
- * n_tokens = hit x B. In a windowed pool the hit ends at the deepest entry
- * that carries its window. Returns the hit in blocks; release with
- * hr_pcache_release_seq.
+ * After hr_pcache_lookup put its k blocks in seq (seq->n_blocks = k,
+ * seq->n_tokens = k x B, no windowed blocks yet): on a windowed pool, fills
+ * seq's windowed table with the hit's window, one reference per block
+ * (entries before it -1), released with the rest by hr_pcache_release_seq.
+ * Nothing on a pool without a window.
  */
-uint32_t hr_pcache_lookup_seq(struct hr_pcache *pc, const int32_t *tokens, uint32_t n,
-                              uint32_t max_blocks, struct hr_kv_seq *seq);
+void hr_pcache_restore_window(struct hr_pcache *pc, struct hr_kv_seq *seq);
 
-/* hr_pcache_lookup_seq's count without references or LRU changes (admission pricing, usage). */
+/* hr_pcache_lookup's count without references or LRU changes (admission pricing, usage). */
 uint32_t hr_pcache_peek(const struct hr_pcache *pc, const int32_t *tokens, uint32_t n);
 
 /*

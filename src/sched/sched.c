@@ -173,7 +173,11 @@ static void cache_lookup(struct hr_sched *s, struct request *r)
     if (!s->pc || r->kv.n_blocks)
         return;
     const uint32_t bt = hr_kv_block_tokens(hr_backend_kv_pool(s->engine));
-    hr_pcache_lookup_seq(s->pc, r->tokens, r->n_tokens, (r->n_tokens - 1) / bt, &r->kv);
+    const uint32_t k = hr_pcache_lookup(s->pc, r->tokens, r->n_tokens, (r->n_tokens - 1) / bt,
+                                        r->kv.blocks);
+    r->kv.n_blocks = k;
+    r->kv.n_tokens = k * bt;
+    hr_pcache_restore_window(s->pc, &r->kv); /* windowed pools: the hit's window */
     if (!r->started)
         r->n_cached = r->kv.n_tokens < r->n_prompt ? r->kv.n_tokens : r->n_prompt;
 }

@@ -850,8 +850,12 @@ static float *run_window(struct fixture *fx, bool full_window, uint32_t chunk,
     random_tokens(&r, toks, n_prompt, V);
     struct hr_kv_seq s;
     assert_int_equal(hr_engine_seq_init(e, &s, 256, &err), HR_OK);
-    if (pc)
-        assert_true(hr_pcache_lookup_seq(pc, toks, n_prompt, (n_prompt - 1) / 32, &s) > 0);
+    if (pc) { /* from the cache: its blocks, then the window */
+        s.n_blocks = hr_pcache_lookup(pc, toks, n_prompt, (n_prompt - 1) / 32, s.blocks);
+        s.n_tokens = s.n_blocks * 32;
+        assert_true(s.n_blocks > 0);
+        hr_pcache_restore_window(pc, &s);
+    }
     float *out = calloc((size_t)(n_prompt + n_gen) * V, sizeof(float));
     uint32_t rows = 0, pos = s.n_tokens;
     *kv_most = 0;

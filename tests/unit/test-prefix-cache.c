@@ -810,7 +810,10 @@ static void test_window(void **state)
     struct hr_kv_seq b;
     assert_int_equal(hr_kv_seq_init(&b, 160, BT, &err), HR_OK);
     assert_int_equal(hr_pcache_peek(pc, t, 150), 6);
-    assert_int_equal(hr_pcache_lookup_seq(pc, t, 150, 9, &b), 6);
+    b.n_blocks = hr_pcache_lookup(pc, t, 150, 9, b.blocks);
+    b.n_tokens = b.n_blocks * BT;
+    assert_int_equal(b.n_blocks, 6);
+    hr_pcache_restore_window(pc, &b);
     assert_int_equal(b.n_tokens, 96);
     assert_int_equal(b.n_blocks, 6);
     assert_int_equal(b.n_wblocks, 6);
@@ -835,7 +838,8 @@ static void test_window(void **state)
     memcpy(u, t, sizeof(u));
     u[4 * BT] = -5;
     assert_int_equal(hr_pcache_peek(pc, u, 150), 0);
-    assert_int_equal(hr_pcache_lookup_seq(pc, u, 150, 9, &b), 0);
+    assert_int_equal(hr_pcache_lookup(pc, u, 150, 9, b.blocks), 0);
+    hr_pcache_restore_window(pc, &b);
     assert_int_equal(b.n_tokens, 0);
     assert_int_equal(b.n_wblocks, 0);
     check(pc);
