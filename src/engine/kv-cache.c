@@ -308,6 +308,12 @@ uint32_t hr_kv_window_max_blocks(const struct hr_kv_pool *pool, uint32_t step_to
     return window_max_blocks(pool->cfg.window, pool->cfg.block_tokens, step_tokens);
 }
 
+uint32_t hr_kv_config_window_blocks(const struct hr_kv_config *cfg, uint32_t step_tokens)
+{
+    const uint32_t bt = cfg->block_tokens ? cfg->block_tokens : HR_KV_DEFAULT_BLOCK_TOKENS;
+    return window_max_blocks(cfg->window, bt, step_tokens);
+}
+
 uint32_t hr_kv_config_blocks_for(const struct hr_kv_config *cfg, uint32_t n_tokens,
                                  uint32_t step_tokens)
 {

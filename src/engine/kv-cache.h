@@ -210,9 +210,10 @@ uint32_t hr_kv_window_max_blocks(const struct hr_kv_pool *pool, uint32_t step_to
  * window, min(ceil(n / B), hr_kv_window_max_blocks(step_tokens)). Monotone
  * in both arguments. What admission and the scheduler price per sequence. */
 uint32_t hr_kv_blocks_for(const struct hr_kv_pool *pool, uint32_t n_tokens, uint32_t step_tokens);
-/* The same from a pool's config, before the pool exists (budgets). */
+/* The same two from a pool's config, before the pool exists (budgets). */
 uint32_t hr_kv_config_blocks_for(const struct hr_kv_config *cfg, uint32_t n_tokens,
                                  uint32_t step_tokens);
+uint32_t hr_kv_config_window_blocks(const struct hr_kv_config *cfg, uint32_t step_tokens);
 
 /* The longest sequence the whole pool holds under hr_kv_blocks_for(., ., step_tokens). */
 uint64_t hr_kv_pool_max_tokens(const struct hr_kv_pool *pool, uint32_t step_tokens);

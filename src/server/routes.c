@@ -1354,9 +1354,15 @@ enum hr_status hr_server_load(struct hr_server *srv, struct hr_err *err)
     pthread_rwlock_unlock(&srv->sched_lock);
     /* Everything the governor counts per block follows from these. */
     hr_log_info("server", "KV cache %s: %llu bytes per block of %u tokens (%llu per token)",
-                hr_kv_type_name(kv_type), (unsigned long long)hr_kv_block_bytes_for(&kc),
+                hr_kv_type_name(kv_type), (unsigned long long)hr_kv_block_bytes_for(&pool_kc),
                 HR_KV_DEFAULT_BLOCK_TOKENS,
-                (unsigned long long)(hr_kv_block_bytes_for(&kc) / HR_KV_DEFAULT_BLOCK_TOKENS));
+                (unsigned long long)(hr_kv_block_bytes_for(&pool_kc) / HR_KV_DEFAULT_BLOCK_TOKENS));
+    /* A windowed pool's block holds one kind of layer (kv-cache.h). */
+    if (pool_kc.window)
+        hr_log_info("server", "KV cache: the full-attention layers' blocks per token above, the "
+                    "sliding-window layers' in blocks of their own for their last %u positions "
+                    "(%u blocks a sequence at most while decoding)", pool_kc.window,
+                    hr_kv_config_window_blocks(&pool_kc, 1));
     hr_log_info("server",
                 "model %s: %s, context %u tokens, %u parallel, prefix cache %s, tool calls as %s, "
                 "chat template %s",
