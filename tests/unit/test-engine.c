@@ -34,7 +34,8 @@
  *    (the sliding-window layers' blocks slide): the same logits bit for bit
  *    as keeping every position, the blocks held never above what admission
  *    prices (hr_kv_blocks_for), about half the blocks' bytes, and a prefix
- *    cache hit (its entry carrying the window) continues exactly as cold;
+ *    cache hit (its entry carrying the window) continues exactly as cold,
+ *    one without its window is refused unchanged;
  *  - attention's window and sinks (hr_attn_ctx.window, .sinks) against a
  *    plain double-precision reference, f32 and f16 caches.
  *
@@ -975,6 +976,27 @@ static void test_window_kv(void **state)
     for (size_t i = 0; i < (size_t)13 * V; i++)
         if (hit[i] != cold[(size_t)(rc - 13) * V + i])
             fail_msg("continuing from a cache hit: logit %zu differs from cold", i);
+    /* A hit without its window cannot continue: refused, nothing changed. */
+    {
+        int32_t toks[150];
+        struct hr_rng r;
+        hr_rng_seed(&r, 5);
+        random_tokens(&r, toks, 150, V);
+        struct hr_kv_seq s;
+        assert_int_equal(hr_engine_seq_init(e, &s, 256, &err), HR_OK);
+        s.n_blocks = hr_pcache_lookup(pc, toks, 150, 4, s.blocks);
+        s.n_tokens = s.n_blocks * 32;
+        assert_int_equal(s.n_blocks, 4);
+        const uint32_t used = hr_kv_n_used(hr_engine_kv_pool(e));
+        struct hr_step_seq it = {.kv = &s, .tokens = toks + 128, .n_tokens = 22, .n_logits = 1};
+        struct hr_step step = {.seqs = &it, .n_seqs = 1};
+        assert_int_equal(hr_engine_step(e, &step, &err), HR_ERR_INVALID);
+        assert_non_null(strstr(err.msg, "sliding-window"));
+        assert_int_equal(hr_kv_n_used(hr_engine_kv_pool(e)), used);
+        assert_int_equal(s.n_tokens, 128);
+        hr_pcache_release_seq(pc, &s);
+        hr_engine_seq_free(e, &s);
+    }
     /* Eviction gives every block back, windows included. */
     hr_pcache_evict(pc, 1000);
     assert_int_equal(hr_pcache_n_idle_wblocks(pc), 0);
