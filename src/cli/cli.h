@@ -40,6 +40,7 @@ struct hr_cli_governed_run {
     bool admit_beyond_memory;    /* tests: skip admission by memory, exit 3 when stuck */
     struct hr_device device;     /* --device (engine/backend.h) */
     uint64_t vram_limit_bytes;   /* --vram-limit; 0: the device's total */
+    bool kv_full_window;         /* --no-kv-window */
 };
 int hr_cli_run_governed(const struct hr_cli_governed_run *g);
 

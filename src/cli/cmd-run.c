@@ -42,6 +42,7 @@ struct run_opts {
     float memory_soft, memory_hard;
     bool no_governor;
     bool admit_beyond_memory;
+    bool kv_full_window;
     enum hr_ggml_type kv_type;
     uint32_t ctx;
     uint32_t batch;
@@ -90,6 +91,9 @@ static void usage(FILE *f)
             "                        blocks, as llama.cpp's -ctk/-ctv; q8_0 is 53%% of f16's\n"
             "                        bytes, q4_0 28%%; both need a head dim that is a\n"
             "                        multiple of 32); --kv-type is the same flag\n"
+            "  --no-kv-window        keep every position's KV on sliding-window layers\n"
+            "                        (gpt-oss) instead of only their window: the same\n"
+            "                        tokens, about twice the KV (for comparisons)\n"
             "  --memory-limit SIZE   run under the memory governor with this ceiling\n"
             "                        (12G, 512M, 80%% of RAM): the prompt is refused if it can\n"
             "                        never fit, prefill chunks (at most --batch) shrink to the\n"
@@ -110,7 +114,9 @@ static void usage(FILE *f)
             "                        to FILE as raw little-endian float32 rows of n_vocab\n"
             "                        (for comparing whole distributions with other engines)\n"
             "\n"
-            "Timing goes to stderr: prompt and generation tokens/s, peak RSS.\n");
+            "Timing goes to stderr: prompt and generation tokens/s, peak RSS; then\n"
+            "\"kv: N bytes planned, M bytes used at most\": the step plans' KV against\n"
+            "the pool's high-water mark (without --memory-limit).\n");
 }
 
 static int parse_tokens(const char *s, int32_t **out, uint32_t *n)
@@ -228,6 +234,18 @@ static int prompt_tokens(const struct run_opts *o, const struct hr_tokenizer *to
     return 0;
 }
 
+/* The KV the step's plan says the pool will hold while it runs (blocks in
+ * use now plus the step's new ones), into *peak: what "kv: planned" prints. */
+static void plan_kv(struct hr_backend *b, const struct hr_step *step, uint64_t *peak)
+{
+    struct hr_backend_plan p;
+    hr_backend_plan(b, step, &p);
+    const struct hr_kv_pool *pool = hr_backend_kv_pool(b);
+    const uint64_t kv = (uint64_t)hr_kv_n_used(pool) * hr_kv_block_bytes(pool) + p.kv_bytes;
+    if (kv > *peak)
+        *peak = kv;
+}
+
 /* Device memory in use now (every process's; cudaMemGetInfo), into *peak. */
 static void sample_device(struct hr_backend *b, uint64_t *peak)
 {
@@ -293,7 +311,8 @@ static int run(const struct run_opts *o)
             .json = o->json, .memory_limit = o->memory_limit,
             .soft_frac = o->memory_soft, .hard_frac = o->memory_hard,
             .admit_beyond_memory = o->admit_beyond_memory,
-            .device = o->device, .vram_limit_bytes = o->vram_limit_bytes};
+            .device = o->device, .vram_limit_bytes = o->vram_limit_bytes,
+            .kv_full_window = o->kv_full_window};
         int grc = hr_cli_run_governed(&g);
         hr_detok_free(detok);
         hr_tokenizer_free(tok);
@@ -309,12 +328,14 @@ static int run(const struct run_opts *o)
         .max_step_seqs = 1,
         .max_seq_tokens = ctx,
         .device_limit_bytes = o->no_governor ? 0 : o->vram_limit_bytes,
+        .kv_full_window = o->kv_full_window,
     };
-    struct hr_kv_config kc = {.n_layer = model->n_attn_layers, .n_head_kv = model->hp.n_head_kv,
-                              .head_dim = model->hp.head_dim_k, .type = o->kv_type};
-    uint64_t block = hr_kv_block_bytes_for(&kc);
-    cfg.kv_budget_bytes = ((uint64_t)ctx + HR_KV_DEFAULT_BLOCK_TOKENS - 1) /
-                          HR_KV_DEFAULT_BLOCK_TOKENS * block;
+    /* The whole context's blocks (sliding-window layers: their window's,
+     * for steps of up to --batch tokens). */
+    struct hr_kv_config kc;
+    hr_engine_kv_config(model, o->kv_type, 0, o->kv_full_window, &kc);
+    cfg.kv_budget_bytes = (uint64_t)hr_kv_config_blocks_for(&kc, ctx, batch) *
+                          hr_kv_block_bytes_for(&kc);
     struct hr_backend *eng = NULL;
     struct hr_sampler *smp = NULL;
     struct hr_kv_seq seq = {0};
@@ -338,7 +359,7 @@ static int run(const struct run_opts *o)
     } else if (o->device_arg && dev->fallback[0]) {
         fprintf(stderr, "device cpu: CUDA not used: %s\n", dev->fallback);
     }
-    uint64_t dev_peak = 0;
+    uint64_t dev_peak = 0, kv_planned = 0;
     if (o->logits_out && !(logits_f = fopen(o->logits_out, "wb"))) {
         fprintf(stderr, "headroom run: cannot create %s: %s\n", o->logits_out, strerror(errno));
         goto done;
@@ -367,6 +388,7 @@ static int run(const struct run_opts *o)
         struct hr_step_seq item = {.kv = &seq, .tokens = prompt + done_n, .n_tokens = n,
                                    .n_logits = o->score ? n : (last ? 1 : 0)};
         struct hr_step step = {.seqs = &item, .n_seqs = 1};
+        plan_kv(eng, &step, &kv_planned);
         if (hr_backend_step(eng, &step, &err) != HR_OK) {
             fprintf(stderr, "headroom run: %s\n", err.msg);
             goto done;
@@ -423,6 +445,7 @@ static int run(const struct run_opts *o)
             break;
         struct hr_step_seq item = {.kv = &seq, .tokens = &next, .n_tokens = 1, .n_logits = 1};
         struct hr_step step = {.seqs = &item, .n_seqs = 1};
+        plan_kv(eng, &step, &kv_planned);
         if (hr_backend_step(eng, &step, &err) != HR_OK) {
             fprintf(stderr, "headroom run: %s\n", err.msg);
             goto done;
@@ -492,6 +515,17 @@ static int run(const struct run_opts *o)
                     hr_cli_fmt_bytes((double)o->vram_limit_bytes, b3, sizeof(b3)),
                     dev_peak > o->vram_limit_bytes ? "CROSSED" : "below");
     }
+    {
+        /* The plan's KV against the pool's high-water mark: equal when the
+         * plan is exact (tests/cli/window.sh reads this line). */
+        const struct hr_kv_pool *pool = hr_backend_kv_pool(eng);
+        const uint64_t bb = hr_kv_block_bytes(pool);
+        fprintf(stderr, "kv: %llu bytes planned, %llu bytes used at most (blocks of %llu bytes, "
+                        "window %u)\n",
+                (unsigned long long)kv_planned,
+                (unsigned long long)hr_kv_n_used_peak(pool) * bb, (unsigned long long)bb,
+                hr_kv_window(pool));
+    }
     if (o->memory_limit)
         hr_cli_report_limit(o->memory_limit, rss);
     rc = 0;
@@ -557,6 +591,9 @@ int hr_cmd_run(int argc, char **argv)
             continue;
         } else if (strcmp(a, "--ignore-eos") == 0) {
             o.ignore_eos = true;
+            continue;
+        } else if (strcmp(a, "--no-kv-window") == 0) {
+            o.kv_full_window = true;
             continue;
         } else if (strcmp(a, "--no-special") == 0) {
             o.no_special = true;

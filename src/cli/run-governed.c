@@ -16,6 +16,7 @@
 
 #include "base/sys.h"
 #include "cli/cli.h"
+#include "engine/engine.h"
 #include "engine/kv-cache.h"
 #include "kernels/matmul.h"
 #include "mem/counters.h"
@@ -162,17 +163,16 @@ int hr_cli_run_governed(const struct hr_cli_governed_run *g)
         fprintf(stderr, "headroom run: %s\n", err.msg);
         return 1;
     }
-    const struct hr_hparams *hp = &g->model->hp;
-    struct hr_kv_config kc = {.n_layer = g->model->n_attn_layers, .n_head_kv = hp->n_head_kv,
-                              .head_dim = hp->head_dim_k, .type = g->kv_type};
+    struct hr_kv_config kc;
+    hr_engine_kv_config(g->model, g->kv_type, 0, g->kv_full_window, &kc);
     struct hr_sched_config sc = {
         .model = g->model,
         .tok = g->tok,
         .n_threads = g->threads,
         .kv_type = g->kv_type,
         /* reserved address space: pages are committed only as blocks fill */
-        .kv_budget_bytes = ((uint64_t)g->ctx + HR_KV_DEFAULT_BLOCK_TOKENS) /
-                           HR_KV_DEFAULT_BLOCK_TOKENS * hr_kv_block_bytes_for(&kc),
+        .kv_budget_bytes = (uint64_t)hr_kv_config_blocks_for(&kc, g->ctx + 1, g->batch) *
+                           hr_kv_block_bytes_for(&kc),
         .n_ctx = g->ctx,
         .batch_tokens = g->batch,
         .parallel = 1,
@@ -181,6 +181,7 @@ int hr_cli_run_governed(const struct hr_cli_governed_run *g)
         .admit_beyond_memory = g->admit_beyond_memory,
         .device = g->device,
         .device_limit_bytes = g->vram_limit_bytes,
+        .kv_full_window = g->kv_full_window,
     };
     struct hr_sched *s = NULL;
     if (hr_sched_init(&sc, &s, &err) != HR_OK) {

@@ -220,7 +220,8 @@ static enum hr_status cpu_init(const struct hr_model *model, const struct hr_bac
                                         .kv_budget_bytes = cfg->kv_budget_bytes,
                                         .kv_block_tokens = cfg->kv_block_tokens,
                                         .max_step_tokens = cfg->max_step_tokens,
-                                        .max_step_logits = cfg->max_step_logits};
+                                        .max_step_logits = cfg->max_step_logits,
+                                        .kv_full_window = cfg->kv_full_window};
     struct hr_engine *e = NULL;
     enum hr_status st = hr_engine_init(model, &ec, &e, err);
     if (st != HR_OK) return st;
@@ -297,6 +298,10 @@ enum hr_status hr_backend_kv_park(struct hr_backend *b, struct hr_kv_seq *seq, v
                                   uint32_t *n_tokens, struct hr_err *err)
 {
     *n_tokens = 0;
+    /* A windowed pool's sliding-window blocks are not copied: such a
+     * sequence recomputes instead (the scheduler does not park it). */
+    if (hr_kv_window(hr_backend_kv_pool(b)))
+        return hr_err_set(err, HR_ERR_UNSUPPORTED, "parking a sequence with windowed KV blocks");
     enum hr_status st = b->ops->kv_copy(b->ctx, seq->blocks, seq->n_blocks, host, true, err);
     if (st != HR_OK) {
         if (st == HR_ERR_DEVICE && b->ops->lost(b->ctx)) atomic_store(&b->lost, true);

@@ -88,6 +88,8 @@ struct hr_backend_config {
      * first, then the arena's step size, and init fails naming the bytes
      * when even the weights do not fit. */
     uint64_t device_limit_bytes;
+    /* Sliding-window layers keep all their KV (engine.h, kv_full_window). */
+    bool kv_full_window;
 };
 
 /* Device memory by category (all zero on the CPU, whose bytes the host
@@ -248,7 +250,8 @@ static inline bool hr_backend_lost(struct hr_backend *b)
  * hr_backend_kv_park: copies seq's blocks into `host` (that many bytes, the
  * caller's: pinned memory makes a GPU's copy faster), then releases the
  * blocks (hr_kv_seq_clear); seq keeps nothing but the table's capacity.
- * Returns the token count parked in *n_tokens.
+ * Returns the token count parked in *n_tokens. HR_ERR_UNSUPPORTED (nothing
+ * changed) on a pool with windowed blocks (kv-cache.h): those recompute.
  * hr_backend_kv_unpark: seq empty; takes blocks for n_tokens positions
  * from the pool (HR_ERR_NOMEM and nothing taken when it cannot) and copies
  * `host` into them; afterwards seq continues exactly where it was parked.

@@ -65,6 +65,8 @@ struct hr_engine {
     uint64_t arena_cap;
     uint64_t high_water;
     struct seq_info *seqs; /* max_step_tokens entries, fixed at init */
+    uint32_t *kv_slot;     /* per layer: its layer in a KV block of its kind (kv-cache.h) */
+    bool windowed;         /* the pool has windowed blocks for the sliding-window layers */
     int32_t *logit_rows;   /* token index of each logit row; max_step_logits entries */
     float theta_scale;     /* powf(rope_base, -2 / n_rot) */
     float freq_scale;      /* 1 / linear or YaRN factor */
@@ -136,6 +138,29 @@ static bool add_type(enum hr_ggml_type *set, uint32_t *n, enum hr_ggml_type t)
     return true;
 }
 
+void hr_engine_kv_config(const struct hr_model *m, enum hr_ggml_type kv_type,
+                         uint32_t block_tokens, bool full_window, struct hr_kv_config *out)
+{
+    /* KV only for the attention layers: a hybrid model's recurrent layers
+     * keep their state in the state pool instead. With sliding-window and
+     * full layers both present, each kind is numbered from 0 in blocks of
+     * its own (kv-cache.h, "Windowed KV"); a block holds the larger count. */
+    const struct hr_hparams *hp = &m->hp;
+    uint32_t n_full = 0, n_win = 0;
+    for (uint32_t l = 0; l < hp->n_layer; l++)
+        if (m->layers[l].mixer == HR_MIXER_ATTN)
+            *(m->layers[l].window ? &n_win : &n_full) += 1;
+    const bool windowed = n_win > 0 && n_full > 0 && !full_window;
+    *out = (struct hr_kv_config){
+        .n_layer = windowed ? (n_full > n_win ? n_full : n_win) : m->n_attn_layers,
+        .n_head_kv = hp->n_head_kv,
+        .head_dim = hp->head_dim_k,
+        .block_tokens = block_tokens ? block_tokens : HR_KV_DEFAULT_BLOCK_TOKENS,
+        .type = kv_type,
+        .window = windowed ? hp->n_swa : 0,
+    };
+}
+
 enum hr_status hr_engine_init(const struct hr_model *m, const struct hr_engine_config *cfg_in,
                               struct hr_engine **out, struct hr_err *err)
 {
@@ -159,16 +184,22 @@ enum hr_status hr_engine_init(const struct hr_model *m, const struct hr_engine_c
     e->m = m;
     e->cfg = cfg;
     const struct hr_hparams *hp = &m->hp;
-    /* KV only for the attention layers: a hybrid model's recurrent layers
-     * keep their state in the state pool instead. */
-    struct hr_kv_config kc = {
-        .n_layer = m->n_attn_layers,
-        .n_head_kv = hp->n_head_kv,
-        .head_dim = hp->head_dim_k,
-        .block_tokens = cfg.kv_block_tokens,
-        .type = cfg.kv_type,
-        .budget_bytes = cfg.kv_budget_bytes,
-    };
+    struct hr_kv_config kc;
+    hr_engine_kv_config(m, cfg.kv_type, cfg.kv_block_tokens, cfg.kv_full_window, &kc);
+    kc.budget_bytes = cfg.kv_budget_bytes;
+    /* Each attention layer's place in a block of its kind. */
+    e->windowed = kc.window != 0;
+    e->kv_slot = calloc(hp->n_layer ? hp->n_layer : 1, sizeof(*e->kv_slot));
+    if (!e->kv_slot) {
+        free(e);
+        return hr_err_set(err, HR_ERR_NOMEM, "out of memory");
+    }
+    uint32_t n_full = 0, n_win = 0;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        const struct hr_layer *L = &m->layers[l];
+        if (L->mixer == HR_MIXER_ATTN)
+            e->kv_slot[l] = !e->windowed ? L->kv_layer : L->window ? n_win++ : n_full++;
+    }
     struct hr_plan_dims *d = &e->dims;
     d->n_embd = hp->n_embd;
     d->n_head = hp->n_head;
@@ -218,6 +249,7 @@ enum hr_status hr_engine_init(const struct hr_model *m, const struct hr_engine_c
         }
     }
     if (!types_ok) {
+        free(e->kv_slot);
         free(e);
         return hr_err_set(err, HR_ERR_UNSUPPORTED,
                           "the model mixes more than 4 weight types in one kind of matrix");
@@ -274,6 +306,7 @@ void hr_engine_free(struct hr_engine *e)
         munmap(e->arena, e->arena_cap);
     free(e->seqs);
     free(e->logit_rows);
+    free(e->kv_slot);
     free(e);
 }
 
@@ -322,8 +355,7 @@ void hr_engine_step_shape(const struct hr_engine *e, const struct hr_step *step,
         const struct hr_step_seq *s = &step->seqs[i];
         shape->n_tokens += s->n_tokens;
         shape->n_logits += s->n_logits;
-        shape->new_blocks += hr_kv_blocks_needed(s->kv->n_blocks, s->kv->n_tokens + s->n_tokens,
-                                                 e->cfg.kv_block_tokens);
+        shape->new_blocks += hr_kv_seq_new_blocks(s->kv, e->kv, s->n_tokens);
     }
 }
 
@@ -818,8 +850,8 @@ static void moe_ffn(struct fwd *f, const struct hr_layer *L, int ith, int nth)
  * that total, consecutive units (same KV head, neighbouring tiles) staying
  * together. Results do not depend on the split (attention.h, exactness).
  */
-static uint64_t attention_units(struct fwd *f, const struct hr_layer *L, int ith, int nth,
-                                uint64_t total)
+static uint64_t attention_units(struct fwd *f, const struct hr_layer *L, uint32_t l, int ith,
+                                int nth, uint64_t total)
 {
     struct hr_engine *e = f->e;
     const struct hr_hparams *hp = &e->m->hp;
@@ -829,7 +861,8 @@ static uint64_t attention_units(struct fwd *f, const struct hr_layer *L, int ith
     uint64_t done = 0;
     for (uint32_t si = 0; si < e->n_seqs; si++) {
         const struct seq_info *s = &e->seqs[si];
-        struct hr_attn_ctx ac = {.kv = e->kv, .blocks = s->kv->blocks, .layer = L->kv_layer,
+        const int32_t *table = L->window && e->windowed ? s->kv->wblocks : s->kv->blocks;
+        struct hr_attn_ctx ac = {.kv = e->kv, .blocks = table, .layer = e->kv_slot[l],
                                  .head_dim = hd, .block_tokens = e->cfg.kv_block_tokens,
                                  .group = group, .scale = 1.0f / sqrtf((float)hd),
                                  .window = L->window, .sinks = L->sinks.data};
@@ -855,12 +888,13 @@ static uint64_t attention_units(struct fwd *f, const struct hr_layer *L, int ith
  * cache, attention over it, then Wo into xn. With attn_gated (qwen35) Wq
  * also yields a per-head gate and the output is scaled by its sigmoid. Ends
  * after Wo, without a barrier. */
-static void attention_mixer(struct fwd *f, const struct hr_layer *L, int ith, int nth)
+static void attention_mixer(struct fwd *f, const struct hr_layer *L, uint32_t l, int ith, int nth)
 {
     struct hr_engine *e = f->e;
     const struct hr_model *m = e->m;
     const struct hr_hparams *hp = &m->hp;
-    const uint32_t T = e->n_tokens, hd = hp->head_dim_k, kl = L->kv_layer;
+    const uint32_t T = e->n_tokens, hd = hp->head_dim_k, kl = e->kv_slot[l];
+    const bool in_window = L->window && e->windowed;
     const uint32_t q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd;
     const uint32_t rot_k = hr_attn_rot_k_dim(e->cfg.kv_type, hd);
     const uint32_t rot_v = hr_attn_rot_v_dim(e->cfg.kv_type, hd);
@@ -916,13 +950,14 @@ static void attention_mixer(struct fwd *f, const struct hr_layer *L, int ith, in
         if (rot_v)
             for (uint32_t i = 0; i < kv_dim; i += rot_v)
                 hr_attn_rotate(v + i, rot_v);
-        hr_attn_store(e->kv, e->seqs[f->seq_of[t]].kv->blocks, kl, hp->n_head_kv, hd,
+        const struct hr_kv_seq *kv = e->seqs[f->seq_of[t]].kv;
+        hr_attn_store(e->kv, in_window ? kv->wblocks : kv->blocks, kl, hp->n_head_kv, hd,
                       f->pos[t], k, v);
     }
     hr_pool_barrier(e->pool);
 
     /* Attention, split over threads by cost (see attention_units). */
-    attention_units(f, L, ith, nth, attention_units(f, L, ith, nth, 0));
+    attention_units(f, L, l, ith, nth, attention_units(f, L, l, ith, nth, 0));
     hr_pool_barrier(e->pool);
     if (rot_v) { /* back from the Hadamard basis of V (H x H = I) */
         for (uint32_t t = r0; t < r1; t++)
@@ -1083,7 +1118,7 @@ static void forward_worker(void *ctx, int ith, int nth)
         if (L->mixer == HR_MIXER_DELTANET)
             deltanet_mixer(f, L, ith, nth);
         else
-            attention_mixer(f, L, ith, nth);
+            attention_mixer(f, L, l, ith, nth);
         hr_pool_barrier(e->pool);
         for (uint32_t t = r0; t < r1; t++) {
             float *x = f->x + (size_t)t * E, *xn = f->xn + (size_t)t * E;
@@ -1138,6 +1173,15 @@ enum hr_status hr_engine_step(struct hr_engine *e, struct hr_step *step, struct 
         for (uint32_t j = 0; j < i; j++)
             if (step->seqs[j].kv == s->kv)
                 return hr_err_set(err, HR_ERR_INVALID, "sequence %u appears twice in a step", i);
+        /* A windowed sequence's two tables cover the same positions, with
+         * the window's blocks held (a cache hit restores them, see
+         * prefix-cache.h). */
+        if (e->windowed &&
+            (s->kv->n_wblocks != s->kv->n_blocks ||
+             s->kv->w_first > hr_kv_window_first_block(hr_kv_window(e->kv), s->kv->n_tokens,
+                                                       e->cfg.kv_block_tokens)))
+            return hr_err_set(err, HR_ERR_INVALID, "sequence %u continues at position %u "
+                              "without its sliding-window KV blocks", i, s->kv->n_tokens);
         uint64_t end = (uint64_t)s->kv->n_tokens + s->n_tokens;
         if (end > (uint64_t)s->kv->cap_blocks * e->cfg.kv_block_tokens)
             return hr_err_set(err, HR_ERR_LIMIT, "sequence %u would reach %llu tokens, past its "
@@ -1258,7 +1302,10 @@ enum hr_status hr_engine_step(struct hr_engine *e, struct hr_step *step, struct 
         }
     }
     hr_pool_run(e->pool, forward_worker, &f);
-    for (uint32_t i = 0; i < step->n_seqs; i++)
+    /* Windowed blocks now out of every later query's reach go back. */
+    for (uint32_t i = 0; i < step->n_seqs; i++) {
         step->seqs[i].kv->n_tokens += step->seqs[i].n_tokens;
+        hr_kv_seq_slide(step->seqs[i].kv, e->kv);
+    }
     return HR_OK;
 }

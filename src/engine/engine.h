@@ -17,6 +17,14 @@
  *   hr_engine_step(e, &step, &err);                             // runs it
  *   const float *logits = hr_engine_logits(e, 0, 0);            // n_vocab floats
  *
+ * Windowed KV. A model with both sliding-window and full-attention layers
+ * (gpt-oss) gets a KV pool with a window (kv-cache.h, "Windowed KV"): each
+ * kind of layer numbered from 0 in its own table, and after every step each
+ * sequence's windowed blocks that no later query can reach go back to the
+ * pool (hr_kv_seq_slide), so its KV is ceil(n / B) full blocks plus at most
+ * ceil(window / B) + 1 windowed ones while decoding. A model whose layers
+ * are all of one kind keeps one table, as before.
+ *
  * Memory. The engine owns the KV pool (budget from the config) and one step
  * arena reserved for the largest step the config allows; a step uses the
  * first plan.arena_bytes of it, laid out by hr_plan_layout (plan.h). Nothing
@@ -46,6 +54,10 @@ struct hr_engine_config {
     uint32_t max_step_logits;   /* largest L */
     uint32_t n_state_slots;     /* hybrid models: sequences that may hold recurrent state at
                                    once (0: max_step_logits); allocated at init */
+    /* Sliding-window layers (gpt-oss) keep every position's K/V in the full
+     * table instead of windowed blocks (kv-cache.h): the same logits, about
+     * twice the KV. For comparisons (headroom run --no-kv-window). */
+    bool kv_full_window;
 };
 
 struct hr_step_seq {
@@ -61,6 +73,14 @@ struct hr_step {
 };
 
 struct hr_engine;
+
+/* The KV pool's shape for `model` (layers per block, heads, head dim, type,
+ * block tokens, window; budget 0), as hr_engine_init makes it: with both
+ * sliding-window and full layers and !full_window, a windowed pool whose
+ * blocks hold the larger kind's layers. For budgets sized before an engine
+ * exists (hr_kv_config_blocks_for x hr_kv_block_bytes_for). */
+void hr_engine_kv_config(const struct hr_model *model, enum hr_ggml_type kv_type,
+                         uint32_t block_tokens, bool full_window, struct hr_kv_config *out);
 
 enum hr_status hr_engine_init(const struct hr_model *model, const struct hr_engine_config *cfg,
                               struct hr_engine **out, struct hr_err *err);

@@ -18,6 +18,7 @@ struct hr_kv_pool {
     uint32_t *refcount;     /* per block */
     int32_t *free_stack;    /* ids of free blocks */
     uint32_t n_free;
+    uint32_t used_peak;     /* high-water mark of n_blocks - n_free */
     uint8_t *dirty;         /* per block: pages may be committed */
 };
 
@@ -143,7 +144,9 @@ uint32_t hr_kv_block_tokens(const struct hr_kv_pool *p) { return p->cfg.block_to
 uint32_t hr_kv_n_blocks(const struct hr_kv_pool *p) { return p->n_blocks; }
 uint32_t hr_kv_n_free(const struct hr_kv_pool *p) { return p->n_free; }
 uint32_t hr_kv_n_used(const struct hr_kv_pool *p) { return p->n_blocks - p->n_free; }
+uint32_t hr_kv_n_used_peak(const struct hr_kv_pool *p) { return p->used_peak; }
 enum hr_ggml_type hr_kv_type(const struct hr_kv_pool *p) { return p->cfg.type; }
+uint32_t hr_kv_window(const struct hr_kv_pool *p) { return p->cfg.window; }
 size_t hr_kv_head_bytes(const struct hr_kv_pool *p) { return p->head_bytes; }
 
 int32_t hr_kv_alloc_block(struct hr_kv_pool *p)
@@ -154,6 +157,8 @@ int32_t hr_kv_alloc_block(struct hr_kv_pool *p)
     HR_ASSERT(p->refcount[b] == 0);
     p->refcount[b] = 1;
     p->dirty[b] = 1;
+    if (p->n_blocks - p->n_free > p->used_peak)
+        p->used_peak = p->n_blocks - p->n_free;
     return b;
 }
 
@@ -214,9 +219,13 @@ enum hr_status hr_kv_seq_init(struct hr_kv_seq *seq, uint32_t max_tokens, uint32
     if (!block_tokens)
         block_tokens = HR_KV_DEFAULT_BLOCK_TOKENS;
     seq->cap_blocks = (uint32_t)(((uint64_t)max_tokens + block_tokens - 1) / block_tokens);
-    seq->blocks = malloc((seq->cap_blocks ? seq->cap_blocks : 1) * sizeof(int32_t));
+    /* Both tables in one allocation: the windowed one is unused (and costs
+     * 4 bytes per block of capacity) in a pool without a window. */
+    const size_t cap = seq->cap_blocks ? seq->cap_blocks : 1;
+    seq->blocks = malloc(2 * cap * sizeof(int32_t));
     if (!seq->blocks)
         return hr_err_set(err, HR_ERR_NOMEM, "out of memory for a block table");
+    seq->wblocks = seq->blocks + cap;
     return HR_OK;
 }
 
@@ -224,7 +233,11 @@ void hr_kv_seq_clear(struct hr_kv_seq *seq, struct hr_kv_pool *pool)
 {
     for (uint32_t i = 0; i < seq->n_blocks; i++)
         hr_kv_unref_block(pool, seq->blocks[i]);
+    for (uint32_t i = seq->w_first; i < seq->n_wblocks; i++)
+        hr_kv_unref_block(pool, seq->wblocks[i]);
     seq->n_blocks = 0;
+    seq->n_wblocks = 0;
+    seq->w_first = 0;
     seq->n_tokens = 0;
 }
 
@@ -242,6 +255,91 @@ uint32_t hr_kv_blocks_needed(uint32_t n_blocks, uint32_t n_tokens, uint32_t bloc
     return want > n_blocks ? want - n_blocks : 0;
 }
 
+uint32_t hr_kv_window_first_block(uint32_t window, uint32_t n_tokens, uint32_t block_tokens)
+{
+    /* The query at the last block boundary, p = floor(n / B) x B, reads keys
+     * from max(0, p - window + 1), aligned down to HR_KV_WINDOW_ALIGN. */
+    const uint64_t p = (uint64_t)n_tokens / block_tokens * block_tokens;
+    if (!window || p < window)
+        return 0;
+    const uint64_t lo = (p - window + 1) / HR_KV_WINDOW_ALIGN * HR_KV_WINDOW_ALIGN;
+    return (uint32_t)(lo / block_tokens);
+}
+
+uint32_t hr_kv_seq_new_blocks(const struct hr_kv_seq *seq, const struct hr_kv_pool *pool,
+                              uint32_t n_new)
+{
+    const uint32_t bt = pool->cfg.block_tokens, end = seq->n_tokens + n_new;
+    uint32_t need = hr_kv_blocks_needed(seq->n_blocks, end, bt);
+    if (pool->cfg.window)
+        need += hr_kv_blocks_needed(seq->n_wblocks, end, bt);
+    return need;
+}
+
+uint32_t hr_kv_seq_held_blocks(const struct hr_kv_seq *seq)
+{
+    return seq->n_blocks + (seq->n_wblocks - seq->w_first);
+}
+
+static uint32_t window_max_blocks(uint32_t w, uint32_t bt, uint32_t step_tokens)
+{
+    if (!w)
+        return 0;
+    if (!step_tokens)
+        step_tokens = 1;
+    /* A step starting in block b (its sequence slid to first(b x B)) that
+     * starts at the block's last slot reaches furthest: it ends in block
+     * b + ceil((B - 1 + T) / B) - 1. b - first(b x B) grows until the window
+     * is full, then repeats with a period dividing 32 blocks: the loop
+     * covers both. */
+    const uint32_t span = (uint32_t)(((uint64_t)bt - 1 + step_tokens + bt - 1) / bt);
+    uint32_t most = 0;
+    for (uint64_t b = 0; b <= (uint64_t)w / bt + 64; b++) {
+        const uint32_t held =
+            (uint32_t)(b + span - hr_kv_window_first_block(w, (uint32_t)(b * bt), bt));
+        if (held > most)
+            most = held;
+    }
+    return most;
+}
+
+uint32_t hr_kv_window_max_blocks(const struct hr_kv_pool *pool, uint32_t step_tokens)
+{
+    return window_max_blocks(pool->cfg.window, pool->cfg.block_tokens, step_tokens);
+}
+
+uint32_t hr_kv_config_window_blocks(const struct hr_kv_config *cfg, uint32_t step_tokens)
+{
+    const uint32_t bt = cfg->block_tokens ? cfg->block_tokens : HR_KV_DEFAULT_BLOCK_TOKENS;
+    return window_max_blocks(cfg->window, bt, step_tokens);
+}
+
+uint32_t hr_kv_config_blocks_for(const struct hr_kv_config *cfg, uint32_t n_tokens,
+                                 uint32_t step_tokens)
+{
+    const uint32_t bt = cfg->block_tokens ? cfg->block_tokens : HR_KV_DEFAULT_BLOCK_TOKENS;
+    const uint32_t full = hr_kv_blocks_needed(0, n_tokens, bt);
+    if (!cfg->window)
+        return full;
+    const uint32_t win = window_max_blocks(cfg->window, bt, step_tokens);
+    return full + (win < full ? win : full);
+}
+
+uint32_t hr_kv_blocks_for(const struct hr_kv_pool *pool, uint32_t n_tokens, uint32_t step_tokens)
+{
+    return hr_kv_config_blocks_for(&pool->cfg, n_tokens, step_tokens);
+}
+
+uint64_t hr_kv_pool_max_tokens(const struct hr_kv_pool *pool, uint32_t step_tokens)
+{
+    const uint64_t nb = pool->n_blocks, bt = pool->cfg.block_tokens;
+    if (!pool->cfg.window)
+        return nb * bt;
+    /* Full blocks f with f + min(f, w) <= nb. */
+    const uint64_t w = hr_kv_window_max_blocks(pool, step_tokens);
+    return (nb >= 2 * w ? nb - w : nb / 2) * bt;
+}
+
 enum hr_status hr_kv_seq_reserve(struct hr_kv_seq *seq, struct hr_kv_pool *pool, uint32_t n_new,
                                  struct hr_err *err)
 {
@@ -250,11 +348,29 @@ enum hr_status hr_kv_seq_reserve(struct hr_kv_seq *seq, struct hr_kv_pool *pool,
     if (total > (uint64_t)seq->cap_blocks * bt)
         return hr_err_set(err, HR_ERR_LIMIT, "sequence of %llu tokens exceeds its %u-token table",
                           (unsigned long long)total, seq->cap_blocks * bt);
-    uint32_t need = hr_kv_blocks_needed(seq->n_blocks, (uint32_t)total, bt);
+    uint32_t need = hr_kv_seq_new_blocks(seq, pool, n_new);
     if (need > pool->n_free)
         return hr_err_set(err, HR_ERR_NOMEM, "KV pool has %u free blocks, %u needed",
                           pool->n_free, need);
-    for (uint32_t i = 0; i < need; i++)
+    for (uint32_t i = hr_kv_blocks_needed(seq->n_blocks, (uint32_t)total, bt); i > 0; i--)
         seq->blocks[seq->n_blocks++] = hr_kv_alloc_block(pool);
+    if (pool->cfg.window)
+        for (uint32_t i = hr_kv_blocks_needed(seq->n_wblocks, (uint32_t)total, bt); i > 0; i--)
+            seq->wblocks[seq->n_wblocks++] = hr_kv_alloc_block(pool);
     return HR_OK;
+}
+
+uint32_t hr_kv_seq_slide(struct hr_kv_seq *seq, struct hr_kv_pool *pool)
+{
+    if (!pool->cfg.window)
+        return 0;
+    uint32_t keep = hr_kv_window_first_block(pool->cfg.window, seq->n_tokens, pool->cfg.block_tokens);
+    if (keep > seq->n_wblocks)
+        keep = seq->n_wblocks;
+    uint32_t n = 0;
+    for (; seq->w_first < keep; seq->w_first++, n++) {
+        hr_kv_unref_block(pool, seq->wblocks[seq->w_first]);
+        seq->wblocks[seq->w_first] = -1;
+    }
+    return n;
 }

@@ -30,6 +30,7 @@ struct entry {
     uint32_t chain;        /* next entry in the bucket (or on the free stack) */
     uint32_t prev, next;   /* LRU links, while evictable */
     uint8_t state;
+    uint8_t n_w;           /* windowed blocks it carries (windowed pools; prefix-cache.h) */
 };
 
 struct hr_pcache {
@@ -50,6 +51,12 @@ struct hr_pcache {
     uint32_t n_evictable;
     uint64_t next_serial;
     uint64_t walk;
+    uint32_t last_entry, last_depth; /* where the last insert walk ended */
+    /* Windowed pools: each entry's window ([cap][n_wmax] block ids, its
+     * first n_w used) and the references the cache holds per pool block. */
+    uint32_t window, n_wmax;
+    int32_t *wblocks;
+    uint32_t *wref;
     struct hr_pcache_stats stats;
 };
 
@@ -187,6 +194,18 @@ static uint32_t find(const struct hr_pcache *pc, uint64_t hash, uint64_t parent_
     return NIL;
 }
 
+/* Drops the references entry i holds on its window's blocks. */
+static void drop_window(struct hr_pcache *pc, uint32_t i)
+{
+    struct entry *e = &pc->entries[i];
+    const int32_t *w = pc->wblocks + (size_t)i * pc->n_wmax;
+    for (uint32_t k = 0; k < e->n_w; k++) {
+        pc->wref[w[k]]--;
+        hr_kv_unref_block(pc->pool, w[k]);
+    }
+    e->n_w = 0;
+}
+
 /* Removes evictable entry i and drops its reference: the block may go back
  * to the pool. */
 static void evict_entry(struct hr_pcache *pc, uint32_t i)
@@ -201,6 +220,7 @@ static void evict_entry(struct hr_pcache *pc, uint32_t i)
     lru_unlink(pc, i);
     pc->entry_of_block[e->block] = NIL;
     hr_kv_unref_block(pc->pool, e->block);
+    drop_window(pc, i);
     e->state = ENTRY_FREE;
     e->block = -1;
     e->chain = pc->free_head;
@@ -246,6 +266,23 @@ enum hr_status hr_pcache_init(struct hr_kv_pool *pool, uint64_t model_fingerprin
     pc->n_buckets = 1;
     while (pc->n_buckets < max_entries) pc->n_buckets <<= 1;
     pc->n_pool_blocks = n_pool;
+    pc->window = hr_kv_window(pool);
+    if (pc->window) {
+        /* An entry at depth k carries blocks [first(k x B), k): fewer than
+         * a decoding sequence holds at most. */
+        pc->n_wmax = hr_kv_window_max_blocks(pool, 1);
+        /* A window past 255 blocks (8K tokens) is carried by no entry, so
+         * such a model gets no hits: the entries' memory would be large. */
+        if (pc->n_wmax > UINT8_MAX)
+            pc->n_wmax = 0;
+        pc->wblocks = malloc(((size_t)max_entries * pc->n_wmax + 1) * sizeof(int32_t));
+        pc->wref = calloc(n_pool, sizeof(*pc->wref));
+        if (!pc->wblocks || !pc->wref) {
+            hr_pcache_free(pc);
+            return hr_err_set(err, HR_ERR_NOMEM, "out of memory for a prefix cache of %u "
+                              "entries", max_entries);
+        }
+    }
     pc->entries = calloc(max_entries, sizeof(*pc->entries));
     pc->tokens = malloc((size_t)max_entries * pc->block_tokens * sizeof(int32_t));
     pc->buckets = malloc((size_t)pc->n_buckets * sizeof(*pc->buckets));
@@ -276,9 +313,13 @@ void hr_pcache_free(struct hr_pcache *pc)
     if (!pc) return;
     if (pc->entries) {
         for (uint32_t i = 0; i < pc->cap; i++)
-            if (pc->entries[i].state != ENTRY_FREE)
+            if (pc->entries[i].state != ENTRY_FREE) {
                 hr_kv_unref_block(pc->pool, pc->entries[i].block);
+                drop_window(pc, i);
+            }
     }
+    free(pc->wblocks);
+    free(pc->wref);
     free(pc->entries);
     free(pc->tokens);
     free(pc->buckets);
@@ -295,27 +336,37 @@ static uint32_t walk_step(const struct hr_pcache *pc, uint64_t *h, uint64_t pare
     return find(pc, *h, parent, t);
 }
 
-uint32_t hr_pcache_peek(const struct hr_pcache *pc, const int32_t *tokens, uint32_t n)
+/* The cached prefix of tokens[0..n), at most max_blocks: on a windowed
+ * pool, only up to the deepest block whose entry carries its window (KV
+ * without the window's blocks cannot be continued). */
+static uint32_t usable_blocks(const struct hr_pcache *pc, const int32_t *tokens, uint32_t n,
+                              uint32_t max_blocks)
 {
-    uint32_t bt = pc->block_tokens, k = 0;
-    uint64_t h = pc->seed, parent = 0;
-    for (; k < n / bt; k++) {
-        uint32_t i = walk_step(pc, &h, parent, tokens + (size_t)k * bt);
-        if (i == NIL) break;
-        parent = pc->entries[i].serial;
-    }
-    return k;
-}
-
-uint32_t hr_pcache_lookup(struct hr_pcache *pc, const int32_t *tokens, uint32_t n,
-                          uint32_t max_blocks, int32_t *blocks_out)
-{
-    uint32_t bt = pc->block_tokens, n_full = n / bt, k = 0;
+    uint32_t bt = pc->block_tokens, k = 0, usable = 0, n_full = n / bt;
     if (n_full > max_blocks) n_full = max_blocks;
     uint64_t h = pc->seed, parent = 0;
     for (; k < n_full; k++) {
         uint32_t i = walk_step(pc, &h, parent, tokens + (size_t)k * bt);
         if (i == NIL) break;
+        parent = pc->entries[i].serial;
+        if (!pc->window || pc->entries[i].n_w) usable = k + 1;
+    }
+    return usable;
+}
+
+uint32_t hr_pcache_peek(const struct hr_pcache *pc, const int32_t *tokens, uint32_t n)
+{
+    return usable_blocks(pc, tokens, n, UINT32_MAX);
+}
+
+uint32_t hr_pcache_lookup(struct hr_pcache *pc, const int32_t *tokens, uint32_t n,
+                          uint32_t max_blocks, int32_t *blocks_out)
+{
+    uint32_t bt = pc->block_tokens, n_full = usable_blocks(pc, tokens, n, max_blocks), k = 0;
+    uint64_t h = pc->seed, parent = 0;
+    for (; k < n_full; k++) {
+        uint32_t i = walk_step(pc, &h, parent, tokens + (size_t)k * bt);
+        HR_ASSERT(i != NIL); /* usable_blocks walked it */
         struct entry *e = &pc->entries[i];
         hr_kv_ref_block(pc->pool, e->block);
         /* Now held by the caller: pinned, out of the LRU list until released. */
@@ -376,8 +427,52 @@ uint32_t hr_pcache_insert(struct hr_pcache *pc, const int32_t *tokens, uint32_t 
         classify(pc, i, &anchor);
         parent = pc->entries[i].serial;
         parent_index = i;
+        pc->last_entry = i;
+        pc->last_depth = k + 1;
     }
     return added;
+}
+
+uint32_t hr_pcache_insert_seq(struct hr_pcache *pc, const int32_t *tokens,
+                              const struct hr_kv_seq *seq)
+{
+    const uint32_t bt = pc->block_tokens, n_full = seq->n_tokens / bt;
+    pc->last_depth = 0;
+    const uint32_t added = hr_pcache_insert(pc, tokens, n_full, seq->blocks);
+    if (!pc->window || n_full == 0 || pc->last_depth != n_full) return added;
+    /* The window of the prefix's end, if the sequence still holds it all
+     * (hr_kv_seq_slide keeps the last block boundary's window) and the
+     * entry has none yet (another sequence's would be the same bits). */
+    struct entry *e = &pc->entries[pc->last_entry];
+    const uint32_t first = hr_kv_window_first_block(pc->window, n_full * bt, bt);
+    if (e->n_w || seq->w_first > first || seq->n_wblocks < n_full || n_full - first > pc->n_wmax)
+        return added;
+    int32_t *w = pc->wblocks + (size_t)pc->last_entry * pc->n_wmax;
+    for (uint32_t b = first; b < n_full; b++) {
+        w[e->n_w++] = seq->wblocks[b];
+        hr_kv_ref_block(pc->pool, seq->wblocks[b]);
+        pc->wref[seq->wblocks[b]]++;
+    }
+    return added;
+}
+
+void hr_pcache_restore_window(struct hr_pcache *pc, struct hr_kv_seq *seq)
+{
+    if (!pc->window) return;
+    HR_ASSERT(seq->n_wblocks == 0 && seq->n_tokens == seq->n_blocks * pc->block_tokens);
+    const uint32_t j = seq->n_blocks;
+    seq->w_first = hr_kv_window_first_block(pc->window, j * pc->block_tokens, pc->block_tokens);
+    for (uint32_t b = 0; b < seq->w_first; b++) seq->wblocks[b] = -1;
+    seq->n_wblocks = j;
+    if (j == 0) return;
+    /* The last block's entry carries the window (usable_blocks ended there). */
+    const uint32_t last = pc->entry_of_block[seq->blocks[j - 1]];
+    HR_ASSERT(last != NIL && pc->entries[last].n_w == j - seq->w_first);
+    const int32_t *w = pc->wblocks + (size_t)last * pc->n_wmax;
+    for (uint32_t b = seq->w_first; b < j; b++) {
+        hr_kv_ref_block(pc->pool, w[b - seq->w_first]);
+        seq->wblocks[b] = w[b - seq->w_first];
+    }
 }
 
 uint32_t hr_pcache_evict(struct hr_pcache *pc, uint32_t n)
@@ -406,8 +501,19 @@ void hr_pcache_release_blocks(struct hr_pcache *pc, const int32_t *blocks, uint3
 void hr_pcache_release_seq(struct hr_pcache *pc, struct hr_kv_seq *seq)
 {
     hr_pcache_release_blocks(pc, seq->blocks, seq->n_blocks);
-    seq->n_blocks = 0;
+    /* Windowed blocks are not indexed (entries carry them): plain drops. */
+    for (uint32_t b = seq->w_first; b < seq->n_wblocks; b++)
+        hr_kv_unref_block(pc->pool, seq->wblocks[b]);
+    seq->n_blocks = seq->n_wblocks = seq->w_first = 0;
     seq->n_tokens = 0;
+}
+
+uint32_t hr_pcache_n_idle_wblocks(const struct hr_pcache *pc)
+{
+    uint32_t n = 0;
+    for (uint32_t b = 0; pc->window && b < pc->n_pool_blocks; b++)
+        n += pc->wref[b] && hr_kv_refcount(pc->pool, (int32_t)b) == pc->wref[b];
+    return n;
 }
 
 uint32_t hr_pcache_n_entries(const struct hr_pcache *pc)
@@ -451,6 +557,14 @@ enum hr_status hr_pcache_check(const struct hr_pcache *pc, struct hr_err *err)
         if (rc == 0 || (e->state == ENTRY_EVICTABLE) != (rc == 1))
             return hr_err_set(err, HR_ERR_INVALID, "entry %u: %s with refcount %u", i,
                               e->state == ENTRY_EVICTABLE ? "evictable" : "pinned", rc);
+        if (e->n_w > pc->n_wmax)
+            return hr_err_set(err, HR_ERR_INVALID, "entry %u: %u windowed blocks", i, e->n_w);
+        for (uint32_t k = 0; k < e->n_w; k++) {
+            const int32_t wb = pc->wblocks[(size_t)i * pc->n_wmax + k];
+            if (wb < 0 || (uint32_t)wb >= pc->n_pool_blocks || pc->wref[wb] == 0 ||
+                hr_kv_refcount(pc->pool, wb) < pc->wref[wb] || pc->entry_of_block[wb] != NIL)
+                return hr_err_set(err, HR_ERR_INVALID, "entry %u: windowed block %d", i, wb);
+        }
         if (e->serial == 0 || e->serial >= pc->next_serial || e->parent_serial >= e->serial)
             return hr_err_set(err, HR_ERR_INVALID, "entry %u: serial %llu, parent %llu", i,
                               (unsigned long long)e->serial, (unsigned long long)e->parent_serial);

@@ -75,10 +75,24 @@
  * orphan never matches again (its parent's serial is gone for good) and is
  * just wasted until LRU evicts it.
  *
+ * Windowed pools (kv-cache.h, "Windowed KV"): a prefix of k blocks is only
+ * worth reusing with the sliding-window layers' blocks of its window,
+ * [hr_kv_window_first_block(k x B), k), and a sequence holds those only for
+ * where it is now. So hr_pcache_insert_seq makes the entry at the
+ * sequence's last full block carry that window (one reference per block,
+ * dropped when the entry is evicted), hr_pcache_lookup and _peek stop at the
+ * deepest entry on the walk that carries one, and hr_pcache_restore_window
+ * puts that window in the sequence: a prefix is reused up
+ * to where some sequence ended (a conversation's next turn continues it)
+ * and not at arbitrary earlier blocks, whose windows are gone. Windowed
+ * blocks are never indexed themselves; hr_pcache_n_idle_wblocks counts
+ * those only the cache still holds.
+ *
  * Memory: everything is allocated by hr_pcache_init (entries, their token
  * ids, buckets, a block -> entry map); no call allocates afterwards, so the
  * scheduler loop may call any of them. Per entry: 64 bytes + 4*B for its
- * tokens, plus 4 bytes per bucket and 4 bytes per pool block.
+ * tokens (and 4 per windowed block it can carry), plus 4 bytes per bucket and
+ * 4 bytes per pool block (8 with a window).
  *
  * Threads: all calls on the engine thread (the owner of the KV pool); not
  * thread-safe. The cache must be freed before its pool.
@@ -123,6 +137,17 @@ void hr_pcache_free(struct hr_pcache *pc);
  */
 uint32_t hr_pcache_lookup(struct hr_pcache *pc, const int32_t *tokens, uint32_t n,
                           uint32_t max_blocks, int32_t *blocks_out);
+/* (On a windowed pool the count ends at the deepest block whose entry
+ * carries its window; hr_pcache_restore_window then gives the window.) */
+
+/*
+ * After hr_pcache_lookup put its k blocks in seq (seq->n_blocks = k,
+ * seq->n_tokens = k x B, no windowed blocks yet): on a windowed pool, fills
+ * seq's windowed table with the hit's window, one reference per block
+ * (entries before it -1), released with the rest by hr_pcache_release_seq.
+ * Nothing on a pool without a window.
+ */
+void hr_pcache_restore_window(struct hr_pcache *pc, struct hr_kv_seq *seq);
 
 /* hr_pcache_lookup's count without references or LRU changes (admission pricing, usage). */
 uint32_t hr_pcache_peek(const struct hr_pcache *pc, const int32_t *tokens, uint32_t n);
@@ -141,6 +166,12 @@ uint32_t hr_pcache_peek(const struct hr_pcache *pc, const int32_t *tokens, uint3
 uint32_t hr_pcache_insert(struct hr_pcache *pc, const int32_t *tokens, uint32_t n_full_blocks,
                           const int32_t *blocks);
 
+/* hr_pcache_insert of a sequence's full blocks (seq->n_tokens / B of
+ * them), and in a windowed pool the window of the last one, carried by its
+ * entry when the sequence still holds it and the entry has none. */
+uint32_t hr_pcache_insert_seq(struct hr_pcache *pc, const int32_t *tokens,
+                              const struct hr_kv_seq *seq);
+
 /*
  * Evicts up to n evictable blocks, least recently used first, dropping the
  * cache's reference (the pool gets each block back). Entries referenced by a
@@ -154,12 +185,16 @@ uint32_t hr_pcache_evict(struct hr_pcache *pc, uint32_t n);
  * (the first block most recent, so leaves go first).
  */
 void hr_pcache_release_blocks(struct hr_pcache *pc, const int32_t *blocks, uint32_t n);
-/* hr_kv_seq_clear through the cache: releases seq's blocks and empties it (table kept). */
+/* hr_kv_seq_clear through the cache: releases seq's blocks (both tables) and
+ * empties it (tables kept). */
 void hr_pcache_release_seq(struct hr_pcache *pc, struct hr_kv_seq *seq);
 
 uint32_t hr_pcache_n_entries(const struct hr_pcache *pc);
 /* Entries only the cache references: the blocks hr_pcache_evict can return. O(1). */
 uint32_t hr_pcache_n_evictable(const struct hr_pcache *pc);
+/* Windowed blocks whose only references are entries' windows: cache memory,
+ * not a sequence's KV. O(pool blocks); 0 without a window. */
+uint32_t hr_pcache_n_idle_wblocks(const struct hr_pcache *pc);
 /* Whether `block` is indexed. O(1). */
 bool hr_pcache_has_block(const struct hr_pcache *pc, int32_t block);
 

@@ -161,7 +161,7 @@ static void cache_release(struct hr_sched *s, struct request *r)
         hr_kv_seq_clear(&r->kv, pool);
         return;
     }
-    hr_pcache_insert(s->pc, r->tokens, r->kv.n_tokens / hr_kv_block_tokens(pool), r->kv.blocks);
+    hr_pcache_insert_seq(s->pc, r->tokens, &r->kv); /* and its window (windowed pools) */
     hr_pcache_release_seq(s->pc, &r->kv);
 }
 
@@ -177,6 +177,7 @@ static void cache_lookup(struct hr_sched *s, struct request *r)
                                         r->kv.blocks);
     r->kv.n_blocks = k;
     r->kv.n_tokens = k * bt;
+    hr_pcache_restore_window(s->pc, &r->kv); /* windowed pools: the hit's window */
     if (!r->started)
         r->n_cached = r->kv.n_tokens < r->n_prompt ? r->kv.n_tokens : r->n_prompt;
 }
@@ -199,7 +200,9 @@ static void account_kv(struct hr_sched *s)
 {
     struct hr_kv_pool *pool = hr_backend_kv_pool(s->engine);
     const uint64_t bb = hr_kv_block_bytes(pool);
-    const uint32_t cached = s->pc ? hr_pcache_n_evictable(s->pc) : 0;
+    /* windowed blocks only the cache holds are cache too (windowed pools) */
+    const uint32_t cached = s->pc ? hr_pcache_n_evictable(s->pc) + hr_pcache_n_idle_wblocks(s->pc)
+                                  : 0;
     const uint32_t used = hr_kv_n_used(pool);
     hr_mem_counter_set(&hr_gov_counters(s->cfg.gov)->kv_blocks_used, used - cached);
     hr_gov_set_account(s->cfg.gov, HR_GOV_KV, (uint64_t)(used - cached) * bb);
@@ -236,11 +239,10 @@ static void trim_cache_under_pressure(struct hr_sched *s)
 /* Blocks the step in s->items needs beyond what its sequences hold. */
 static uint32_t step_new_blocks(const struct hr_sched *s, uint32_t n_items)
 {
-    const uint32_t bt = hr_kv_block_tokens(hr_backend_kv_pool(s->engine));
+    struct hr_kv_pool *pool = hr_backend_kv_pool(s->engine);
     uint32_t need = 0;
     for (uint32_t i = 0; i < n_items; i++)
-        need += hr_kv_blocks_needed(s->items[i].kv->n_blocks,
-                                    s->items[i].kv->n_tokens + s->items[i].n_tokens, bt);
+        need += hr_kv_seq_new_blocks(s->items[i].kv, pool, s->items[i].n_tokens);
     return need;
 }
 
@@ -334,9 +336,12 @@ static void request_free(struct hr_sched *s, struct request *r)
     free(r);
 }
 
+/* The most KV blocks a request of n_tokens holds, its prefill going down to
+ * 1-token chunks as admission assumes: sliding-window layers count only
+ * their window (kv-cache.h, hr_kv_blocks_for). */
 static uint32_t kv_blocks_for(const struct hr_sched *s, uint32_t n_tokens)
 {
-    return hr_kv_blocks_needed(0, n_tokens, hr_kv_block_tokens(hr_backend_kv_pool(s->engine)));
+    return hr_kv_blocks_for(hr_backend_kv_pool(s->engine), n_tokens, 1);
 }
 
 /* What request_new allocates for a request of n_prompt + max_tokens tokens
@@ -348,7 +353,7 @@ static uint64_t request_bytes(const struct hr_sched *s, const struct hr_sampler_
 {
     const uint64_t cap = (uint64_t)n_prompt + max_tokens;
     return sizeof(struct request) + cap * sizeof(int32_t) +
-           (cap / hr_kv_block_tokens(hr_backend_kv_pool(s->engine)) + 1) * sizeof(int32_t) +
+           2 * (cap / hr_kv_block_tokens(hr_backend_kv_pool(s->engine)) + 1) * sizeof(int32_t) +
            hr_sampler_bytes(sp, hr_backend_model(s->engine)->hp.n_vocab) +
            (s->cfg.tok ? 4096 : 0);
 }
@@ -635,9 +640,12 @@ static bool park(struct hr_sched *s, struct request *r)
     const bool on = s->cfg.park_preempted > 0 ||
                     (s->cfg.park_preempted == 0 &&
                      hr_backend_info(s->engine)->kind != HR_DEVICE_CPU);
-    /* A hybrid model's recurrent state is not parked with its KV: such a
-     * request recomputes (cache_release gives its state slot back). */
-    if (!on || r->kv.n_blocks == 0 || hr_backend_model(s->engine)->dn.n_layers)
+    /* A hybrid model's recurrent state is not parked with its KV, nor are a
+     * windowed pool's windowed blocks: such a request recomputes
+     * (cache_release gives its state slot back, and the prefix cache keeps
+     * its prefix and window). */
+    if (!on || r->kv.n_blocks == 0 || hr_backend_model(s->engine)->dn.n_layers ||
+        hr_kv_window(hr_backend_kv_pool(s->engine)))
         return false;
     const uint64_t bytes = hr_backend_kv_park_bytes(s->engine, &r->kv);
     if (s->cfg.gov) {
@@ -1129,9 +1137,7 @@ static void *engine_main(void *arg)
                 if (s->pc && it->n_logits) {
                     /* The prompt is in: others with this prefix may share it now. */
                     pthread_mutex_lock(&s->mu);
-                    hr_pcache_insert(s->pc, r->tokens,
-                                     r->kv.n_tokens / hr_kv_block_tokens(hr_backend_kv_pool(s->engine)),
-                                     r->kv.blocks);
+                    hr_pcache_insert_seq(s->pc, r->tokens, &r->kv);
                     sched_unlock(s);
                 }
             }
@@ -1182,7 +1188,9 @@ static void *engine_main(void *arg)
         s->st.tokens_prefilled += n_prefilled;
         /* The pool changes only on this thread; readers see this copy. */
         s->st.kv_blocks_used = hr_kv_n_used(hr_backend_kv_pool(s->engine)) -
-                               (s->pc ? hr_pcache_n_evictable(s->pc) : 0);
+                               (s->pc ? hr_pcache_n_evictable(s->pc) +
+                                            hr_pcache_n_idle_wblocks(s->pc)
+                                      : 0);
         s->st.state_slots_used = hr_state_n_used(hr_backend_state_pool(s->engine));
         if (s->cfg.gov) {
             /* Finished and cancelled requests freed their blocks after the
@@ -1312,7 +1320,8 @@ enum hr_status hr_sched_init(const struct hr_sched_config *cfg, struct hr_sched 
                                    .max_step_logits = s->cfg.parallel,
                                    .max_step_seqs = s->cfg.parallel,
                                    .max_seq_tokens = s->cfg.n_ctx,
-                                   .device_limit_bytes = cfg->device_limit_bytes};
+                                   .device_limit_bytes = cfg->device_limit_bytes,
+                                   .kv_full_window = cfg->kv_full_window};
     enum hr_status st = hr_backend_init(cfg->model, &cfg->device, &ec, &s->engine, err);
     if (st != HR_OK) {
         free(s);
@@ -1457,8 +1466,7 @@ static bool fits_alone(const struct hr_sched *s, uint32_t n_prompt, uint32_t max
      * cache saves is prefill (start_queued counts only the blocks a request
      * does not share). */
     const struct hr_kv_pool *pool = hr_backend_kv_pool(s->engine);
-    const uint32_t bt = hr_kv_block_tokens(pool);
-    const uint64_t pool_tokens = (uint64_t)hr_kv_n_blocks(pool) * bt;
+    const uint64_t pool_tokens = hr_kv_pool_max_tokens(pool, 1);
     uint64_t m = s->cfg.n_ctx - 1;
     if (pool_tokens - 1 < m)
         m = pool_tokens - 1;

@@ -86,6 +86,7 @@ struct hr_sched_config {
     int n_threads;                      /* engine workers; 0: physical cores */
     enum hr_ggml_type kv_type;          /* HR_GGML_F16, Q8_0 or Q4_0; 0 (F32) means F16 */
     uint64_t kv_budget_bytes;           /* the KV pool */
+    bool kv_full_window;                /* no windowed KV (engine.h; comparisons only) */
     uint32_t n_ctx;                     /* longest prompt + output of one request; 0: the model's */
     uint32_t batch_tokens;              /* tokens per step (decodes + prefill); 0: 512 */
     uint32_t parallel;                  /* requests running at once; 0: 4 */

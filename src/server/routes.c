@@ -18,6 +18,7 @@
 
 #include "base/log.h"
 #include "base/sys.h"
+#include "engine/engine.h"
 #include "engine/kv-cache.h"
 #include "kernels/matmul.h"
 #include "mem/counters.h"
@@ -1302,6 +1303,9 @@ enum hr_status hr_server_load(struct hr_server *srv, struct hr_err *err)
     /* KV only on attention layers (a hybrid model's DeltaNet layers keep state) */
     struct hr_kv_config kc = {.n_layer = srv->model->n_attn_layers, .n_head_kv = hp->n_head_kv,
                               .head_dim = hp->head_dim_k, .type = kv_type};
+    /* The pool the engine will make (windowed blocks on gpt-oss). */
+    struct hr_kv_config pool_kc;
+    hr_engine_kv_config(srv->model, kv_type, 0, false, &pool_kc);
     if (!hr_kv_block_bytes_for(&kc))
         return hr_err_set(err, HR_ERR_UNSUPPORTED,
                           "--cache-type %s needs a head dim that is a multiple of 32; the "
@@ -1315,7 +1319,11 @@ enum hr_status hr_server_load(struct hr_server *srv, struct hr_err *err)
         .tok = srv->tok,
         .n_threads = cfg->n_threads,
         .kv_type = kv_type,
-        .kv_budget_bytes = parallel * blocks_per_seq * hr_kv_block_bytes_for(&kc),
+        .kv_budget_bytes =
+            (uint64_t)parallel *
+            hr_kv_config_blocks_for(&pool_kc, (uint32_t)blocks_per_seq * HR_KV_DEFAULT_BLOCK_TOKENS,
+                                    cfg->batch_tokens ? cfg->batch_tokens : 512) *
+            hr_kv_block_bytes_for(&pool_kc),
         .n_ctx = srv->n_ctx,
         .batch_tokens = cfg->batch_tokens,
         .parallel = parallel,
@@ -1346,9 +1354,15 @@ enum hr_status hr_server_load(struct hr_server *srv, struct hr_err *err)
     pthread_rwlock_unlock(&srv->sched_lock);
     /* Everything the governor counts per block follows from these. */
     hr_log_info("server", "KV cache %s: %llu bytes per block of %u tokens (%llu per token)",
-                hr_kv_type_name(kv_type), (unsigned long long)hr_kv_block_bytes_for(&kc),
+                hr_kv_type_name(kv_type), (unsigned long long)hr_kv_block_bytes_for(&pool_kc),
                 HR_KV_DEFAULT_BLOCK_TOKENS,
-                (unsigned long long)(hr_kv_block_bytes_for(&kc) / HR_KV_DEFAULT_BLOCK_TOKENS));
+                (unsigned long long)(hr_kv_block_bytes_for(&pool_kc) / HR_KV_DEFAULT_BLOCK_TOKENS));
+    /* A windowed pool's block holds one kind of layer (kv-cache.h). */
+    if (pool_kc.window)
+        hr_log_info("server", "KV cache: the full-attention layers' blocks per token above, the "
+                    "sliding-window layers' in blocks of their own for their last %u positions "
+                    "(%u blocks a sequence at most while decoding)", pool_kc.window,
+                    hr_kv_config_window_blocks(&pool_kc, 1));
     hr_log_info("server",
                 "model %s: %s, context %u tokens, %u parallel, prefix cache %s, tool calls as %s, "
                 "chat template %s",

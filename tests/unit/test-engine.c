@@ -30,7 +30,12 @@
  *    dim that its blocks cannot hold is refused at init;
  *  - gpt-oss (sinks, a 16-token window on even layers, YaRN, expert biases,
  *    clamped SwiGLU; F32 and MXFP4 experts): plan exact, ragged == alone and
- *    chunking invariant with prompts longer than the window;
+ *    chunking invariant with prompts longer than the window; windowed KV
+ *    (the sliding-window layers' blocks slide): the same logits bit for bit
+ *    as keeping every position, the blocks held never above what admission
+ *    prices (hr_kv_blocks_for), about half the blocks' bytes, and a prefix
+ *    cache hit (its entry carrying the window) continues exactly as cold,
+ *    one without its window is refused unchanged;
  *  - attention's window and sinks (hr_attn_ctx.window, .sinks) against a
  *    plain double-precision reference, f32 and f16 caches.
  *
@@ -51,6 +56,7 @@
 #include "base/fp16.h"
 #include "engine/attention.h"
 #include "engine/engine.h"
+#include "engine/prefix-cache.h"
 #include "engine/state-pool.h"
 #include "model-gen.h"
 #include "base/rand.h"
@@ -291,7 +297,9 @@ static void test_plan_is_exact(void **state)
         struct hr_step step = {.seqs = items, .n_seqs = n_items};
         struct hr_plan plan;
         hr_engine_plan(e, &step, &plan);
-        uint32_t used_before = hr_kv_n_used(hr_engine_kv_pool(e));
+        uint32_t used_before = hr_kv_n_used(hr_engine_kv_pool(e)), w_first[N_SEQ];
+        for (uint32_t i = 0; i < n_items; i++)
+            w_first[i] = seqs[i].w_first;
         /* A canary over the whole arena: nothing past the plan may change. */
         memset(arena, 0xA5, cap);
 #ifdef HR_HAVE_ASAN
@@ -308,9 +316,13 @@ static void test_plan_is_exact(void **state)
             if (arena[b] != 0xA5)
                 fail_msg("round %d: arena byte %llu past the plan (%llu) was written", round,
                          (unsigned long long)b, (unsigned long long)plan.arena_bytes);
-        /* The KV part of the plan is the blocks the step actually took. */
-        uint32_t used_after = hr_kv_n_used(hr_engine_kv_pool(e));
-        assert_int_equal((uint64_t)(used_after - used_before) * hr_kv_block_bytes(hr_engine_kv_pool(e)),
+        /* The KV part of the plan is the blocks the step actually took
+         * (windowed pools: before the slide gave some back). */
+        uint32_t used_after = hr_kv_n_used(hr_engine_kv_pool(e)), slid = 0;
+        for (uint32_t i = 0; i < n_items; i++)
+            slid += seqs[i].w_first - w_first[i];
+        assert_int_equal((uint64_t)(used_after + slid - used_before) *
+                             hr_kv_block_bytes(hr_engine_kv_pool(e)),
                          plan.kv_bytes);
         /* Sequences that grew long start over, so positions stay varied. */
         for (int i = 0; i < N_SEQ; i++)
@@ -816,6 +828,185 @@ static void test_attention_window_sinks(void **state)
     free(out);
 }
 
+/* Runs one gpt-oss sequence (a 150-token prompt in chunks of `chunk`, then
+ * 12 decode steps) on an engine with windowed KV or without, optionally
+ * from a prefix-cache hit of `pc`'s; returns the logits of every step's
+ * last row, and the KV bytes held at most. */
+static float *run_window(struct fixture *fx, bool full_window, uint32_t chunk,
+                         struct hr_engine *given, struct hr_pcache *pc, uint64_t *kv_most,
+                         uint32_t *n_rows)
+{
+    const uint32_t V = fx->model->hp.n_vocab, n_prompt = 150, n_gen = 12;
+    struct hr_engine_config cfg = {.n_threads = 2, .kv_type = HR_GGML_F32,
+                                   .kv_budget_bytes = 16ull << 20, .max_step_tokens = 64,
+                                   .max_step_logits = 64, .kv_full_window = full_window};
+    struct hr_engine *e = given;
+    struct hr_err err = {{0}};
+    if (!e && hr_engine_init(fx->model, &cfg, &e, &err) != HR_OK)
+        fail_msg("%s", err.msg);
+    struct hr_kv_pool *pool = hr_engine_kv_pool(e);
+    int32_t toks[162];
+    struct hr_rng r;
+    hr_rng_seed(&r, 5);
+    random_tokens(&r, toks, n_prompt, V);
+    struct hr_kv_seq s;
+    assert_int_equal(hr_engine_seq_init(e, &s, 256, &err), HR_OK);
+    if (pc) { /* from the cache: its blocks, then the window */
+        s.n_blocks = hr_pcache_lookup(pc, toks, n_prompt, (n_prompt - 1) / 32, s.blocks);
+        s.n_tokens = s.n_blocks * 32;
+        assert_true(s.n_blocks > 0);
+        hr_pcache_restore_window(pc, &s);
+    }
+    float *out = calloc((size_t)(n_prompt + n_gen) * V, sizeof(float));
+    uint32_t rows = 0, pos = s.n_tokens;
+    *kv_most = 0;
+    while (pos < n_prompt + n_gen) {
+        const uint32_t n = pos < n_prompt ? (n_prompt - pos < chunk ? n_prompt - pos : chunk) : 1;
+        struct hr_step_seq it = {.kv = &s, .tokens = toks + pos, .n_tokens = n, .n_logits = 1};
+        struct hr_step step = {.seqs = &it, .n_seqs = 1};
+        struct hr_plan plan;
+        hr_engine_plan(e, &step, &plan);
+        const uint64_t during = (uint64_t)hr_kv_n_used(pool) * hr_kv_block_bytes(pool) +
+                                plan.kv_bytes;
+        if (during > *kv_most)
+            *kv_most = during;
+        /* Never more than admission prices for this length and step size
+         * (a cache hit's blocks are shared, so only without one). */
+        if (!pc)
+            assert_true(hr_kv_seq_held_blocks(&s) + hr_kv_seq_new_blocks(&s, pool, n) <=
+                        hr_kv_blocks_for(pool, pos + n, n));
+        assert_int_equal(hr_engine_step(e, &step, &err), HR_OK);
+        memcpy(out + (size_t)rows++ * V, hr_engine_logits(e, 0, 0), V * sizeof(float));
+        pos += n;
+        if (pos >= n_prompt && pos < n_prompt + n_gen) { /* greedy */
+            const float *lg = hr_engine_logits(e, 0, 0);
+            int32_t best = 0;
+            for (uint32_t i = 1; i < V; i++)
+                if (lg[i] > lg[best])
+                    best = (int32_t)i;
+            toks[pos] = best;
+        }
+    }
+    if (pc) { /* back to the cache (given is the engine it was made on) */
+        hr_pcache_insert_seq(pc, toks, &s);
+        hr_pcache_release_seq(pc, &s);
+    }
+    hr_engine_seq_free(e, &s);
+    if (!given)
+        hr_engine_free(e);
+    *n_rows = rows;
+    return out;
+}
+
+/* Windowed KV changes which blocks hold the window, not what attention
+ * reads: the same logits as keeping every position, bit for bit, in any
+ * chunking; the windowed sequence holds ceil(n / B) full blocks plus a few
+ * windowed ones (2 for this 16-token window), about half the bytes. */
+static void test_window_kv(void **state)
+{
+    struct fixture *fx = *state;
+    const uint32_t V = fx->model->hp.n_vocab;
+    uint64_t kv_full = 0, kv_win = 0, kv_win9 = 0;
+    uint32_t rows, rows_win, rows9;
+    float *full = run_window(fx, true, 64, NULL, NULL, &kv_full, &rows);
+    float *win = run_window(fx, false, 64, NULL, NULL, &kv_win, &rows_win);
+    float *win9 = run_window(fx, false, 9, NULL, NULL, &kv_win9, &rows9);
+    assert_int_equal(rows_win, rows);
+    if (memcmp(full, win, (size_t)rows * V * sizeof(float)) != 0)
+        fail_msg("windowed KV changed the logits");
+    /* Chunks of 9: the prefill's last row and the decodes. */
+    for (size_t i = 0; i < (size_t)13 * V; i++)
+        if (full[(size_t)(rows - 13) * V + i] != win9[(size_t)(rows9 - 13) * V + i])
+            fail_msg("windowed KV in chunks of 9: logit %zu differs", i);
+    /* 162 positions: 6 full blocks of 2 layers (full window) against 6 of
+     * 1 layer plus the window's, and 64-token steps hold at most 3 of those. */
+    struct hr_kv_config kc = {.n_layer = 1, .n_head_kv = fx->model->hp.n_head_kv,
+                              .head_dim = fx->model->hp.head_dim_k, .type = HR_GGML_F32};
+    const uint64_t half = hr_kv_block_bytes_for(&kc);
+    assert_int_equal(kv_full, 6 * 2 * half);
+    assert_true(kv_win <= (6 + 3) * half);
+    assert_true(kv_win9 <= (6 + 2) * half);
+    printf("# KV held at most: %llu bytes windowed (%llu in 9-token chunks), %llu full\n",
+           (unsigned long long)kv_win, (unsigned long long)kv_win9, (unsigned long long)kv_full);
+    free(full);
+    free(win);
+    free(win9);
+
+    /* The prefix cache: a sequence inserted at its end carries its window;
+     * a second run of the same prompt hits 4 blocks (128 tokens) and
+     * continues from them to the same logits as cold. */
+    struct hr_engine_config cfg = {.n_threads = 2, .kv_type = HR_GGML_F32,
+                                   .kv_budget_bytes = 16ull << 20, .max_step_tokens = 64,
+                                   .max_step_logits = 64};
+    struct hr_engine *e = NULL;
+    struct hr_pcache *pc = NULL;
+    struct hr_err err = {{0}};
+    assert_int_equal(hr_engine_init(fx->model, &cfg, &e, &err), HR_OK);
+    assert_int_equal(hr_pcache_init(hr_engine_kv_pool(e), 1, 64, &pc, &err), HR_OK);
+    /* Seed the cache with the prompt's first 128 tokens, its window carried. */
+    {
+        int32_t toks[150];
+        struct hr_rng r;
+        hr_rng_seed(&r, 5);
+        random_tokens(&r, toks, 150, V);
+        struct hr_kv_seq s;
+        assert_int_equal(hr_engine_seq_init(e, &s, 256, &err), HR_OK);
+        struct hr_step_seq it = {.kv = &s, .tokens = toks, .n_tokens = 64, .n_logits = 0};
+        struct hr_step step = {.seqs = &it, .n_seqs = 1};
+        assert_int_equal(hr_engine_step(e, &step, &err), HR_OK);
+        it.tokens = toks + 64;
+        assert_int_equal(hr_engine_step(e, &step, &err), HR_OK);
+        assert_int_equal(hr_pcache_insert_seq(pc, toks, &s), 4);
+        hr_pcache_release_seq(pc, &s);
+        assert_int_equal(hr_pcache_check(pc, &err), HR_OK);
+        /* The prefix and its window (blocks 3..: a 16-token window from
+         * position 128 starts in block 3): 4 + 1 blocks, all idle now. */
+        assert_int_equal(hr_pcache_peek(pc, toks, 150), 4);
+        assert_int_equal(hr_kv_n_used(hr_engine_kv_pool(e)), 5);
+        assert_int_equal(hr_pcache_n_evictable(pc) + hr_pcache_n_idle_wblocks(pc), 5);
+        hr_engine_seq_free(e, &s);
+    }
+    uint64_t kv_hit = 0, kv_cold = 0;
+    uint32_t rh, rc;
+    float *hit = run_window(fx, false, 64, e, pc, &kv_hit, &rh);
+    assert_int_equal(hr_pcache_check(pc, &err), HR_OK);
+    float *cold = run_window(fx, false, 64, NULL, NULL, &kv_cold, &rc);
+    /* From the hit: the 22-token remainder in one step, then the decodes. */
+    assert_int_equal(rh, 13);
+    for (size_t i = 0; i < (size_t)13 * V; i++)
+        if (hit[i] != cold[(size_t)(rc - 13) * V + i])
+            fail_msg("continuing from a cache hit: logit %zu differs from cold", i);
+    /* A hit without its window cannot continue: refused, nothing changed. */
+    {
+        int32_t toks[150];
+        struct hr_rng r;
+        hr_rng_seed(&r, 5);
+        random_tokens(&r, toks, 150, V);
+        struct hr_kv_seq s;
+        assert_int_equal(hr_engine_seq_init(e, &s, 256, &err), HR_OK);
+        s.n_blocks = hr_pcache_lookup(pc, toks, 150, 4, s.blocks);
+        s.n_tokens = s.n_blocks * 32;
+        assert_int_equal(s.n_blocks, 4);
+        const uint32_t used = hr_kv_n_used(hr_engine_kv_pool(e));
+        struct hr_step_seq it = {.kv = &s, .tokens = toks + 128, .n_tokens = 22, .n_logits = 1};
+        struct hr_step step = {.seqs = &it, .n_seqs = 1};
+        assert_int_equal(hr_engine_step(e, &step, &err), HR_ERR_INVALID);
+        assert_non_null(strstr(err.msg, "sliding-window"));
+        assert_int_equal(hr_kv_n_used(hr_engine_kv_pool(e)), used);
+        assert_int_equal(s.n_tokens, 128);
+        hr_pcache_release_seq(pc, &s);
+        hr_engine_seq_free(e, &s);
+    }
+    /* Eviction gives every block back, windows included. */
+    hr_pcache_evict(pc, 1000);
+    assert_int_equal(hr_pcache_n_idle_wblocks(pc), 0);
+    assert_int_equal(hr_kv_n_used(hr_engine_kv_pool(e)), 0);
+    free(hit);
+    free(cold);
+    hr_pcache_free(pc);
+    hr_engine_free(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -857,6 +1048,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_plan_is_exact, setup_gptoss, teardown),
         cmocka_unit_test_setup_teardown(test_ragged_equals_alone, setup_gptoss, teardown),
         cmocka_unit_test_setup_teardown(test_chunking_invariant, setup_gptoss, teardown),
+        cmocka_unit_test_setup_teardown(test_window_kv, setup_gptoss, teardown),
         cmocka_unit_test_setup_teardown(test_ragged_equals_alone, setup_gptoss_mxfp4, teardown),
         cmocka_unit_test_setup_teardown(test_plan_is_exact, setup_qwen35, teardown),
         cmocka_unit_test_setup_teardown(test_plan_is_exact, setup_qwen35moe_q8, teardown),

@@ -3,7 +3,9 @@
  * refcounts, exhaustion without partial effects, trim, table capacity, and
  * the threadpool the engine runs on (dispatch, barriers, reuse), the cache
  * types' real block bytes, and attention over quantized (Q8_0 / Q4_0) blocks
- * against a plain reference.
+ * against a plain reference; windowed tables (sliding-window layers): the
+ * slide returns exactly the blocks out of every later window, and the
+ * counts admission prices are the most a sequence ever holds.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -342,6 +344,95 @@ static void test_threadpool(void **state)
     assert_true(hr_physical_cores() >= 1);
 }
 
+/* A pool with a window: both tables grow together; after every step the
+ * windowed table keeps only [first, n) and gives the rest back; the blocks
+ * held never exceed hr_kv_blocks_for, and reach it (the bound is exact). */
+static void test_window_slide(void **state)
+{
+    (void)state;
+    const uint32_t bt = 32, window = 128;
+    struct hr_kv_config c = {.n_layer = 2, .n_head_kv = 2, .head_dim = 64, .block_tokens = bt,
+                             .type = HR_GGML_F16, .window = window};
+    c.budget_bytes = 200 * hr_kv_block_bytes_for(&c);
+    struct hr_kv_pool *p = NULL;
+    struct hr_err err = {{0}};
+    assert_int_equal(hr_kv_pool_init(&c, &p, &err), HR_OK);
+    assert_int_equal(hr_kv_window(p), window);
+    /* Decoding holds ceil(window / B) + 1 windowed blocks at most. */
+    assert_int_equal(hr_kv_window_max_blocks(p, 1), window / bt + 1);
+    /* The first block kept: the query at the last block boundary's window,
+     * 32-aligned. */
+    assert_int_equal(hr_kv_window_first_block(window, 127, bt), 0);
+    assert_int_equal(hr_kv_window_first_block(window, 160, bt), 1); /* keys 33.. -> 32.. */
+    assert_int_equal(hr_kv_window_first_block(window, 191, bt), 1);
+    assert_int_equal(hr_kv_window_first_block(window, 4096, bt), 124);
+    assert_int_equal(hr_kv_window_first_block(0, 4096, bt), 0);
+
+    const uint32_t steps[] = {1, 7, 64, 31, 1, 1, 100, 33, 1, 5, 200, 1, 1, 1};
+    for (uint32_t chunk_max = 1; chunk_max <= 64; chunk_max *= 64) {
+        struct hr_kv_seq s;
+        assert_int_equal(hr_kv_seq_init(&s, 4096, bt, &err), HR_OK);
+        uint32_t most = 0, step_most = 0;
+        for (uint32_t i = 0; s.n_tokens < 1200; i++) {
+            uint32_t n = steps[i % (sizeof(steps) / sizeof(steps[0]))];
+            if (n > chunk_max)
+                n = chunk_max;
+            const uint32_t before = hr_kv_n_used(p), need = hr_kv_seq_new_blocks(&s, p, n);
+            assert_int_equal(hr_kv_seq_reserve(&s, p, n, &err), HR_OK);
+            assert_int_equal(hr_kv_n_used(p), before + need);
+            assert_int_equal(hr_kv_seq_held_blocks(&s), hr_kv_n_used(p));
+            /* What a step holds is within the bound for its size and length. */
+            const uint32_t end = s.n_tokens + n;
+            assert_true(hr_kv_seq_held_blocks(&s) <= hr_kv_blocks_for(p, end, n));
+            if (hr_kv_seq_held_blocks(&s) - s.n_blocks > step_most)
+                step_most = hr_kv_seq_held_blocks(&s) - s.n_blocks;
+            s.n_tokens = end;
+            const uint32_t first = hr_kv_window_first_block(window, s.n_tokens, bt);
+            const uint32_t released = hr_kv_seq_slide(&s, p);
+            assert_int_equal(s.w_first, first);
+            assert_int_equal(hr_kv_n_used(p), before + need - released);
+            for (uint32_t b = 0; b < first; b++)
+                assert_int_equal(s.wblocks[b], -1);
+            for (uint32_t b = first; b < s.n_wblocks; b++)
+                assert_true(s.wblocks[b] >= 0 && hr_kv_refcount(p, s.wblocks[b]) == 1);
+            assert_int_equal(s.n_wblocks, s.n_blocks);
+            if (hr_kv_seq_held_blocks(&s) > most)
+                most = hr_kv_seq_held_blocks(&s);
+        }
+        /* Full blocks: all of them; windowed: never more than the bound,
+         * which decoding reaches. */
+        assert_int_equal(s.n_blocks, (s.n_tokens + bt - 1) / bt);
+        assert_true(step_most <= hr_kv_window_max_blocks(p, chunk_max));
+        if (chunk_max == 1)
+            assert_int_equal(step_most, hr_kv_window_max_blocks(p, 1));
+        assert_int_equal(hr_kv_n_used_peak(p) >= most, true);
+        hr_kv_seq_free(&s, p);
+        assert_int_equal(hr_kv_n_used(p), 0);
+    }
+    /* The whole pool: a sequence of hr_kv_pool_max_tokens fits, one more block does not. */
+    const uint64_t m = hr_kv_pool_max_tokens(p, 1);
+    assert_true(hr_kv_blocks_for(p, (uint32_t)m, 1) <= hr_kv_n_blocks(p));
+    assert_true(hr_kv_blocks_for(p, (uint32_t)m + bt, 1) > hr_kv_n_blocks(p));
+    /* Monotone in the length and the step, as admission's bisection needs. */
+    for (uint32_t n = 1; n < 2000; n++) {
+        assert_true(hr_kv_blocks_for(p, n, 1) <= hr_kv_blocks_for(p, n + 1, 1));
+        assert_true(hr_kv_blocks_for(p, n, 1) <= hr_kv_blocks_for(p, n, 64));
+    }
+    /* A pool without a window: one table, nothing slides. */
+    struct hr_kv_pool *q = pool_of(8);
+    struct hr_kv_seq s;
+    assert_int_equal(hr_kv_seq_init(&s, 256, bt, &err), HR_OK);
+    assert_int_equal(hr_kv_seq_reserve(&s, q, 200, &err), HR_OK);
+    s.n_tokens = 200;
+    assert_int_equal(hr_kv_seq_slide(&s, q), 0);
+    assert_int_equal(s.n_wblocks, 0);
+    assert_int_equal(hr_kv_n_used(q), 7);
+    assert_int_equal(hr_kv_blocks_for(q, 200, 64), 7);
+    hr_kv_seq_free(&s, q);
+    hr_kv_pool_free(q);
+    hr_kv_pool_free(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -352,6 +443,7 @@ int main(void)
         cmocka_unit_test(test_cache_types),
         cmocka_unit_test(test_quant_attention),
         cmocka_unit_test(test_rotation),
+        cmocka_unit_test(test_window_slide),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,7 +3,9 @@
  * references taken by lookups, full blocks only, idempotent inserts, LRU
  * order (leaves first), referenced blocks never evicted, a full table,
  * hash collisions, freeing, statistics, and a randomized run that checks
- * every invariant against a shadow model after each operation.
+ * every invariant against a shadow model after each operation; windowed
+ * pools: an entry carries the window of where a sequence ended, a hit stops
+ * at the deepest such entry and restores the window, eviction returns it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -765,6 +767,103 @@ static void test_random(void **state)
     run_random(4, 8, 0, 20000);         /* one hash value */
 }
 
+/* A windowed pool (window 40, blocks of 16): a sequence of 100 positions
+ * keeps windowed blocks [first(96) = 2, 7); inserted, its last full block's
+ * entry (depth 6) carries [first(96), 6) = blocks 2..5; a hit on a longer
+ * prompt stops there and restores them; a prompt diverging before depth 6
+ * finds no window and no hit; eviction gives everything back. */
+static void test_window(void **state)
+{
+    (void)state;
+    struct hr_kv_config c = {.n_layer = 1, .n_head_kv = 1, .head_dim = 16, .block_tokens = BT,
+                             .type = HR_GGML_F16, .window = 40};
+    c.budget_bytes = 64 * hr_kv_block_bytes_for(&c);
+    struct hr_kv_pool *pool = NULL;
+    struct hr_err err = {{0}};
+    assert_int_equal(hr_kv_pool_init(&c, &pool, &err), HR_OK);
+    struct hr_pcache *pc = cache_of(pool, 32);
+    int32_t t[160];
+    for (uint32_t k = 0; k < 10; k++) fill_block(t, k, (int32_t)k + 1);
+
+    struct hr_kv_seq a;
+    assert_int_equal(hr_kv_seq_init(&a, 160, BT, &err), HR_OK);
+    assert_int_equal(hr_kv_seq_reserve(&a, pool, 100, &err), HR_OK);
+    a.n_tokens = 100;
+    hr_kv_seq_slide(&a, pool);
+    /* first(96): keys from 96 - 39 = 57, 32-aligned: 32, block 2 */
+    const uint32_t first = hr_kv_window_first_block(40, 96, BT);
+    assert_int_equal(first, 2);
+    assert_int_equal(a.w_first, first);
+    assert_int_equal(hr_kv_n_used(pool), 7 + 5);
+    assert_int_equal(hr_pcache_insert_seq(pc, t, &a), 6);
+    check(pc);
+    int32_t wkept[4];
+    memcpy(wkept, a.wblocks + first, 4 * sizeof(int32_t));
+    hr_pcache_release_seq(pc, &a);
+    check(pc);
+    /* Left: 6 full blocks and the window's 4 (blocks 2..5), all idle. */
+    assert_int_equal(hr_kv_n_used(pool), 6 + 4);
+    assert_int_equal(hr_pcache_n_evictable(pc), 6);
+    assert_int_equal(hr_pcache_n_idle_wblocks(pc), 4);
+
+    /* A longer prompt: the hit is the 6 blocks, with the window. */
+    struct hr_kv_seq b;
+    assert_int_equal(hr_kv_seq_init(&b, 160, BT, &err), HR_OK);
+    assert_int_equal(hr_pcache_peek(pc, t, 150), 6);
+    b.n_blocks = hr_pcache_lookup(pc, t, 150, 9, b.blocks);
+    b.n_tokens = b.n_blocks * BT;
+    assert_int_equal(b.n_blocks, 6);
+    hr_pcache_restore_window(pc, &b);
+    assert_int_equal(b.n_tokens, 96);
+    assert_int_equal(b.n_blocks, 6);
+    assert_int_equal(b.n_wblocks, 6);
+    assert_int_equal(b.w_first, first);
+    assert_int_equal(b.wblocks[0], -1);
+    assert_int_equal(b.wblocks[1], -1);
+    assert_memory_equal(b.wblocks + first, wkept, 4 * sizeof(int32_t));
+    for (uint32_t k = first; k < 6; k++) assert_int_equal(hr_kv_refcount(pool, b.wblocks[k]), 2);
+    assert_int_equal(hr_pcache_n_idle_wblocks(pc), 0);
+    check(pc);
+    /* b continues: a step of 20 positions, then slides. */
+    assert_int_equal(hr_kv_seq_reserve(&b, pool, 20, &err), HR_OK);
+    b.n_tokens = 116;
+    hr_kv_seq_slide(&b, pool);
+    assert_int_equal(b.w_first, hr_kv_window_first_block(40, 116, BT));
+    hr_pcache_release_seq(pc, &b);
+    check(pc);
+    assert_int_equal(hr_kv_n_used(pool), 6 + 4);
+
+    /* Diverging in block 4: the walk finds blocks 0..3, none with a window. */
+    int32_t u[160];
+    memcpy(u, t, sizeof(u));
+    u[4 * BT] = -5;
+    assert_int_equal(hr_pcache_peek(pc, u, 150), 0);
+    assert_int_equal(hr_pcache_lookup(pc, u, 150, 9, b.blocks), 0);
+    hr_pcache_restore_window(pc, &b);
+    assert_int_equal(b.n_tokens, 0);
+    assert_int_equal(b.n_wblocks, 0);
+    check(pc);
+
+    /* Eviction returns every block, windows too; then free. */
+    assert_int_equal(hr_pcache_evict(pc, 100), 6);
+    assert_int_equal(hr_kv_n_used(pool), 0);
+    check(pc);
+    hr_kv_seq_free(&a, pool);
+    hr_kv_seq_free(&b, pool);
+    /* Freeing a cache that still holds windows drops them. */
+    assert_int_equal(hr_kv_seq_init(&a, 160, BT, &err), HR_OK);
+    assert_int_equal(hr_kv_seq_reserve(&a, pool, 64, &err), HR_OK);
+    a.n_tokens = 64;
+    hr_kv_seq_slide(&a, pool);
+    hr_pcache_insert_seq(pc, t, &a);
+    hr_pcache_release_seq(pc, &a);
+    assert_true(hr_kv_n_used(pool) > 4);
+    hr_pcache_free(pc);
+    assert_int_equal(hr_kv_n_used(pool), 0);
+    hr_kv_seq_free(&a, pool);
+    hr_kv_pool_free(pool);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -780,6 +879,7 @@ int main(void)
         cmocka_unit_test(test_free_drops_every_reference),
         cmocka_unit_test(test_stats),
         cmocka_unit_test(test_random),
+        cmocka_unit_test(test_window),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
