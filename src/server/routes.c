@@ -1365,8 +1365,8 @@ enum hr_status hr_server_load(struct hr_server *srv, struct hr_err *err)
                 "model %s: %s, context %u tokens, %u parallel, prefix cache %s, tool calls as %s, "
                 "chat template %s",
                 srv->model_id, hr_arch_name(srv->model->arch), srv->n_ctx, parallel,
-                cfg->no_prefix_cache   ? "off"
-                : srv->model->dn.n_layers ? "off (recurrent layers)"
+                cfg->no_prefix_cache        ? "off"
+                : srv->model->dn.n_layers ? "on (with recurrent state snapshots)"
                                           : "on",
                 hr_chat_format_name(srv->format),
                 hr_gguf_find(srv->model->gguf, "tokenizer.chat_template") ? "from the file"
