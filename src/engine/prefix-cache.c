@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/state-pool.h"
+
 #define NIL UINT32_MAX
 
 enum entry_state { ENTRY_FREE, ENTRY_PINNED, ENTRY_EVICTABLE };
@@ -29,6 +31,7 @@ struct entry {
     uint32_t parent_index; /* the parent's entry, valid while its serial matches */
     uint32_t chain;        /* next entry in the bucket (or on the free stack) */
     uint32_t prev, next;   /* LRU links, while evictable */
+    int32_t snap;          /* its recurrent state snapshot's slot, or -1 */
     uint8_t state;
     uint8_t n_w;           /* windowed blocks it carries (windowed pools; prefix-cache.h) */
 };
@@ -58,6 +61,13 @@ struct hr_pcache {
     int32_t *wblocks;
     uint32_t *wref;
     struct hr_pcache_stats stats;
+    /* Recurrent state snapshots (hybrid models; NULL otherwise): slot i is
+     * owned by entry snap_entry[i] (the owner pointer is the entry's
+     * address) and was last used at snap_used[i], for LRU among them. */
+    struct hr_state_pool *snaps;
+    uint32_t *snap_entry;
+    uint64_t *snap_used;
+    uint64_t snap_clock;
 };
 
 /* ---- hashing ------------------------------------------------------------- */
@@ -206,6 +216,17 @@ static void drop_window(struct hr_pcache *pc, uint32_t i)
     e->n_w = 0;
 }
 
+/* Frees entry i's snapshot, if it has one (its pages go back to the OS). */
+static void drop_snapshot(struct hr_pcache *pc, uint32_t i)
+{
+    struct entry *e = &pc->entries[i];
+    if (e->snap < 0) return;
+    hr_state_release(pc->snaps, e);
+    pc->snap_entry[e->snap] = NIL;
+    e->snap = -1;
+    pc->stats.evicted_snapshots++;
+}
+
 /* Removes evictable entry i and drops its reference: the block may go back
  * to the pool. */
 static void evict_entry(struct hr_pcache *pc, uint32_t i)
@@ -218,6 +239,7 @@ static void evict_entry(struct hr_pcache *pc, uint32_t i)
     }
     *link = e->chain;
     lru_unlink(pc, i);
+    drop_snapshot(pc, i);
     pc->entry_of_block[e->block] = NIL;
     hr_kv_unref_block(pc->pool, e->block);
     drop_window(pc, i);
@@ -250,6 +272,14 @@ static uint32_t lru_victim(struct hr_pcache *pc, uint64_t walk)
 
 enum hr_status hr_pcache_init(struct hr_kv_pool *pool, uint64_t model_fingerprint,
                               uint32_t max_entries, struct hr_pcache **out, struct hr_err *err)
+{
+    return hr_pcache_init_snapshots(pool, model_fingerprint, max_entries, 0, 0, out, err);
+}
+
+enum hr_status hr_pcache_init_snapshots(struct hr_kv_pool *pool, uint64_t model_fingerprint,
+                                        uint32_t max_entries, uint32_t n_snapshots,
+                                        uint64_t snapshot_floats, struct hr_pcache **out,
+                                        struct hr_err *err)
 {
     *out = NULL;
     if (max_entries == 0) return hr_err_set(err, HR_ERR_INVALID, "prefix cache of 0 entries");
@@ -294,8 +324,21 @@ enum hr_status hr_pcache_init(struct hr_kv_pool *pool, uint64_t model_fingerprin
     }
     for (uint32_t i = 0; i < pc->n_buckets; i++) pc->buckets[i] = NIL;
     for (uint32_t i = 0; i < n_pool; i++) pc->entry_of_block[i] = NIL;
+    if (n_snapshots && snapshot_floats) {
+        enum hr_status st = hr_state_pool_init(n_snapshots, snapshot_floats, &pc->snaps, err);
+        pc->snap_entry = calloc(n_snapshots, sizeof(*pc->snap_entry));
+        pc->snap_used = calloc(n_snapshots, sizeof(*pc->snap_used));
+        if (st != HR_OK || !pc->snap_entry || !pc->snap_used) {
+            hr_pcache_free(pc);
+            return st != HR_OK ? st
+                               : hr_err_set(err, HR_ERR_NOMEM, "out of memory for %u snapshots",
+                                            n_snapshots);
+        }
+        for (uint32_t j = 0; j < n_snapshots; j++) pc->snap_entry[j] = NIL;
+    }
     for (uint32_t i = 0; i < max_entries; i++) {
         pc->entries[i] = (struct entry){.block = -1,
+                                        .snap = -1,
                                         .parent_index = NIL,
                                         .prev = NIL,
                                         .next = NIL,
@@ -324,6 +367,9 @@ void hr_pcache_free(struct hr_pcache *pc)
     free(pc->tokens);
     free(pc->buckets);
     free(pc->entry_of_block);
+    hr_state_pool_free(pc->snaps);
+    free(pc->snap_entry);
+    free(pc->snap_used);
     free(pc);
 }
 
@@ -338,7 +384,9 @@ static uint32_t walk_step(const struct hr_pcache *pc, uint64_t *h, uint64_t pare
 
 /* The cached prefix of tokens[0..n), at most max_blocks: on a windowed
  * pool, only up to the deepest block whose entry carries its window (KV
- * without the window's blocks cannot be continued). */
+ * without the window's blocks cannot be continued); with snapshots, only
+ * up to the deepest block that has one (KV beyond the state cannot be
+ * used). */
 static uint32_t usable_blocks(const struct hr_pcache *pc, const int32_t *tokens, uint32_t n,
                               uint32_t max_blocks)
 {
@@ -349,7 +397,8 @@ static uint32_t usable_blocks(const struct hr_pcache *pc, const int32_t *tokens,
         uint32_t i = walk_step(pc, &h, parent, tokens + (size_t)k * bt);
         if (i == NIL) break;
         parent = pc->entries[i].serial;
-        if (!pc->window || pc->entries[i].n_w) usable = k + 1;
+        if ((!pc->window || pc->entries[i].n_w) && (!pc->snaps || pc->entries[i].snap >= 0))
+            usable = k + 1;
     }
     return usable;
 }
@@ -411,6 +460,7 @@ uint32_t hr_pcache_insert(struct hr_pcache *pc, const int32_t *tokens, uint32_t 
                                 .parent_index = parent_index,
                                 .prev = NIL,
                                 .next = NIL,
+                                .snap = -1,
                                 .state = ENTRY_PINNED};
             memcpy(pc->tokens + (size_t)i * bt, t, bt * sizeof(int32_t));
             uint32_t *head = &pc->buckets[bucket_of(pc, h)];
@@ -536,6 +586,78 @@ void hr_pcache_stats(const struct hr_pcache *pc, struct hr_pcache_stats *out)
     *out = pc->stats;
 }
 
+/* ---- recurrent state snapshots -------------------------------------------- */
+
+/* The snapshot slot used least recently, or -1 when none is bound. O(slots). */
+static int32_t lru_snapshot(const struct hr_pcache *pc)
+{
+    int32_t best = -1;
+    for (uint32_t j = 0; j < hr_state_n_slots(pc->snaps); j++)
+        if (pc->snap_entry[j] != NIL && (best < 0 || pc->snap_used[j] < pc->snap_used[best]))
+            best = (int32_t)j;
+    return best;
+}
+
+bool hr_pcache_save_snapshot(struct hr_pcache *pc, const int32_t *tokens, uint32_t n_blocks,
+                             const float *state)
+{
+    if (!pc->snaps || n_blocks == 0) return false;
+    uint32_t bt = pc->block_tokens, i = NIL;
+    uint64_t h = pc->seed, parent = 0;
+    for (uint32_t k = 0; k < n_blocks; k++) {
+        i = walk_step(pc, &h, parent, tokens + (size_t)k * bt);
+        if (i == NIL) return false; /* not (all) cached: nothing to hang it on */
+        parent = pc->entries[i].serial;
+    }
+    struct entry *e = &pc->entries[i];
+    if (e->snap < 0) {
+        int32_t slot = hr_state_acquire(pc->snaps, e);
+        if (slot < 0) { /* all slots hold snapshots: the least recently used gives way */
+            const int32_t victim = lru_snapshot(pc);
+            HR_ASSERT(victim >= 0);
+            drop_snapshot(pc, pc->snap_entry[victim]);
+            slot = hr_state_acquire(pc->snaps, e);
+            HR_ASSERT(slot >= 0);
+        }
+        e->snap = slot;
+        pc->snap_entry[slot] = i;
+        memcpy(hr_state_slot(pc->snaps, slot), state, hr_state_slot_bytes(pc->snaps));
+        pc->stats.saved_snapshots++;
+    }
+    /* A state already saved for these tokens is the same bits (the kernels
+     * are batch and chunk invariant): it is only marked used. */
+    pc->snap_used[e->snap] = ++pc->snap_clock;
+    return true;
+}
+
+const float *hr_pcache_snapshot(struct hr_pcache *pc, int32_t block)
+{
+    if (!pc->snaps || block < 0 || (uint32_t)block >= pc->n_pool_blocks) return NULL;
+    const uint32_t i = pc->entry_of_block[block];
+    if (i == NIL || pc->entries[i].snap < 0) return NULL;
+    const int32_t slot = pc->entries[i].snap;
+    pc->snap_used[slot] = ++pc->snap_clock;
+    return hr_state_slot(pc->snaps, slot);
+}
+
+uint32_t hr_pcache_evict_snapshots(struct hr_pcache *pc, uint32_t n)
+{
+    uint32_t done = 0;
+    for (; done < n; done++) {
+        const int32_t victim = pc->snaps ? lru_snapshot(pc) : -1;
+        if (victim < 0) break;
+        drop_snapshot(pc, pc->snap_entry[victim]);
+    }
+    return done;
+}
+
+uint32_t hr_pcache_n_snapshots(const struct hr_pcache *pc) { return hr_state_n_used(pc->snaps); }
+uint32_t hr_pcache_snapshot_slots(const struct hr_pcache *pc) { return hr_state_n_slots(pc->snaps); }
+uint64_t hr_pcache_snapshot_bytes(const struct hr_pcache *pc)
+{
+    return hr_state_slot_bytes(pc->snaps);
+}
+
 void hr_pcache_test_set_hash_bits(struct hr_pcache *pc, unsigned bits)
 {
     HR_ASSERT(pc->n_entries == 0 && bits <= 64);
@@ -602,6 +724,19 @@ enum hr_status hr_pcache_check(const struct hr_pcache *pc, struct hr_err *err)
     if (prev != pc->lru_tail || n_lru != pc->n_evictable)
         return hr_err_set(err, HR_ERR_INVALID, "LRU list of %u entries, count says %u", n_lru,
                           pc->n_evictable);
+    uint32_t n_snapped = 0;
+    for (uint32_t i = 0; i < pc->cap; i++) {
+        const struct entry *e = &pc->entries[i];
+        if (e->snap < 0) continue;
+        n_snapped++;
+        if (e->state == ENTRY_FREE || !pc->snaps || pc->snap_entry[e->snap] != i ||
+            hr_state_find(pc->snaps, e) != e->snap)
+            return hr_err_set(err, HR_ERR_INVALID, "entry %u: snapshot slot %d not its own", i,
+                              e->snap);
+    }
+    if (n_snapped != hr_state_n_used(pc->snaps))
+        return hr_err_set(err, HR_ERR_INVALID, "%u entries with snapshots, %u slots bound",
+                          n_snapped, hr_state_n_used(pc->snaps));
     uint32_t n_mapped = 0;
     for (uint32_t b = 0; b < pc->n_pool_blocks; b++) n_mapped += pc->entry_of_block[b] != NIL;
     if (n_mapped != n_used)

@@ -88,6 +88,29 @@
  * blocks are never indexed themselves; hr_pcache_n_idle_wblocks counts
  * those only the cache still holds.
  *
+ * Recurrent state snapshots (hybrid models: qwen35, qwen35moe, qwen3next).
+ * A Gated DeltaNet layer's state at position p depends on every token
+ * before p, and the KV of the attention layers alone cannot resume a
+ * sequence there. A cache made by hr_pcache_init_snapshots keeps, for some
+ * entries, a copy of the whole recurrent state at the end of that entry's
+ * block (hr_pcache_save_snapshot), and hands out only prefixes that end on
+ * such an entry: peek and lookup stop at the deepest block with a snapshot,
+ * and hr_pcache_snapshot gives the state to copy into the sequence's slot.
+ *
+ *    tokens:  [ block 0 | block 1 | block 2 | block 3 |partial]
+ *    snaps:                  S1                  S3            a lookup takes
+ *                                                              blocks 0..3 and S3
+ *
+ * Snapshots live in their own slot pool (engine/state-pool.h; a fixed
+ * number of slots, allocated at init, resident only while bound). They are
+ * always evictable, like idle blocks: a restore copies the state, so nothing
+ * references a snapshot after the call. Saving into a full pool drops the
+ * least recently used snapshot (a linear scan of the slots: a few per
+ * concurrent request); evicting an entry drops its snapshot; and
+ * hr_pcache_evict_snapshots drops them under memory pressure. Cost: the
+ * model's state bytes per snapshot (hr_pcache_snapshot_bytes) and one copy
+ * of them per save and per restore.
+ *
  * Memory: everything is allocated by hr_pcache_init (entries, their token
  * ids, buckets, a block -> entry map); no call allocates afterwards, so the
  * scheduler loop may call any of them. Per entry: 64 bytes + 4*B for its
@@ -123,6 +146,16 @@ struct hr_pcache;
  */
 enum hr_status hr_pcache_init(struct hr_kv_pool *pool, uint64_t model_fingerprint,
                               uint32_t max_entries, struct hr_pcache **out, struct hr_err *err);
+/*
+ * hr_pcache_init for a hybrid model: also a pool of `n_snapshots` state
+ * snapshots of `snapshot_floats` floats each (the model's whole recurrent
+ * state of one sequence). With n_snapshots or snapshot_floats 0 it is
+ * hr_pcache_init. Errors as hr_pcache_init's.
+ */
+enum hr_status hr_pcache_init_snapshots(struct hr_kv_pool *pool, uint64_t model_fingerprint,
+                                        uint32_t max_entries, uint32_t n_snapshots,
+                                        uint64_t snapshot_floats, struct hr_pcache **out,
+                                        struct hr_err *err);
 /* Drops the cache's reference on every indexed block and frees the cache; accepts NULL. */
 void hr_pcache_free(struct hr_pcache *pc);
 
@@ -134,6 +167,7 @@ void hr_pcache_free(struct hr_pcache *pc);
  * hr_pcache_release_seq), marks them recently used (pinned while held) and
  * returns the count. A prompt of exactly k full blocks still needs its last
  * token computed for logits: pass max_blocks = (n - 1) / B to keep one.
+ * With snapshots the count ends at the deepest block that has one.
  */
 uint32_t hr_pcache_lookup(struct hr_pcache *pc, const int32_t *tokens, uint32_t n,
                           uint32_t max_blocks, int32_t *blocks_out);
@@ -149,7 +183,8 @@ uint32_t hr_pcache_lookup(struct hr_pcache *pc, const int32_t *tokens, uint32_t 
  */
 void hr_pcache_restore_window(struct hr_pcache *pc, struct hr_kv_seq *seq);
 
-/* hr_pcache_lookup's count without references or LRU changes (admission pricing, usage). */
+/* hr_pcache_lookup's count without references or LRU changes (admission pricing, usage);
+ * with snapshots, up to the deepest block that has one. */
 uint32_t hr_pcache_peek(const struct hr_pcache *pc, const int32_t *tokens, uint32_t n);
 
 /*
@@ -189,6 +224,29 @@ void hr_pcache_release_blocks(struct hr_pcache *pc, const int32_t *blocks, uint3
  * empties it (tables kept). */
 void hr_pcache_release_seq(struct hr_pcache *pc, struct hr_kv_seq *seq);
 
+/*
+ * Snapshots (a cache from hr_pcache_init_snapshots; otherwise these do
+ * nothing and return false, NULL or 0). hr_pcache_save_snapshot copies
+ * `state` (snapshot_floats floats: the recurrent state after exactly
+ * n_blocks*B tokens of `tokens`) for the entry of block n_blocks-1, which
+ * must be cached (insert first); false when it is not. A full snapshot pool
+ * gives up its least recently used snapshot. Allocates nothing.
+ */
+bool hr_pcache_save_snapshot(struct hr_pcache *pc, const int32_t *tokens, uint32_t n_blocks,
+                             const float *state);
+/* The snapshot of the entry that indexes `block` (e.g. the last block a
+ * lookup returned), marked recently used; NULL when it has none. Valid until
+ * the next call that saves or evicts. */
+const float *hr_pcache_snapshot(struct hr_pcache *pc, int32_t block);
+/* Drops up to n snapshots, least recently used first (their blocks stay
+ * cached); returns how many. */
+uint32_t hr_pcache_evict_snapshots(struct hr_pcache *pc, uint32_t n);
+/* Snapshots held, the pool's slots, and the bytes of one (the `cache`
+ * category holds n_snapshots x snapshot_bytes). O(1). */
+uint32_t hr_pcache_n_snapshots(const struct hr_pcache *pc);
+uint32_t hr_pcache_snapshot_slots(const struct hr_pcache *pc);
+uint64_t hr_pcache_snapshot_bytes(const struct hr_pcache *pc);
+
 uint32_t hr_pcache_n_entries(const struct hr_pcache *pc);
 /* Entries only the cache references: the blocks hr_pcache_evict can return. O(1). */
 uint32_t hr_pcache_n_evictable(const struct hr_pcache *pc);
@@ -203,6 +261,8 @@ struct hr_pcache_stats {
     uint64_t hit_tokens;      /* tokens it found cached (blocks x B) */
     uint64_t evicted_blocks;  /* by hr_pcache_evict and by inserts making room */
     uint64_t inserted_blocks; /* new entries */
+    uint64_t saved_snapshots; /* recurrent state snapshots saved */
+    uint64_t evicted_snapshots; /* dropped: evicted with their block, or to make room */
 };
 void hr_pcache_stats(const struct hr_pcache *pc, struct hr_pcache_stats *out);
 

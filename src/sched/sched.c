@@ -167,14 +167,30 @@ static void cache_release(struct hr_sched *s, struct request *r)
 
 /* A request (re)starting with no KV takes the longest cached prefix of its
  * tokens (prompt, plus output after a preemption), leaving at least one
- * token to compute so the step has logits. */
+ * token to compute so the step has logits. A hybrid model's prefix ends on
+ * a block with a state snapshot (prefix-cache.h), copied into a state slot
+ * bound to the request now: the engine then continues it from there. With
+ * no slot free (never while it has a running slot: the engine pool holds
+ * one per concurrent request) it starts cold. */
 static void cache_lookup(struct hr_sched *s, struct request *r)
 {
     if (!s->pc || r->kv.n_blocks)
         return;
     const uint32_t bt = hr_kv_block_tokens(hr_backend_kv_pool(s->engine));
-    const uint32_t k = hr_pcache_lookup(s->pc, r->tokens, r->n_tokens, (r->n_tokens - 1) / bt,
-                                        r->kv.blocks);
+    uint32_t k = hr_pcache_lookup(s->pc, r->tokens, r->n_tokens, (r->n_tokens - 1) / bt,
+                                  r->kv.blocks);
+    if (k && hr_pcache_snapshot_slots(s->pc)) {
+        struct hr_state_pool *sp = hr_backend_state_pool(s->engine);
+        const float *snap = hr_pcache_snapshot(s->pc, r->kv.blocks[k - 1]);
+        const int32_t slot = snap ? hr_state_acquire(sp, &r->kv) : -1;
+        if (slot >= 0) {
+            memcpy(hr_state_slot(sp, slot), snap, hr_state_slot_bytes(sp));
+            s->st.cache_restored_snapshots++;
+        } else {
+            hr_pcache_release_blocks(s->pc, r->kv.blocks, k);
+            k = 0;
+        }
+    }
     r->kv.n_blocks = k;
     r->kv.n_tokens = k * bt;
     hr_pcache_restore_window(s->pc, &r->kv); /* windowed pools: the hit's window */
@@ -206,7 +222,12 @@ static void account_kv(struct hr_sched *s)
     const uint32_t used = hr_kv_n_used(pool);
     hr_mem_counter_set(&hr_gov_counters(s->cfg.gov)->kv_blocks_used, used - cached);
     hr_gov_set_account(s->cfg.gov, HR_GOV_KV, (uint64_t)(used - cached) * bb);
-    hr_gov_set_account(s->cfg.gov, HR_GOV_CACHE, (uint64_t)cached * bb);
+    /* Cached blocks nobody uses and the recurrent state snapshots: both
+     * evictable, both the cache category. */
+    hr_gov_set_account(s->cfg.gov, HR_GOV_CACHE,
+                       (uint64_t)cached * bb + (s->pc ? (uint64_t)hr_pcache_n_snapshots(s->pc) *
+                                                            hr_pcache_snapshot_bytes(s->pc)
+                                                      : 0));
     /* Recurrent state (hybrid models): the slots bound to running requests,
      * each resident whole (zeroed when bound, its pages dropped when freed). */
     const struct hr_state_pool *sp = hr_backend_state_pool(s->engine);
@@ -214,26 +235,45 @@ static void account_kv(struct hr_sched *s)
                        (uint64_t)hr_state_n_used(sp) * hr_state_slot_bytes(sp));
 }
 
+/* Whether the cache holds anything evictable: idle blocks or snapshots. */
+static bool cache_reclaimable(const struct hr_sched *s)
+{
+    return s->pc && (hr_pcache_n_evictable(s->pc) || hr_pcache_n_snapshots(s->pc));
+}
+
+/* Frees at least `bytes` of cache when it holds that much: idle blocks
+ * first, least recently used (a snapshot goes with its block), then the
+ * snapshots left. Pages go back to the OS. Logs and records it; returns the
+ * bytes freed. */
+static uint64_t cache_reclaim(struct hr_sched *s, uint64_t bytes, const char *why)
+{
+    struct hr_kv_pool *pool = hr_backend_kv_pool(s->engine);
+    const uint64_t bb = hr_kv_block_bytes(pool), sb = hr_pcache_snapshot_bytes(s->pc);
+    const uint32_t snaps0 = hr_pcache_n_snapshots(s->pc);
+    const uint32_t n_ev = hr_pcache_evict(s->pc, (uint32_t)(bytes / bb + 1));
+    uint64_t freed = (uint64_t)n_ev * bb + (uint64_t)(snaps0 - hr_pcache_n_snapshots(s->pc)) * sb;
+    if (freed < bytes && sb)
+        freed += (uint64_t)hr_pcache_evict_snapshots(s->pc, (uint32_t)((bytes - freed) / sb + 1)) * sb;
+    const uint32_t n_snap = snaps0 - hr_pcache_n_snapshots(s->pc);
+    hr_kv_pool_trim(pool);
+    hr_log_info("sched", "%s: %u prefix-cache blocks and %u state snapshots evicted (%.1f MiB)",
+                why, n_ev, n_snap, (double)freed / 1048576.0);
+    hr_decision_reclaim(n_ev + n_snap, freed);
+    return freed;
+}
+
 /* Under soft pressure idle cache goes first: enough cached blocks nobody
- * uses to bring the process back under the soft watermark. */
+ * uses (and snapshots) to bring the process back under the soft watermark. */
 static void trim_cache_under_pressure(struct hr_sched *s)
 {
-    if (!s->pc || !hr_pcache_n_evictable(s->pc))
+    if (!cache_reclaimable(s))
         return;
     struct hr_gov_view v;
     hr_gov_get_view(s->cfg.gov, &v);
     if (v.level == HR_GOV_OK || v.current_bytes <= v.soft_bytes)
         return;
-    struct hr_kv_pool *pool = hr_backend_kv_pool(s->engine);
-    const uint64_t bb = hr_kv_block_bytes(pool);
-    const uint32_t n = hr_pcache_evict(s->pc, (uint32_t)((v.current_bytes - v.soft_bytes) / bb + 1));
-    if (n) {
-        hr_kv_pool_trim(pool);
-        hr_log_info("sched", "soft pressure: %u idle prefix-cache blocks evicted (%.1f MiB)", n,
-                    (double)n * (double)bb / 1048576.0);
-        hr_decision_reclaim(n, (uint64_t)n * bb);
+    if (cache_reclaim(s, v.current_bytes - v.soft_bytes, "soft pressure"))
         account_kv(s);
-    }
 }
 
 /* Blocks the step in s->items needs beyond what its sequences hold. */
@@ -244,6 +284,65 @@ static uint32_t step_new_blocks(const struct hr_sched *s, uint32_t n_items)
     for (uint32_t i = 0; i < n_items; i++)
         need += hr_kv_seq_new_blocks(s->items[i].kv, pool, s->items[i].n_tokens);
     return need;
+}
+
+/*
+ * Hybrid models with the prefix cache: the positions where a request's
+ * recurrent state is saved as a snapshot (prefix-cache.h), the last two
+ * block boundaries of its prompt, b1 = the last and b0 = b1 - B. An agent's
+ * next turn repeats this prompt and appends to it, but re-rendering the
+ * history may change the prompt's last tokens (the generation prompt's
+ * `<think>` block is rewritten as the answer's): b1 serves the next turn
+ * when they survive, b0 when fewer than a block of tokens changed. A prefill
+ * chunk never crosses a snapshot point, so the state at the point exists
+ * after some step; the cost is at most two more prefill steps per prompt and
+ * two state copies. Writes the points to pts (ascending) and returns how
+ * many; 0 without snapshots.
+ */
+static uint32_t snapshot_points(const struct hr_sched *s, const struct request *r, uint32_t pts[2])
+{
+    if (!s->pc || !hr_pcache_snapshot_slots(s->pc))
+        return 0;
+    const uint32_t bt = hr_kv_block_tokens(hr_backend_kv_pool(s->engine));
+    const uint32_t b1 = r->n_prompt / bt * bt;
+    uint32_t n = 0;
+    if (b1 >= 2 * bt)
+        pts[n++] = b1 - bt;
+    if (b1 >= bt)
+        pts[n++] = b1;
+    return n;
+}
+
+/* Tokens r may prefill before its next snapshot point: the chunk ends
+ * there (UINT32_MAX: no point ahead). */
+static uint32_t tokens_to_snapshot(const struct hr_sched *s, const struct request *r)
+{
+    uint32_t pts[2];
+    const uint32_t n = snapshot_points(s, r, pts);
+    for (uint32_t i = 0; i < n; i++)
+        if (pts[i] > r->kv.n_tokens)
+            return pts[i] - r->kv.n_tokens;
+    return UINT32_MAX;
+}
+
+/* After a step: when r's KV now ends on a snapshot point, its blocks go into
+ * the cache and its state is saved with the last one. Lock held. */
+static void save_snapshot(struct hr_sched *s, struct request *r)
+{
+    uint32_t pts[2];
+    const uint32_t n = snapshot_points(s, r, pts);
+    for (uint32_t i = 0; i < n; i++) {
+        if (pts[i] != r->kv.n_tokens)
+            continue;
+        struct hr_state_pool *sp = hr_backend_state_pool(s->engine);
+        const int32_t slot = hr_state_find(sp, &r->kv);
+        if (slot < 0)
+            return;
+        const uint32_t nb = pts[i] / hr_kv_block_tokens(hr_backend_kv_pool(s->engine));
+        hr_pcache_insert(s->pc, r->tokens, nb, r->kv.blocks);
+        hr_pcache_save_snapshot(s->pc, r->tokens, nb, hr_state_slot(sp, slot));
+        return;
+    }
 }
 
 /* Publishes the stats readers see (s->mu held): see hr_sched.snap. */
@@ -265,6 +364,11 @@ static void publish(struct hr_sched *s)
         o.cache_lookup_tokens = ps.lookup_tokens;
         o.cache_hit_tokens = ps.hit_tokens;
         o.cache_evicted_blocks = ps.evicted_blocks;
+        o.cache_snapshots = hr_pcache_n_snapshots(s->pc);
+        o.cache_snapshot_slots = hr_pcache_snapshot_slots(s->pc);
+        o.cache_snapshot_bytes = hr_pcache_snapshot_bytes(s->pc);
+        o.cache_saved_snapshots = ps.saved_snapshots;
+        o.cache_evicted_snapshots = ps.evicted_snapshots;
     }
     pthread_mutex_lock(&s->snap_mu);
     s->snap = o;
@@ -576,11 +680,44 @@ static void running_remove(struct hr_sched *s, struct request *r)
 
 /* ---- the engine thread ---------------------------------------------------- */
 
+static uint64_t step_cost(struct hr_sched *s, uint32_t n);
+
+/*
+ * With a governor: the bytes the first step after starting r adds beyond
+ * what is held now - the running requests' decode tokens and r's first
+ * chunk (chunk_min tokens, or fewer when that is all it has), planned as
+ * build_step would lay them out: the arena past its resident part and the
+ * new KV blocks. Lock held; uses s->items as scratch (build_step rebuilds
+ * them). Without it a restart checked only its KV and state, then the
+ * step's arena did not fit, fit_step preempted it again, and the next
+ * iteration restarted it: a loop that never ran a step (4 requests under
+ * --memory-limit).
+ */
+static uint64_t start_cost(struct hr_sched *s, struct request *r)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < s->n_running; i++) {
+        struct request *o = s->running[i];
+        if (o->n_tokens - o->kv.n_tokens == 1)
+            s->items[n++] = (struct hr_step_seq){.kv = &o->kv,
+                                                 .tokens = o->tokens + o->kv.n_tokens,
+                                                 .n_tokens = 1,
+                                                 .n_logits = 1};
+    }
+    const uint32_t first = r->n_tokens < s->cfg.chunk_min ? r->n_tokens : s->cfg.chunk_min;
+    s->items[n++] = (struct hr_step_seq){.kv = &r->kv,
+                                         .tokens = r->tokens,
+                                         .n_tokens = first ? first : 1,
+                                         .n_logits = 1};
+    return step_cost(s, n);
+}
+
 /* Moves queued requests to the running table while there is a slot. A
  * request starts when nothing runs (the head of the queue always fits
  * alone: admission checked it), or when the KV pool, and with a governor
- * the hard watermark, have room for its pending tokens' KV, so that a
- * preempted request is not restarted only to be preempted again. */
+ * the hard watermark, have room for its pending tokens' KV, its recurrent
+ * state slot (hybrid models) and the first step it joins (start_cost), so
+ * that a preempted request is not restarted only to be preempted again. */
 static void start_queued(struct hr_sched *s)
 {
     struct hr_kv_pool *pool = hr_backend_kv_pool(s->engine);
@@ -603,7 +740,9 @@ static void start_queued(struct hr_sched *s)
             if (s->cfg.gov) {
                 struct hr_gov_view v;
                 hr_gov_get_view(s->cfg.gov, &v);
-                if (v.current_bytes + (uint64_t)need * hr_kv_block_bytes(pool) > v.hard_bytes)
+                const uint64_t state = hr_state_slot_bytes(hr_backend_state_pool(s->engine));
+                if (v.current_bytes + (uint64_t)need * hr_kv_block_bytes(pool) + state +
+                        start_cost(s, r) > v.hard_bytes)
                     break;
             }
         }
@@ -763,10 +902,13 @@ static uint32_t build_step(struct hr_sched *s)
         const uint32_t pending = r->n_tokens - r->kv.n_tokens;
         if (pending <= 1)
             continue;
-        uint32_t take = pending < budget ? pending : budget;
+        /* Up to the next snapshot point (hybrid models): the governor sees
+         * that segment as the rest of the prompt, so it may run whole. */
+        const uint32_t seg = tokens_to_snapshot(s, r) < pending ? tokens_to_snapshot(s, r) : pending;
+        uint32_t take = seg < budget ? seg : budget;
         if (s->cfg.gov) {
             struct hr_gov_chunk_req q = {.request_id = r->id,
-                                         .tokens_left = pending,
+                                         .tokens_left = seg,
                                          .kv_len = r->kv.n_tokens,
                                          .chunk_min = s->alone_below_min && s->n_running == 1
                                                           ? 1
@@ -833,17 +975,12 @@ static uint32_t fit_step(struct hr_sched *s, struct request **lone)
         }
         /* (2) cached blocks nobody uses, enough to bring the step under
          * the hard watermark (or what the sampler asked for) */
-        if (s->pc && hr_pcache_n_evictable(s->pc)) {
-            struct hr_kv_pool *pool = hr_backend_kv_pool(s->engine);
+        if (cache_reclaimable(s)) {
             const uint64_t over = v.current_bytes + cost > v.hard_bytes
                                       ? v.current_bytes + cost - v.hard_bytes
                                       : v.reclaim_bytes;
-            const uint64_t bb = hr_kv_block_bytes(pool);
-            const uint32_t n_ev = hr_pcache_evict(s->pc, (uint32_t)(over / bb + 1));
-            hr_kv_pool_trim(pool);
-            hr_log_info("sched", "reclaim: %u prefix-cache blocks evicted (%.1f MiB)", n_ev,
-                        (double)n_ev * (double)bb / 1048576.0);
-            hr_decision_reclaim(n_ev, (uint64_t)n_ev * bb);
+            cache_reclaim(s, over, "reclaim");
+            account_kv(s);
             hr_gov_sample(s->cfg.gov, NULL);
             continue;
         }
@@ -1134,6 +1271,11 @@ static void *engine_main(void *arg)
                 struct hr_sched_event ev = {.kind = HR_SCHED_PROGRESS,
                                             .n_prefilled = r->kv.n_tokens};
                 emit(r, &ev);
+                if (s->pc && hr_pcache_snapshot_slots(s->pc)) {
+                    pthread_mutex_lock(&s->mu);
+                    save_snapshot(s, r);
+                    sched_unlock(s);
+                }
                 if (s->pc && it->n_logits) {
                     /* The prompt is in: others with this prefix may share it now. */
                     pthread_mutex_lock(&s->mu);
@@ -1356,17 +1498,34 @@ enum hr_status hr_sched_init(const struct hr_sched_config *cfg, struct hr_sched 
     s->next_id = 1;
     s->st.kv_blocks_total = hr_kv_n_blocks(hr_backend_kv_pool(s->engine));
     /* A hybrid model's cached KV is useless without the recurrent state at
-     * the end of the cached tokens, which the cache does not hold yet: a
-     * KV-only hit would compute wrong tokens. Off, and said so. */
-    if (cfg->prefix_cache && cfg->model->dn.n_layers)
-        hr_log_info("sched", "prefix cache off: %s has recurrent (Gated DeltaNet) layers and the "
-                    "cache keeps no state snapshots yet", hr_arch_name(cfg->model->arch));
-    if (cfg->prefix_cache && !cfg->model->dn.n_layers) {
+     * the end of the cached tokens: its cache keeps state snapshots
+     * (prefix-cache.h), 2 per concurrent request (its prompt's last two
+     * block boundaries, snapshot_points) plus 2 for the agent whose next
+     * turn comes after its request ended. Their slots are reserved address
+     * space, resident only while they hold a snapshot, and count in the
+     * cache category; --cache-limit caps the snapshots first and the KV
+     * blocks with what is left. A backend that keeps no state pool (NULL)
+     * gets no cache for such a model: a KV-only hit would compute wrong
+     * tokens. */
+    const struct hr_state_pool *state_pool = hr_backend_state_pool(s->engine);
+    const bool hybrid = cfg->model->dn.n_layers > 0;
+    const uint64_t snap_bytes = hybrid ? hr_state_slot_bytes(state_pool) : 0;
+    if (cfg->prefix_cache && hybrid && !snap_bytes)
+        hr_log_info("sched", "prefix cache off: %s has recurrent (Gated DeltaNet) layers and this "
+                    "backend keeps no state snapshots", hr_arch_name(cfg->model->arch));
+    if (cfg->prefix_cache && (!hybrid || snap_bytes)) {
         struct hr_kv_pool *pool = hr_backend_kv_pool(s->engine);
         const uint64_t bb = hr_kv_block_bytes(pool);
-        uint64_t entries = cfg->cache_limit_bytes ? cfg->cache_limit_bytes / bb : hr_kv_n_blocks(pool);
+        uint64_t n_snaps = hybrid ? 2ull * par + 2 : 0;
+        if (hybrid && cfg->cache_limit_bytes && cfg->cache_limit_bytes / snap_bytes < n_snaps)
+            n_snaps = cfg->cache_limit_bytes / snap_bytes;
+        uint64_t entries = cfg->cache_limit_bytes
+                               ? (cfg->cache_limit_bytes - n_snaps * snap_bytes) / bb
+                               : hr_kv_n_blocks(pool);
         if (entries > hr_kv_n_blocks(pool))
             entries = hr_kv_n_blocks(pool);
+        if (hybrid && !n_snaps)
+            entries = 0; /* no room for one snapshot: a cache it could never hit */
         /* The KV of a block depends on the weights, the architecture and
          * the cache type; one process serves one model, so these suffice
          * to keep two schedulers' caches apart in tests. */
@@ -1375,8 +1534,14 @@ enum hr_status hr_sched_init(const struct hr_sched_config *cfg, struct hr_sched 
         snprintf(fp, sizeof(fp), "%s/%u/%u/%u/%llu/%d", hr_arch_name(cfg->model->arch), mh->n_layer,
                  mh->n_embd, mh->n_vocab, (unsigned long long)cfg->model->weight_bytes,
                  (int)ec.kv_type);
-        st = entries ? hr_pcache_init(pool, hr_hash_str(fp), (uint32_t)entries, &s->pc, err)
+        st = entries ? hr_pcache_init_snapshots(pool, hr_hash_str(fp), (uint32_t)entries,
+                                                (uint32_t)n_snaps, snap_bytes / sizeof(float),
+                                                &s->pc, err)
                      : HR_OK;
+        if (st == HR_OK && n_snaps && entries)
+            hr_log_info("sched", "prefix cache: %llu recurrent state snapshots of %.1f MiB each "
+                        "(resident only while held, in the cache category)",
+                        (unsigned long long)n_snaps, (double)snap_bytes / 1048576.0);
         if (st != HR_OK) {
             hr_sched_free(s);
             return st;

@@ -217,6 +217,12 @@ struct hr_sched_stats {
     uint32_t cache_blocks;           /* blocks it indexes */
     uint32_t cache_evictable_blocks; /* of which no request uses */
     uint64_t cache_lookup_tokens, cache_hit_tokens, cache_evicted_blocks;
+    /* its recurrent state snapshots (hybrid models): held now, slots, bytes
+     * of one; saved, dropped (evicted or replaced) and restored into a
+     * starting request, since start */
+    uint32_t cache_snapshots, cache_snapshot_slots;
+    uint64_t cache_snapshot_bytes;
+    uint64_t cache_saved_snapshots, cache_evicted_snapshots, cache_restored_snapshots;
     /* the device (zeros on the CPU): cudaMemGetInfo sampled by the engine
      * thread after every step and while idle; used = total - free, every
      * process's bytes */

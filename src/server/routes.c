@@ -986,6 +986,17 @@ static enum MHD_Result r_metrics(struct hr_exchange *ex)
             "pool.\n"
             "# TYPE headroom_prefix_cache_evicted_blocks_total counter\n"
             "headroom_prefix_cache_evicted_blocks_total %" PRIu64 "\n"
+            "# HELP headroom_prefix_cache_snapshots Recurrent state snapshots the prefix cache "
+            "holds (hybrid models: the state at a cached block's end; evictable).\n"
+            "# TYPE headroom_prefix_cache_snapshots gauge\nheadroom_prefix_cache_snapshots %u\n"
+            "# HELP headroom_prefix_cache_snapshot_bytes Bytes of one recurrent state snapshot "
+            "(0 without recurrent layers).\n"
+            "# TYPE headroom_prefix_cache_snapshot_bytes gauge\n"
+            "headroom_prefix_cache_snapshot_bytes %" PRIu64 "\n"
+            "# HELP headroom_prefix_cache_snapshots_restored_total Requests started from a "
+            "snapshot.\n"
+            "# TYPE headroom_prefix_cache_snapshots_restored_total counter\n"
+            "headroom_prefix_cache_snapshots_restored_total %" PRIu64 "\n"
             "# HELP headroom_kv_block_bytes Bytes of one KV block: 32 tokens of every layer's K "
             "and V in the cache type (--cache-type).\n"
             "# TYPE headroom_kv_block_bytes gauge\nheadroom_kv_block_bytes %" PRIu64 "\n"
@@ -995,7 +1006,8 @@ static enum MHD_Result r_metrics(struct hr_exchange *ex)
             s.running, s.queued, s.steps, s.tokens_prefilled, srv->gov ? 1 : 0,
             s.cache_lookup_tokens, s.cache_hit_tokens,
             s.cache_blocks, (uint64_t)s.cache_blocks * s.kv_block_bytes, s.cache_evictable_blocks,
-            s.cache_evicted_blocks, s.kv_block_bytes, (uint64_t)s.kv_blocks_used * s.kv_block_bytes);
+            s.cache_evicted_blocks, s.cache_snapshots, s.cache_snapshot_bytes,
+            s.cache_restored_snapshots, s.kv_block_bytes, (uint64_t)s.kv_blocks_used * s.kv_block_bytes);
     if (st == HR_OK && srv->sched) {
         /* The device the engine runs on (engine/backend.h), and on a GPU its
          * memory as cudaMemGetInfo says now: every process's bytes. */
@@ -1367,8 +1379,8 @@ enum hr_status hr_server_load(struct hr_server *srv, struct hr_err *err)
                 "model %s: %s, context %u tokens, %u parallel, prefix cache %s, tool calls as %s, "
                 "chat template %s",
                 srv->model_id, hr_arch_name(srv->model->arch), srv->n_ctx, parallel,
-                cfg->no_prefix_cache   ? "off"
-                : srv->model->dn.n_layers ? "off (recurrent layers)"
+                cfg->no_prefix_cache        ? "off"
+                : srv->model->dn.n_layers ? "on (with recurrent state snapshots)"
                                           : "on",
                 hr_chat_format_name(srv->format),
                 hr_gguf_find(srv->model->gguf, "tokenizer.chat_template") ? "from the file"

@@ -2,10 +2,12 @@
  * test-prefix-cache.c - the prefix cache over a real KV pool: hash chaining,
  * references taken by lookups, full blocks only, idempotent inserts, LRU
  * order (leaves first), referenced blocks never evicted, a full table,
- * hash collisions, freeing, statistics, and a randomized run that checks
- * every invariant against a shadow model after each operation; windowed
- * pools: an entry carries the window of where a sequence ended, a hit stops
- * at the deepest such entry and restores the window, eviction returns it.
+ * hash collisions, freeing, statistics, recurrent state snapshots (hybrid
+ * models: lookups end on a snapshot, LRU among snapshots, eviction with
+ * their block), and a randomized run that checks every invariant against a
+ * shadow model after each operation; windowed pools: an entry carries the
+ * window of where a sequence ended, a hit stops at the deepest such entry
+ * and restores the window, eviction returns it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -558,6 +560,107 @@ static void test_stats(void **state)
     hr_kv_pool_free(pool);
 }
 
+/* ---- recurrent state snapshots ------------------------------------------- */
+
+#define SNAP_FLOATS 8
+
+static void state_of(float *st, float v)
+{
+    for (uint32_t i = 0; i < SNAP_FLOATS; i++) st[i] = v + (float)i;
+}
+
+/* With snapshots, only a prefix that ends on a block with a snapshot is a
+ * hit, and it comes with that state; a full snapshot pool gives up its
+ * least recently used one; evicting a block drops its snapshot. */
+static void test_snapshots(void **state)
+{
+    (void)state;
+    struct hr_kv_pool *pool = pool_of(32);
+    struct hr_pcache *pc = NULL;
+    struct hr_err err = {{0}};
+    assert_int_equal(hr_pcache_init_snapshots(pool, 0x1234abcdull, 32, 3, SNAP_FLOATS, &pc, &err),
+                     HR_OK);
+    assert_int_equal(hr_pcache_snapshot_slots(pc), 3);
+    assert_int_equal(hr_pcache_snapshot_bytes(pc), SNAP_FLOATS * sizeof(float));
+    int32_t t[4][5 * BT];
+    for (int c = 0; c < 4; c++)
+        for (uint32_t k = 0; k < 5; k++) fill_block(t[c], k, 100 * c + (int32_t)k);
+    float st[SNAP_FLOATS];
+
+    /* Chain 0: 4 blocks cached, no snapshot yet: nothing usable. */
+    struct hr_kv_seq a, b;
+    seq_compute(&a, pool, 4 * BT);
+    assert_int_equal(hr_pcache_insert(pc, t[0], 4, a.blocks), 4);
+    assert_int_equal(hr_pcache_peek(pc, t[0], 5 * BT), 0);
+    /* Snapshots after blocks 2 and 4: the deepest one within reach wins. */
+    state_of(st, 2.0f);
+    assert_true(hr_pcache_save_snapshot(pc, t[0], 2, st));
+    state_of(st, 4.0f);
+    assert_true(hr_pcache_save_snapshot(pc, t[0], 4, st));
+    state_of(st, 9.0f); /* the same tokens again: kept, not overwritten */
+    assert_true(hr_pcache_save_snapshot(pc, t[0], 4, st));
+    assert_int_equal(hr_pcache_n_snapshots(pc), 2);
+    check(pc);
+    assert_int_equal(hr_pcache_peek(pc, t[0], 5 * BT), 4);
+    assert_int_equal(hr_pcache_peek(pc, t[0], 4 * BT - 1), 2);
+    hr_pcache_release_seq(pc, &a);
+    assert_int_equal(seq_prefill(&b, pc, pool, t[0], 3 * BT + 5), 2);
+    const float *snap = hr_pcache_snapshot(pc, b.blocks[1]);
+    assert_non_null(snap);
+    state_of(st, 2.0f);
+    assert_memory_equal(snap, st, sizeof(st));
+    assert_null(hr_pcache_snapshot(pc, b.blocks[0])); /* block 1 has none */
+    hr_pcache_release_seq(pc, &b);
+    hr_kv_seq_free(&b, pool);
+    check(pc);
+
+    /* A prefix that is not cached takes no snapshot. */
+    assert_false(hr_pcache_save_snapshot(pc, t[1], 1, st));
+
+    /* Chain 1 fills the pool of 3; chain 0's block 2 is restored again;
+     * then chains 2 and 3 each take the least recently used snapshot's
+     * slot: chain 0's block 4, then chain 1's. */
+    for (int c = 1; c <= 3; c++) {
+        struct hr_kv_seq x;
+        seq_compute(&x, pool, 2 * BT);
+        assert_int_equal(hr_pcache_insert(pc, t[c], 2, x.blocks), 2);
+        state_of(st, 10.0f * (float)c);
+        assert_true(hr_pcache_save_snapshot(pc, t[c], 2, st));
+        hr_pcache_release_seq(pc, &x);
+        hr_kv_seq_free(&x, pool);
+        if (c == 1) {
+            assert_int_equal(seq_prefill(&b, pc, pool, t[0], 3 * BT), 2);
+            assert_non_null(hr_pcache_snapshot(pc, b.blocks[1]));
+            hr_pcache_release_seq(pc, &b);
+            hr_kv_seq_free(&b, pool);
+        }
+        check(pc);
+    }
+    assert_int_equal(hr_pcache_n_snapshots(pc), 3);
+    assert_int_equal(hr_pcache_peek(pc, t[0], 5 * BT), 2); /* block 4's snapshot is gone */
+    assert_int_equal(hr_pcache_peek(pc, t[1], 5 * BT), 0); /* and chain 1's, older than 0's */
+    assert_int_equal(hr_pcache_peek(pc, t[3], 5 * BT), 2);
+    struct hr_pcache_stats ps;
+    hr_pcache_stats(pc, &ps);
+    assert_int_equal(ps.saved_snapshots, 5);
+    assert_int_equal(ps.evicted_snapshots, 2);
+
+    /* Under pressure: snapshots go on their own, or with their block. */
+    assert_int_equal(hr_pcache_evict_snapshots(pc, 1), 1);
+    assert_int_equal(hr_pcache_n_snapshots(pc), 2);
+    check(pc);
+    const uint32_t n_entries = hr_pcache_n_entries(pc);
+    assert_int_equal(n_entries, 4 + 3 * 2);
+    assert_int_equal(hr_pcache_evict(pc, 32), n_entries);
+    assert_int_equal(hr_pcache_n_entries(pc), 0);
+    assert_int_equal(hr_pcache_n_snapshots(pc), 0);
+    assert_int_equal(hr_pcache_evict_snapshots(pc, 1), 0);
+    check(pc);
+    hr_kv_seq_free(&a, pool);
+    hr_pcache_free(pc);
+    hr_kv_pool_free(pool);
+}
+
 /* ---- randomized ---------------------------------------------------------- */
 
 #define R_BLOCKS 40
@@ -878,6 +981,7 @@ int main(void)
         cmocka_unit_test(test_collisions),
         cmocka_unit_test(test_free_drops_every_reference),
         cmocka_unit_test(test_stats),
+        cmocka_unit_test(test_snapshots),
         cmocka_unit_test(test_random),
         cmocka_unit_test(test_window),
     };

@@ -984,6 +984,166 @@ static void test_governor_external_squeeze(void **state)
     }
 }
 
+/* ---- hybrid models (qwen35): the prefix cache's state snapshots ---------- */
+
+#define N_HYB 5
+
+/* An agent's turns on a hybrid model: a turn that repeats a cached prompt
+ * and appends restores the recurrent state saved at the prompt's last block
+ * boundary (b1) and computes only the rest; one whose last tokens changed
+ * restores the one before (b0); each produces exactly the cold tokens -
+ * alone, all at once, and resumed after preemptions in a small pool. */
+static void test_hybrid_cache_equals_cold(void **state)
+{
+    struct fixture *fx = *state;
+    assert_true(fx->model->dn.n_layers > 0);
+    const uint32_t V = fx->model->hp.n_vocab;
+    static int32_t base[160], prompts[N_HYB][200];
+    static struct record cold[N_HYB], warm[N_HYB], together[N_HYB], squeezed[N_HYB], first;
+    prompt_of(base, 160, 91, V);
+    /* shared with base: all + 40 more, all but the last 10, exactly base,
+     * nothing, 2 blocks + 1 */
+    static const uint32_t shared[N_HYB] = {160, 150, 160, 0, 65};
+    static const uint32_t total[N_HYB] = {200, 180, 160, 50, 100};
+    for (int i = 0; i < N_HYB; i++) {
+        prompt_of(prompts[i], total[i], 400 + (uint32_t)i, V);
+        memcpy(prompts[i], base, shared[i] * sizeof(int32_t));
+    }
+    memset(cold, 0, sizeof(cold));
+    memset(warm, 0, sizeof(warm));
+    memset(together, 0, sizeof(together));
+    memset(squeezed, 0, sizeof(squeezed));
+    memset(&first, 0, sizeof(first));
+
+    g_prefix_cache = false;
+    struct hr_sched *s = sched_new(fx, 4, 64, 16, 0);
+    for (int i = 0; i < N_HYB; i++) {
+        submit(s, prompts[i], total[i], 12, 500 + (uint64_t)i, &cold[i]);
+        hr_sched_wait_idle(s);
+    }
+    hr_sched_free(s);
+
+    g_prefix_cache = true;
+    s = sched_new(fx, 4, 64, 16, 0);
+    struct hr_sched_stats st;
+    hr_sched_stats(s, &st);
+    assert_int_equal(st.cache_snapshot_slots, 2 * 4 + 2);
+    assert_int_equal(st.cache_snapshot_bytes, st.state_slot_bytes);
+    submit(s, base, 160, 12, 499, &first); /* snapshots at 128 (b0) and 160 (b1) */
+    hr_sched_wait_idle(s);
+    hr_sched_stats(s, &st);
+    assert_int_equal(first.n_cached, 0);
+    assert_int_equal(st.cache_snapshots, 2);
+    assert_int_equal(st.cache_saved_snapshots, 2);
+    for (int i = 0; i < N_HYB; i++) {
+        submit(s, prompts[i], total[i], 12, 500 + (uint64_t)i, &warm[i]);
+        hr_sched_wait_idle(s);
+    }
+    /* b1 when the whole prompt repeats; b0 when its last block changed or
+     * the repeat leaves no token after b1; nothing but a snapshot's end. */
+    static const uint32_t want_cached[N_HYB] = {160, 128, 128, 0, 0};
+    for (int i = 0; i < N_HYB; i++)
+        if (warm[i].n_cached != want_cached[i])
+            fail_msg("prompt %d: %u tokens cached, expected %u", i, warm[i].n_cached,
+                     want_cached[i]);
+    hr_sched_stats(s, &st);
+    assert_int_equal(st.cache_restored_snapshots, 3);
+    print_message("  hybrid cache: %u snapshots of %llu bytes, %llu saved, %llu restored\n",
+                  st.cache_snapshots, (unsigned long long)st.cache_snapshot_bytes,
+                  (unsigned long long)st.cache_saved_snapshots,
+                  (unsigned long long)st.cache_restored_snapshots);
+    for (int i = 0; i < N_HYB; i++)
+        submit(s, prompts[i], total[i], 12, 500 + (uint64_t)i, &together[i]);
+    hr_sched_wait_idle(s);
+    hr_sched_stats(s, &st);
+    assert_int_equal(st.kv_blocks_used, 0);
+    assert_int_equal(st.state_slots_used, 0);
+    hr_sched_free(s);
+
+    /* 8 blocks: cache eviction (and the snapshots with it), preemption, and
+     * preempted requests resume from a snapshot or by recompute. */
+    s = sched_new(fx, 4, 8, 16, 0);
+    for (int i = 0; i < N_HYB; i++)
+        submit(s, prompts[i], total[i], 12, 500 + (uint64_t)i, &squeezed[i]);
+    hr_sched_wait_idle(s);
+    hr_sched_stats(s, &st);
+    print_message("  hybrid cache, 8 blocks: %llu preemptions, %llu snapshots restored\n",
+                  (unsigned long long)st.preempted,
+                  (unsigned long long)st.cache_restored_snapshots);
+    assert_true(st.preempted > 0);
+    assert_int_equal(st.kv_blocks_used, 0);
+    assert_int_equal(st.state_slots_used, 0);
+    hr_sched_free(s);
+    g_prefix_cache = false;
+
+    for (int i = 0; i < N_HYB; i++) {
+        assert_int_equal(cold[i].n_tokens, 12);
+        const struct record *others[] = {&warm[i], &together[i], &squeezed[i]};
+        for (int k = 0; k < 3; k++) {
+            assert_int_equal(others[k]->finished, 1);
+            if (memcmp(others[k]->tokens, cold[i].tokens, 12 * sizeof(int32_t)) != 0)
+                fail_msg("prompt %d (%u tokens, %u shared) differs from the cold run (%s)", i,
+                         total[i], shared[i], k == 0 ? "alone" : k == 1 ? "together" : "preempted");
+        }
+    }
+}
+
+/* 4 requests on a hybrid model under an external squeeze, with the prefix
+ * cache: the state slots are accounted (the state category), requests are
+ * preempted and resume with exactly the tokens they produce alone, nobody is
+ * aborted, and the preempted wait instead of cycling through restarts. */
+static void test_hybrid_governor_squeeze(void **state)
+{
+    struct fixture *fx = *state;
+    static int32_t prompts[4][80];
+    static struct record alone[4], squeezed[4];
+    for (int i = 0; i < 4; i++) {
+        prompt_of(prompts[i], 40 + 12 * (uint32_t)i, 60 + (uint32_t)i, fx->model->hp.n_vocab);
+        run_alone(fx, prompts[i], 40 + 12 * (uint32_t)i, 100, 70 + (uint64_t)i, &alone[i]);
+    }
+    memset(squeezed, 0, sizeof(squeezed));
+    struct hr_mem_script *script;
+    struct hr_gov *g = gov_new(&script, 0);
+    g_prefix_cache = true;
+    struct hr_sched *s = sched_new_gov(fx, 4, 64, 4, 0, g, 64);
+    g_prefix_cache = false;
+    for (int i = 0; i < 4; i++)
+        submit(s, prompts[i], 40 + 12 * (uint32_t)i, 100, 70 + (uint64_t)i, &squeezed[i]);
+    struct hr_sched_stats st;
+    do {
+        usleep(1000);
+        hr_sched_stats(s, &st);
+    } while (st.tokens_generated < 12 && st.running + st.queued > 0);
+    struct hr_gov_view v;
+    hr_gov_get_view(g, &v);
+    const uint64_t state_bytes = v.account_bytes[HR_GOV_STATE];
+    struct hr_mem_sample tight = {.known = HR_MEM_HAVE_TOTAL | HR_MEM_HAVE_AVAILABLE,
+                                  .mem_total_bytes = 64ull << 30,
+                                  .mem_available_bytes = 0};
+    hr_mem_script_set(script, &tight);
+    usleep(100000);
+    struct hr_mem_sample roomy = tight;
+    roomy.mem_available_bytes = 32ull << 30;
+    hr_mem_script_set(script, &roomy);
+    hr_sched_wait_idle(s);
+    hr_sched_stats(s, &st);
+    hr_sched_free(s);
+    print_message("  hybrid squeeze: state account %llu bytes (%llu per slot), %llu preemptions\n",
+                  (unsigned long long)state_bytes, (unsigned long long)st.state_slot_bytes,
+                  (unsigned long long)st.preempted);
+    assert_true(state_bytes >= st.state_slot_bytes && state_bytes % st.state_slot_bytes == 0);
+    assert_true(st.preempted > 0);
+    assert_true(st.preempted <= 3); /* each at most once: no restart loop */
+    assert_int_equal(st.aborted_for_memory, 0);
+    hr_gov_free(g);
+    hr_mem_script_free(script);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(squeezed[i].finished, 1);
+        assert_int_equal(squeezed[i].n_tokens, 100);
+        assert_memory_equal(squeezed[i].tokens, alone[i].tokens, 100 * sizeof(int32_t));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1003,6 +1163,8 @@ int main(void)
         cmocka_unit_test(test_governor_admission),
         cmocka_unit_test(test_governor_external_squeeze),
         cmocka_unit_test(test_admission_follows_cache_type),
+        cmocka_unit_test_setup_teardown(test_hybrid_cache_equals_cold, setup_qwen35, teardown),
+        cmocka_unit_test_setup_teardown(test_hybrid_governor_squeeze, setup_qwen35, teardown),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
