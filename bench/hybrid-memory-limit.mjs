@@ -9,7 +9,8 @@
 // joins (sched.c, start_cost), this could loop forever: restarted, then
 // preempted again before any step ran.
 //
-//   node bench/hybrid-memory-limit.mjs [--model FILE] [--tokens 6000] [--headroom-mib 12]
+//   node bench/hybrid-memory-limit.mjs [--model FILE] [--tokens 6000] [--headroom-mib 18]
+//        [--max-tokens 48]
 //
 // Without --model it uses the e2e test's qwen35moe demo model
 // (tests/e2e/hybrid-cache.test.mjs makes it). Prints machine-readable lines:
@@ -28,7 +29,8 @@ const opt = (name, def) => {
 };
 const MiB = 1024 * 1024;
 const tokens = Number(opt("tokens", 6000));
-const headroomMiB = Number(opt("headroom-mib", 12));
+const headroomMiB = Number(opt("headroom-mib", 18));
+const maxTokens = Number(opt("max-tokens", 48));
 let model = opt("model", null);
 if (!model) {
   const dir = process.env.HR_TEST_MODELS || path.join(root, "build/e2e-models");
@@ -47,7 +49,7 @@ const status = (pid, key) => {
 const prompts = [0, 1, 2, 3].map((i) => `${["alpha", "bravo", "charlie", "delta"][i]} ` +
   `word${i} `.repeat(Math.floor(tokens / 2)));
 const ask = (server, content) => server.anthropic({ timeout: 600_000 }).messages.stream({
-  model: "m", max_tokens: 48, temperature: 0, messages: [{ role: "user", content }] }).finalMessage();
+  model: "m", max_tokens: maxTokens, temperature: 0, messages: [{ role: "user", content }] }).finalMessage();
 const textOf = (m) => JSON.stringify(m.content);
 
 const free = await startServer(["--parallel", "4"], { model });

@@ -651,8 +651,14 @@ uint32_t hr_pcache_evict_snapshots(struct hr_pcache *pc, uint32_t n)
     return done;
 }
 
-uint32_t hr_pcache_n_snapshots(const struct hr_pcache *pc) { return hr_state_n_used(pc->snaps); }
-uint32_t hr_pcache_snapshot_slots(const struct hr_pcache *pc) { return hr_state_n_slots(pc->snaps); }
+uint32_t hr_pcache_n_snapshots(const struct hr_pcache *pc)
+{
+    return hr_state_n_used(pc->snaps);
+}
+uint32_t hr_pcache_snapshot_slots(const struct hr_pcache *pc)
+{
+    return hr_state_n_slots(pc->snaps);
+}
 uint64_t hr_pcache_snapshot_bytes(const struct hr_pcache *pc)
 {
     return hr_state_slot_bytes(pc->snaps);

@@ -257,11 +257,11 @@ uint32_t hr_pcache_n_idle_wblocks(const struct hr_pcache *pc);
 bool hr_pcache_has_block(const struct hr_pcache *pc, int32_t block);
 
 struct hr_pcache_stats {
-    uint64_t lookup_tokens;   /* tokens passed to hr_pcache_lookup */
-    uint64_t hit_tokens;      /* tokens it found cached (blocks x B) */
-    uint64_t evicted_blocks;  /* by hr_pcache_evict and by inserts making room */
-    uint64_t inserted_blocks; /* new entries */
-    uint64_t saved_snapshots; /* recurrent state snapshots saved */
+    uint64_t lookup_tokens;     /* tokens passed to hr_pcache_lookup */
+    uint64_t hit_tokens;        /* tokens it found cached (blocks x B) */
+    uint64_t evicted_blocks;    /* by hr_pcache_evict and by inserts making room */
+    uint64_t inserted_blocks;   /* new entries */
+    uint64_t saved_snapshots;   /* recurrent state snapshots saved */
     uint64_t evicted_snapshots; /* dropped: evicted with their block, or to make room */
 };
 void hr_pcache_stats(const struct hr_pcache *pc, struct hr_pcache_stats *out);

@@ -688,10 +688,10 @@ static uint64_t step_cost(struct hr_sched *s, uint32_t n);
  * chunk (chunk_min tokens, or fewer when that is all it has), planned as
  * build_step would lay them out: the arena past its resident part and the
  * new KV blocks. Lock held; uses s->items as scratch (build_step rebuilds
- * them). Without it a restart checked only its KV and state, then the
- * step's arena did not fit, fit_step preempted it again, and the next
- * iteration restarted it: a loop that never ran a step (4 requests under
- * --memory-limit).
+ * them). Without it a restart checks only its KV and state; when the
+ * step's arena then does not fit, fit_step preempts it again and the next
+ * iteration restarts it: a loop that runs no step (reported under
+ * --memory-limit with 4 requests; see memory.md).
  */
 static uint64_t start_cost(struct hr_sched *s, struct request *r)
 {
