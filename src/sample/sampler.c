@@ -21,7 +21,8 @@ struct hr_sampler {
     float *probs;         /* n_vocab */
     int32_t *history;     /* ring of penalty_last_n tokens */
     uint32_t n_hist, hist_pos;
-    uint32_t *counts;     /* per token, over the history window; n_vocab */
+    uint32_t *counts;     /* per token, over the history window; n_vocab (NULL: no penalty) */
+    bool owns_scratch;    /* cands and probs are its own (not an hr_sampler_scratch's) */
     struct hr_rng rng;
     double cut_sum;       /* sort_reachable: the whole vocabulary's mass, when has_cut_sum */
     bool has_cut_sum;
@@ -35,12 +36,30 @@ struct hr_sampler_params hr_sampler_defaults(void)
     };
 }
 
-enum hr_status hr_sampler_init(const struct hr_sampler_params *p, uint32_t n_vocab,
-                               struct hr_sampler **out, struct hr_err *err)
+struct hr_sampler_scratch {
+    uint32_t n_vocab;
+    struct cand *cands;
+    float *probs;
+};
+
+/* A penalty changes some logit: otherwise the history and the counts are
+ * not kept at all (applying a no-op penalty leaves every logit's bits). */
+static bool penalized(const struct hr_sampler_params *p)
+{
+    return p->penalty_last_n > 0 && (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f ||
+                                     p->frequency_penalty != 0.0f);
+}
+
+static enum hr_status sampler_new(const struct hr_sampler_params *p, uint32_t n_vocab,
+                                  struct hr_sampler_scratch *sc, struct hr_sampler **out,
+                                  struct hr_err *err)
 {
     *out = NULL;
     if (n_vocab == 0)
         return hr_err_set(err, HR_ERR_INVALID, "sampler needs a vocabulary");
+    if (sc && sc->n_vocab != n_vocab)
+        return hr_err_set(err, HR_ERR_INVALID, "sampler scratch is for %u tokens, not %u",
+                          sc->n_vocab, n_vocab);
     if (!(p->top_p > 0.0f) || p->min_p > 1.0f || !(p->repeat_penalty > 0.0f) ||
         p->penalty_last_n < 0 || isnan(p->temperature) || isnan(p->presence_penalty) ||
         isnan(p->frequency_penalty))
@@ -52,38 +71,107 @@ enum hr_status hr_sampler_init(const struct hr_sampler_params *p, uint32_t n_voc
         return hr_err_set(err, HR_ERR_NOMEM, "out of memory");
     s->p = *p;
     s->n_vocab = n_vocab;
-    s->cands = malloc(n_vocab * sizeof(*s->cands));
-    s->probs = malloc(n_vocab * sizeof(*s->probs));
-    s->counts = calloc(n_vocab, sizeof(*s->counts));
-    s->history = malloc(((size_t)p->penalty_last_n + 1) * sizeof(*s->history));
-    if (!s->cands || !s->probs || !s->counts || !s->history) {
+    s->owns_scratch = !sc;
+    if (sc) {
+        s->cands = sc->cands;
+        s->probs = sc->probs;
+    } else {
+        s->cands = malloc(n_vocab * sizeof(*s->cands));
+        s->probs = malloc(n_vocab * sizeof(*s->probs));
+    }
+    bool ok = s->cands && s->probs;
+    if (penalized(p)) {
+        s->counts = calloc(n_vocab, sizeof(*s->counts));
+        s->history = malloc(((size_t)p->penalty_last_n + 1) * sizeof(*s->history));
+        ok = ok && s->counts && s->history;
+    }
+    if (!ok) {
         hr_sampler_free(s);
         return hr_err_set(err, HR_ERR_NOMEM, "out of memory for the sampler");
     }
     /* Resident from the start (see the header): fresh pages stay unmapped
      * until written. */
-    hr_mem_touch(s->cands, n_vocab * sizeof(*s->cands));
-    hr_mem_touch(s->probs, n_vocab * sizeof(*s->probs));
-    hr_mem_touch(s->counts, n_vocab * sizeof(*s->counts));
+    if (!sc) {
+        hr_mem_touch(s->cands, n_vocab * sizeof(*s->cands));
+        hr_mem_touch(s->probs, n_vocab * sizeof(*s->probs));
+    }
+    if (s->counts)
+        hr_mem_touch(s->counts, n_vocab * sizeof(*s->counts));
     hr_rng_seed(&s->rng, p->seed);
     *out = s;
     return HR_OK;
 }
 
+enum hr_status hr_sampler_init(const struct hr_sampler_params *p, uint32_t n_vocab,
+                               struct hr_sampler **out, struct hr_err *err)
+{
+    return sampler_new(p, n_vocab, NULL, out, err);
+}
+
+enum hr_status hr_sampler_init_shared(const struct hr_sampler_params *p, uint32_t n_vocab,
+                                      struct hr_sampler_scratch *sc, struct hr_sampler **out,
+                                      struct hr_err *err)
+{
+    if (!sc)
+        return hr_err_set(err, HR_ERR_INVALID, "shared sampler without its scratch");
+    return sampler_new(p, n_vocab, sc, out, err);
+}
+
+uint64_t hr_sampler_shared_bytes(const struct hr_sampler_params *p, uint32_t n_vocab)
+{
+    uint64_t b = sizeof(struct hr_sampler);
+    if (penalized(p))
+        b += (uint64_t)n_vocab * sizeof(uint32_t) +
+             ((uint64_t)p->penalty_last_n + 1) * sizeof(int32_t);
+    return b;
+}
+
 uint64_t hr_sampler_bytes(const struct hr_sampler_params *p, uint32_t n_vocab)
 {
-    const uint64_t hist = p->penalty_last_n >= 0 ? (uint64_t)p->penalty_last_n + 1 : 1;
-    return sizeof(struct hr_sampler) +
-           (uint64_t)n_vocab * (sizeof(struct cand) + sizeof(float) + sizeof(uint32_t)) +
-           hist * sizeof(int32_t);
+    return hr_sampler_shared_bytes(p, n_vocab) +
+           (uint64_t)n_vocab * (sizeof(struct cand) + sizeof(float));
+}
+
+uint64_t hr_sampler_scratch_bytes(uint32_t n_vocab)
+{
+    return sizeof(struct hr_sampler_scratch) +
+           (uint64_t)n_vocab * (sizeof(struct cand) + sizeof(float));
+}
+
+enum hr_status hr_sampler_scratch_new(uint32_t n_vocab, struct hr_sampler_scratch **out,
+                                      struct hr_err *err)
+{
+    *out = NULL;
+    struct hr_sampler_scratch *sc = calloc(1, sizeof(*sc));
+    if (!sc || !(sc->cands = malloc((size_t)n_vocab * sizeof(*sc->cands))) ||
+        !(sc->probs = malloc((size_t)n_vocab * sizeof(*sc->probs)))) {
+        hr_sampler_scratch_free(sc);
+        return hr_err_set(err, HR_ERR_NOMEM, "out of memory for the sampler scratch");
+    }
+    sc->n_vocab = n_vocab;
+    hr_mem_touch(sc->cands, (size_t)n_vocab * sizeof(*sc->cands));
+    hr_mem_touch(sc->probs, (size_t)n_vocab * sizeof(*sc->probs));
+    *out = sc;
+    return HR_OK;
+}
+
+void hr_sampler_scratch_free(struct hr_sampler_scratch *sc)
+{
+    if (!sc)
+        return;
+    free(sc->cands);
+    free(sc->probs);
+    free(sc);
 }
 
 void hr_sampler_free(struct hr_sampler *s)
 {
     if (!s)
         return;
-    free(s->cands);
-    free(s->probs);
+    if (s->owns_scratch) {
+        free(s->cands);
+        free(s->probs);
+    }
     free(s->counts);
     free(s->history);
     free(s);
@@ -92,7 +180,7 @@ void hr_sampler_free(struct hr_sampler *s)
 void hr_sampler_accept(struct hr_sampler *s, int32_t token)
 {
     uint32_t n = (uint32_t)s->p.penalty_last_n;
-    if (n == 0 || token < 0 || (uint32_t)token >= s->n_vocab)
+    if (!s->counts || n == 0 || token < 0 || (uint32_t)token >= s->n_vocab)
         return;
     if (s->n_hist == n) {
         /* The ring is full: the oldest token leaves the window. */

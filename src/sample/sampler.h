@@ -12,11 +12,16 @@
  * plain float in a fixed order).
  *
  * Memory: hr_sampler_init allocates its candidate scratch (n_vocab entries)
- * and penalty history once, and touches all of it, so that what is resident
- * is hr_sampler_bytes from the start (the scheduler accounts it as request
- * memory; a scratch paged in lazily would make RSS drift from that figure
- * depending on the sampling settings); sampling allocates nothing. A
- * sampler belongs to one request and one thread at a time.
+ * and, when a penalty is on, its penalty history and per-token counts, once,
+ * and touches all of it, so that what is resident is hr_sampler_bytes from
+ * the start (the scheduler accounts it as request memory; a scratch paged in
+ * lazily would make RSS drift from that figure depending on the sampling
+ * settings); sampling allocates nothing. A sampler belongs to one request
+ * and one thread at a time. hr_sampler_init_shared borrows the candidate
+ * scratch (the vocabulary-sized part: 1.8 MB of a 152K vocabulary) from an
+ * hr_sampler_scratch instead, for samplers that sample one at a time on one
+ * thread (the scheduler's engine thread): a queued request then holds only
+ * its own few bytes, not a vocabulary's worth.
  */
 #ifndef HR_SAMPLE_SAMPLER_H
 #define HR_SAMPLE_SAMPLER_H
@@ -47,6 +52,20 @@ enum hr_status hr_sampler_init(const struct hr_sampler_params *p, uint32_t n_voc
 void hr_sampler_free(struct hr_sampler *s);
 /* The bytes hr_sampler_init allocates for these settings and vocabulary. */
 uint64_t hr_sampler_bytes(const struct hr_sampler_params *p, uint32_t n_vocab);
+
+/* Candidate scratch that samplers made by hr_sampler_init_shared borrow;
+ * it must outlive them, and they must sample one at a time. */
+struct hr_sampler_scratch;
+enum hr_status hr_sampler_scratch_new(uint32_t n_vocab, struct hr_sampler_scratch **out,
+                                      struct hr_err *err);
+void hr_sampler_scratch_free(struct hr_sampler_scratch *sc);
+uint64_t hr_sampler_scratch_bytes(uint32_t n_vocab);
+/* hr_sampler_init over a shared scratch of the same vocabulary; it then
+ * allocates hr_sampler_shared_bytes. */
+enum hr_status hr_sampler_init_shared(const struct hr_sampler_params *p, uint32_t n_vocab,
+                                      struct hr_sampler_scratch *sc, struct hr_sampler **out,
+                                      struct hr_err *err);
+uint64_t hr_sampler_shared_bytes(const struct hr_sampler_params *p, uint32_t n_vocab);
 
 /* Picks a token from `logits` (n_vocab floats, not modified). */
 int32_t hr_sampler_sample(struct hr_sampler *s, const float *logits);

@@ -96,7 +96,15 @@ struct hr_sched {
     uint32_t n_step_prefill;   /* prefill tokens of the step being built */
     double wait_since;         /* when the running requests began to wait for memory; 0: not */
     bool alone_below_min;      /* this step may give a lone request a chunk under chunk_min */
-    _Atomic uint64_t request_bytes; /* of every live request: the requests category */
+    _Atomic uint64_t request_bytes; /* of every live request and the sampler scratch: the
+                                     * requests category */
+    /* The vocabulary-sized candidate scratch every request's sampler
+     * borrows (the engine thread samples one request at a time), so a
+     * queued request holds its tokens, not 1.8 MB of scratch: four queued
+     * requests' own scratch once took the room the running one needed and
+     * its prefill waited forever (docs/memory.md). */
+    struct hr_sampler_scratch *smp_scratch;
+    uint64_t smp_scratch_bytes;
     _Atomic uint64_t device_used_peak; /* highest device use sampled (total - free) */
     /* engine-thread scratch, sized at init so the loop never allocates */
     struct hr_step_seq *items;       /* parallel */
@@ -458,7 +466,7 @@ static uint64_t request_bytes(const struct hr_sched *s, const struct hr_sampler_
     const uint64_t cap = (uint64_t)n_prompt + max_tokens;
     return sizeof(struct request) + cap * sizeof(int32_t) +
            2 * (cap / hr_kv_block_tokens(hr_backend_kv_pool(s->engine)) + 1) * sizeof(int32_t) +
-           hr_sampler_bytes(sp, hr_backend_model(s->engine)->hp.n_vocab) +
+           hr_sampler_shared_bytes(sp, hr_backend_model(s->engine)->hp.n_vocab) +
            (s->cfg.tok ? 4096 : 0);
 }
 
@@ -490,8 +498,8 @@ static enum hr_status request_new(struct hr_sched *s, const struct hr_sched_para
         goto fail;
     memcpy(r->tokens, p->prompt, (size_t)p->n_prompt * sizeof(int32_t));
     if ((st = hr_backend_seq_init(s->engine, &r->kv, cap, err)) != HR_OK ||
-        (st = hr_sampler_init(&p->sampling, hr_backend_model(s->engine)->hp.n_vocab, &r->smp,
-                              err)) != HR_OK)
+        (st = hr_sampler_init_shared(&p->sampling, hr_backend_model(s->engine)->hp.n_vocab,
+                                     s->smp_scratch, &r->smp, err)) != HR_OK)
         goto fail;
     for (uint32_t i = 0; i < p->n_prompt; i++)
         hr_sampler_accept(r->smp, p->prompt[i]);
@@ -1495,6 +1503,15 @@ enum hr_status hr_sched_init(const struct hr_sched_config *cfg, struct hr_sched 
         hr_sched_free(s);
         return hr_err_set(err, HR_ERR_NOMEM, "out of memory");
     }
+    {
+        const uint32_t n_vocab = hr_backend_model(s->engine)->hp.n_vocab;
+        enum hr_status sst = hr_sampler_scratch_new(n_vocab, &s->smp_scratch, err);
+        if (sst != HR_OK) {
+            hr_sched_free(s);
+            return sst;
+        }
+        s->smp_scratch_bytes = hr_sampler_scratch_bytes(n_vocab);
+    }
     s->next_id = 1;
     s->st.kv_blocks_total = hr_kv_n_blocks(hr_backend_kv_pool(s->engine));
     /* A hybrid model's cached KV is useless without the recurrent state at
@@ -1548,7 +1565,7 @@ enum hr_status hr_sched_init(const struct hr_sched_config *cfg, struct hr_sched 
         }
     }
     atomic_init(&s->squeezed, false);
-    atomic_init(&s->request_bytes, 0);
+    atomic_init(&s->request_bytes, s->smp_scratch_bytes);
     atomic_init(&s->device_used_peak, 0);
     s->sync_ready = true;
     pthread_mutex_init(&s->mu, NULL);
@@ -1560,6 +1577,7 @@ enum hr_status hr_sched_init(const struct hr_sched_config *cfg, struct hr_sched 
         warm_up(s);
         malloc_trim(0);
         hr_gov_set_account(s->cfg.gov, HR_GOV_WEIGHTS, cfg->model->weight_bytes);
+        hr_gov_set_account(s->cfg.gov, HR_GOV_REQUESTS, s->smp_scratch_bytes);
         hr_gov_sample(s->cfg.gov, NULL);
         hr_mem_counter_set(&hr_gov_counters(s->cfg.gov)->kv_blocks_total, s->st.kv_blocks_total);
         st = hr_gov_sampler_start(s->cfg.gov, s->cfg.gov_sample_ms, on_gov_sample, s, err);
@@ -1618,6 +1636,7 @@ void hr_sched_free(struct hr_sched *s)
     free(s->out_q_timeout);
     free(s->preempted);
     free(s->started_now);
+    hr_sampler_scratch_free(s->smp_scratch);
     free(s);
 }
 
@@ -1646,6 +1665,7 @@ static bool fits_alone(const struct hr_sched *s, uint32_t n_prompt, uint32_t max
             /* plus the recurrent state slot it will hold while it runs
              * (hybrid models; 0 otherwise): fixed, whatever the length */
             .request_bytes = request_bytes(s, sampling, n_prompt, max_tokens) +
+                             s->smp_scratch_bytes + /* held already, counted once */
                              hr_state_slot_bytes(hr_backend_state_pool(s->engine)),
             .residual_floor_bytes = HR_GOV_RESIDUAL_FLOOR_AUTO,
             .kv_bytes = admit_kv,

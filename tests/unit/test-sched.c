@@ -878,14 +878,16 @@ static void test_admission_follows_cache_type(void **state)
     gp.head_dim = 64;
     gp.n_ff = 96;
     gp.n_layer = 4;
-    gp.n_ctx = 512;
+    gp.n_ctx = 2048;
     snprintf(fx2.path, sizeof(fx2.path), "/tmp/hr-test-sched-kv-%d.gguf", (int)getpid());
     if (hr_gen_model(&gp, fx2.path, &err) != HR_OK || hr_model_open(fx2.path, &fx2.model, &err) != HR_OK ||
         hr_tokenizer_init_from_gguf(fx2.model->gguf, &fx2.tok, &err) != HR_OK)
         fail_msg("%s", err.msg);
-    static int32_t prompt[500];
-    prompt_of(prompt, 500, 3, fx2.model->hp.n_vocab);
-    /* The f16 cache fits about 100 tokens under this ceiling. */
+    static int32_t prompt[2000];
+    prompt_of(prompt, 2000, 3, fx2.model->hp.n_vocab);
+    /* The f16 cache fits about 100 tokens under this ceiling, plus what the
+     * sampler scratch (shared, counted once) leaves: a 2000-token prompt is
+     * past every type's M. */
     const uint64_t need = fx2.model->weight_bytes + kv_of(&fx2, 100) + arena_of(&fx2, 16, 256);
     const enum hr_ggml_type types[] = {HR_GGML_F16, HR_GGML_Q8_0, HR_GGML_Q4_0};
     uint32_t m[3];
@@ -896,7 +898,7 @@ static void test_admission_follows_cache_type(void **state)
         struct hr_sched *s = sched_new_gov(&fx2, 2, 64, 4, 0, g, 256);
         struct hr_sched_params p = hr_sched_params_defaults();
         p.prompt = prompt;
-        p.n_prompt = 500;
+        p.n_prompt = 2000;
         p.max_tokens = 1;
         static struct record r;
         memset(&r, 0, sizeof(r));
@@ -904,8 +906,11 @@ static void test_admission_follows_cache_type(void **state)
         p.user = &r;
         uint64_t id;
         struct hr_sched_refusal why;
-        if (hr_sched_submit(s, &p, &id, &why, &err) != HR_ERR_LIMIT)
-            fail_msg("%s: %s", hr_kv_type_name(types[i]), err.msg);
+        if (hr_sched_submit(s, &p, &id, &why, &err) != HR_ERR_LIMIT) {
+            g_kv_type = HR_GGML_F16; /* the next tests' */
+            fail_msg("%s: a %u-token prompt was not refused", hr_kv_type_name(types[i]),
+                     p.n_prompt);
+        }
         assert_int_equal(why.reason, HR_SCHED_TOO_LONG);
         m[i] = why.max_prompt;
         hr_sched_free(s);
