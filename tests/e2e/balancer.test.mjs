@@ -314,13 +314,19 @@ await test("spread, affinity and the metrics contract", async () => {
 await test("queue full on A: A's sessions are served by B", async () => {
   if (!hap) return;
   const a = servers.a;
-  // 2 running + 8 queued fill A (--parallel 2 --max-queue 8), sent to A directly.
+  // 2 running + 8 queued fill A (--parallel 2 --max-queue 8), sent to A
+  // directly: the first two, then (once they run) the other eight. All ten at
+  // once raced the engine: when the tenth arrived before the second had
+  // started, it was refused (9 queued) and the queue never filled (CI).
   const direct = new Anthropic({ apiKey: "k", baseURL: a.url, maxRetries: 0, timeout: 30_000 });
-  const fill = Array.from({ length: 10 }, (_, i) => {
+  const filler = (i) => {
     generations++;
     return direct.messages.create({ model: "m", max_tokens: 100, messages: [{ role: "user", content: `filler ${i}` }] })
       .then(() => 200, (e) => e.status ?? String(e));
-  });
+  };
+  const fill = [filler(0), filler(1)];
+  await waitFor(async () => (await a.metric("headroom_requests_running")) === 2, 5_000, 5);
+  for (let i = 2; i < 10; i++) fill.push(filler(i));
   const full = await waitFor(async () => (await ready(a)).body.status === "queue_full", 5_000, 10);
   check(full, "queue full: A's /ready says queue_full", await ready(a));
   const ids = idsOn("a", "s", 6);
