@@ -23,7 +23,7 @@
  * call and is compute-bound). Times are medians; the load average is printed
  * before and after because other processes share these machines.
  *
- * Usage: bench-matmul [--types q8_0,f16,mxfp4,...] [--shapes qwen,llama] [--m 1,512]
+ * Usage: bench-matmul [--types q8_0,f16,mxfp4,...] [--shapes qwen,llama,moe] [--m 1,512]
  *                     [--threads 1,2] [--isa avx512vnni|avx2|generic] [--no-ggml]
  *                     [--no-invariant] [--min-time SECONDS]
  * (--no-invariant: the faster decode kernels that are not batch-invariant,
@@ -321,6 +321,12 @@ static const struct shape k_qwen[] = {
 static const struct shape k_llama[] = {
     {"llama.ffn_up", 2048, 8192}, {"llama.attn_q", 2048, 2048}, {"llama.attn_kv", 2048, 512},
     {"llama.ffn_down", 8192, 2048}};
+/* One expert of a MoE layer: Qwen3-30B-A3B (gate/up 2048 -> 768, down 768 ->
+ * 2048: 3 K-quant blocks per row) and gpt-oss (2880 -> 2880, not a multiple
+ * of 256: its files keep experts in MXFP4). Decode runs 8 (4) of these. */
+static const struct shape k_moe[] = {
+    {"moe.exp_up", 2048, 768}, {"moe.exp_down", 768, 2048}, {"moe.oss_up", 2880, 2880},
+    {"moe.oss_down", 2880, 2880}};
 
 static bool in_list(const char *list, const char *item)
 {
@@ -454,7 +460,7 @@ int main(int argc, char **argv)
             i++;
         }
         else {
-            fprintf(stderr, "usage: bench-matmul [--types LIST] [--shapes qwen,llama|NAME,..] "
+            fprintf(stderr, "usage: bench-matmul [--types LIST] [--shapes qwen,llama,moe|NAME,..] "
                             "[--m LIST] [--threads LIST] [--isa NAME] [--no-ggml] "
                             "[--no-invariant] [--min-time S]\n");
             return 2;
@@ -482,10 +488,11 @@ int main(int argc, char **argv)
         if (!in_list(types, hr_ggml_type_name(t)))
             continue;
         const size_t blk = hr_ggml_type_info(t)->block_elems;
-        for (int fam = 0; fam < 2; fam++) {
-            const struct shape *sh = fam == 0 ? k_qwen : k_llama;
+        static const char *const fam_name[] = {"qwen", "llama", "moe"};
+        for (int fam = 0; fam < 3; fam++) {
+            const struct shape *sh = fam == 0 ? k_qwen : fam == 1 ? k_llama : k_moe;
             for (int si = 0; si < 4; si++) {
-                if (!in_list(shapes, fam == 0 ? "qwen" : "llama") && !in_list(shapes, sh[si].name))
+                if (!in_list(shapes, fam_name[fam]) && !in_list(shapes, sh[si].name))
                     continue;
                 if (sh[si].k % blk)
                     continue; /* e.g. K-quants on k = 896: llama-quantize falls back too */

@@ -982,6 +982,159 @@ T512 static void gemm_k(const struct hr_mm_layout *l, const void *w, size_t r0, 
     }
 }
 
+/* ---- packed Q4_K (hr_matmul_pack; layout in matmul-impl.h) ---- */
+
+/*
+ * Decode on packed Q4_K: one 16-row group at a time, M tokens, every block
+ * in order. Per 64-byte vector of nibbles, vpandd with 0x0F and 0xF0 gives
+ * two sub-blocks' unsigned weights for 16 rows, each one vpdpbusd against
+ * 4 broadcast activation bytes; the high nibbles stay 16 times their value,
+ * and the scaled sub-block sum is shifted back down by 4 (exact: a multiple
+ * of 16, at most 2^26). The integer block sums and mins are exact, so they
+ * equal tile_k's, and the float operations per block are tile_k's in its
+ * order (scale term, then min term): the same bits as the GEMM at any m.
+ */
+INLINE T512 void q4kp_group(const uint8_t *grp, size_t nb, const struct hr_mm_layout *l,
+                            const void *act, size_t i0, const int M, float *y, size_t ldy,
+                            size_t r, size_t nr)
+{
+    const __m512i m_lo = _mm512_set1_epi8(0x0F), m_hi = _mm512_set1_epi8((char)0xF0);
+    const int8_t *qs[TILE_K_MAX];
+    const float *da[TILE_K_MAX];
+    const int16_t *s32[TILE_K_MAX];
+    __m512 c[TILE_K_MAX];
+    UNROLL
+    for (int i = 0; i < M; i++) {
+        qs[i] = hr_mm_qs(l, act, i0 + (size_t)i);
+        da[i] = hr_mm_d(l, act, i0 + (size_t)i);
+        s32[i] = hr_mm_sum32(l, act, i0 + (size_t)i);
+        c[i] = _mm512_setzero_ps();
+    }
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *blk = grp + b * HR_MM_Q4KP_BLOCK;
+        __m512i isum[TILE_K_MAX];
+        UNROLL
+        for (int i = 0; i < M; i++)
+            isum[i] = _mm512_setzero_si512();
+        UNROLL
+        for (int c4 = 0; c4 < 4; c4++) {
+            __m512i al[TILE_K_MAX], ah[TILE_K_MAX];
+            UNROLL
+            for (int i = 0; i < M; i++)
+                al[i] = ah[i] = _mm512_setzero_si512();
+            UNROLL
+            for (int j = 0; j < 8; j++) {
+                const __m512i v = _mm512_load_si512(blk + 64 * (8 * c4 + j));
+                const __m512i lo = _mm512_and_si512(v, m_lo), hi = _mm512_and_si512(v, m_hi);
+                UNROLL
+                for (int i = 0; i < M; i++) {
+                    int32_t a0, a1;
+                    memcpy(&a0, qs[i] + 256 * b + 64 * c4 + 4 * j, 4);
+                    memcpy(&a1, qs[i] + 256 * b + 64 * c4 + 32 + 4 * j, 4);
+                    al[i] = _mm512_dpbusd_epi32(al[i], lo, _mm512_set1_epi32(a0));
+                    ah[i] = _mm512_dpbusd_epi32(ah[i], hi, _mm512_set1_epi32(a1));
+                }
+            }
+            const __m512i scl = _mm512_cvtepu8_epi32(
+                _mm_load_si128((const __m128i *)(blk + HR_MM_Q4KP_SC + 32 * c4)));
+            const __m512i sch = _mm512_cvtepu8_epi32(
+                _mm_load_si128((const __m128i *)(blk + HR_MM_Q4KP_SC + 32 * c4 + 16)));
+            UNROLL
+            for (int i = 0; i < M; i++)
+                isum[i] = _mm512_add_epi32(
+                    isum[i], _mm512_add_epi32(_mm512_mullo_epi32(al[i], scl),
+                                              _mm512_srai_epi32(_mm512_mullo_epi32(ah[i], sch), 4)));
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(blk + HR_MM_Q4KP_D)));
+        const __m512 dm =
+            _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(blk + HR_MM_Q4KP_DMIN)));
+        UNROLL
+        for (int i = 0; i < M; i++) {
+            const __m512 ad = _mm512_set1_ps(da[i][b]);
+            c[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i]), _mm512_mul_ps(d, ad), c[i]);
+        }
+        UNROLL
+        for (int i = 0; i < M; i++) {
+            __m512i ms = _mm512_setzero_si512();
+            UNROLL
+            for (int j = 0; j < 4; j++) {
+                int32_t pair;
+                memcpy(&pair, s32[i] + 8 * b + 2 * (size_t)j, 4);
+                const __m512i mp = _mm512_cvtepu8_epi16(
+                    _mm256_load_si256((const __m256i *)(blk + HR_MM_Q4KP_MN + 32 * j)));
+                ms = _mm512_dpwssd_epi32(ms, mp, _mm512_set1_epi32(pair));
+            }
+            const __m512 ad = _mm512_set1_ps(da[i][b]);
+            c[i] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(ms), _mm512_mul_ps(dm, ad), c[i]);
+        }
+    }
+    const __mmask16 rows = (__mmask16)(nr >= 16 ? 0xFFFF : (1u << nr) - 1);
+    UNROLL
+    for (int i = 0; i < M; i++)
+        _mm512_mask_storeu_ps(y + (i0 + (size_t)i) * ldy + r, rows, c[i]);
+}
+
+T512 static void gemv_q4kp(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
+                           const void *act, float *y, size_t ldy)
+{
+    const size_t nb = l->nb, m = l->m;
+    for (size_t r = r0; r < r1; r += HR_MM_Q4KP_ROWS) {
+        const uint8_t *grp = (const uint8_t *)w + r / HR_MM_Q4KP_ROWS * nb * HR_MM_Q4KP_BLOCK;
+        const size_t nr = min_sz(HR_MM_Q4KP_ROWS, r1 - r);
+#define C(M) q4kp_group(grp, nb, l, act, i0, M, y, ldy, r, nr)
+        GEMV_DISPATCH(C)
+#undef C
+    }
+}
+
+/* tile_k's panel from packed Q4_K: the nibbles widened to bytes, the scales
+ * and mins to the panel's lanes. Rows past n_out are zero already. */
+T512 static void panel_from_q4kp(struct panel_k *p, const uint8_t *w, size_t nb, size_t r,
+                                 size_t kb0, size_t kbn)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (size_t b = 0; b < kbn; b++) {
+        for (size_t v = 0; v < 2; v++) {
+            const uint8_t *blk =
+                w + ((r / HR_MM_Q4KP_ROWS + v) * nb + kb0 + b) * HR_MM_Q4KP_BLOCK;
+            for (int j = 0; j < 32; j++) {
+                const __m512i q = _mm512_load_si512(blk + 64 * j);
+                const int s = 2 * (j / 8), g = j % 8; /* sub-blocks s (low), s + 1 (high) */
+                _mm512_store_si512(&p->w[b][8 * s + g][v], _mm512_and_si512(q, m4));
+                _mm512_store_si512(&p->w[b][8 * s + 8 + g][v],
+                                   _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
+            }
+            for (int s = 0; s < 8; s++)
+                _mm512_store_si512(p->sc[b][s][v], _mm512_cvtepu8_epi32(_mm_load_si128(
+                                                       (const __m128i *)(blk + HR_MM_Q4KP_SC + 16 * s))));
+            for (int j = 0; j < 4; j++)
+                _mm512_store_si512(p->mp[b][j][v], _mm512_cvtepu8_epi16(_mm256_load_si256(
+                                                       (const __m256i *)(blk + HR_MM_Q4KP_MN + 32 * j))));
+            _mm512_store_ps(p->d[b][v],
+                            _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(blk + HR_MM_Q4KP_D))));
+            _mm512_store_ps(p->dmin[b][v], _mm512_cvtph_ps(_mm256_load_si256(
+                                               (const __m256i *)(blk + HR_MM_Q4KP_DMIN))));
+        }
+    }
+}
+
+/* Prefill on packed Q4_K: gemm_k's tiles on panels widened from the packed
+ * groups (no transposes, no 6-bit scale unpacking). */
+T512 static void gemm_q4kp(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
+                           const void *act, float *y, size_t ldy)
+{
+    const size_t nb = l->nb, m = l->m;
+    struct panel_k p __attribute__((aligned(64)));
+    for (size_t r = r0; r < r1; r += NR) {
+        const size_t nr = min_sz(NR, r1 - r);
+        for (size_t kb0 = 0; kb0 < nb; kb0 += KB_K) {
+            const size_t kbn = min_sz(KB_K, nb - kb0);
+            panel_from_q4kp(&p, (const uint8_t *)w, nb, r, kb0, kbn);
+            TILE_K_SWITCH(8);
+        }
+    }
+}
+
 /* ---- Q2_K, Q3_K, IQ4_XS ---- */
 
 /*
@@ -1702,6 +1855,10 @@ T512 static void compute_packed_avx512(const struct hr_mm_layout *l, const void 
 {
     if (l->wtype == HR_GGML_F16)
         float_mm_packed(l, w, r0, r1, act, y, ldy);
+    else if (l->wtype == HR_GGML_Q4_K && l->m < gemm_min_m(HR_GGML_Q4_K))
+        gemv_q4kp(l, w, r0, r1, act, y, ldy);
+    else if (l->wtype == HR_GGML_Q4_K)
+        gemm_q4kp(l, w, r0, r1, act, y, ldy);
     else
         gemm_q8_0_packed(l, w, r0, r1, act, y, ldy);
 }

@@ -205,6 +205,34 @@ static inline size_t hr_mm_f16p_row_off(size_t r, size_t kp)
 }
 
 /*
+ * Packed Q4_K weights: rows in groups of 16 (n_out rounded up to 32, the
+ * packed kernels' panel; rows past n_out are zero). With nb = k / 256
+ * super-blocks, group g, block b is HR_MM_Q4KP_BLOCK bytes at offset
+ * (g * nb + b) * HR_MM_Q4KP_BLOCK:
+ *   q     u8  [32][16][4]  byte t of dword j, lane i: byte 4j + t of row
+ *                          16g + i's 128 quant bytes (low nibble: value
+ *                          64(j/8) + 4(j%8) + t, high nibble: that + 32);
+ *                          one 64-byte vector per j: the nibbles of 4
+ *                          values of 2 sub-blocks for 16 rows
+ *   sc    u8  [8][16]      sub-block scales (6 bits, unpacked), per lane
+ *   mn    u8  [4][16][2]   sub-block mins in pairs (2j, 2j + 1), per lane:
+ *                          widened to int16 they are vpdpwssd's operand
+ *   d     f16 [16]         block scale, per lane
+ *   dmin  f16 [16]         block min scale, per lane
+ * 2368 = 37 * 64 bytes for 16 rows, 2.8% more than their 16 x 144 in GGUF;
+ * every part is 64-byte aligned (d and dmin: 32-byte) in a 64-byte aligned
+ * buffer. Decode streams one group at a time: each vector load feeds 16
+ * rows (the row-major kernel gathers them from 16 places), and the scales
+ * need no 6-bit unpacking.
+ */
+#define HR_MM_Q4KP_ROWS 16
+#define HR_MM_Q4KP_BLOCK 2368
+#define HR_MM_Q4KP_SC 2048
+#define HR_MM_Q4KP_MN 2176
+#define HR_MM_Q4KP_D 2304
+#define HR_MM_Q4KP_DMIN 2336
+
+/*
  * One ISA's kernels.
  *  prepare: converts activation rows [i0, i1) into the act scratch.
  *  compute: output rows [r0, r1) of all m tokens. The rows are this thread's
@@ -217,7 +245,7 @@ struct hr_mm_isa {
                     void *act);
     void (*compute)(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
                     const void *act, float *y, size_t ldy);
-    /* compute for packed Q8_0 or F16 weights (r0 a multiple of 32); NULL:
+    /* compute for packed Q8_0, Q4_K or F16 weights (r0 a multiple of 32); NULL:
      * this ISA does not read the packed layouts, and nothing is packed for it. */
     void (*compute_packed)(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
                            const void *act, float *y, size_t ldy);

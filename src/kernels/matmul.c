@@ -322,14 +322,17 @@ void hr_matmul_compute(enum hr_ggml_type wtype, const void *w, size_t k, size_t 
 
 size_t hr_matmul_packed_bytes(enum hr_ggml_type type, size_t k, size_t n_out)
 {
-    if ((type != HR_GGML_Q8_0 && type != HR_GGML_F16) || hr_row_bytes(type, k) > PACK_ROW_MAX ||
-        (type == HR_GGML_Q8_0 && k % 32 != 0) || !isa()->compute_packed)
+    if ((type != HR_GGML_Q8_0 && type != HR_GGML_F16 && type != HR_GGML_Q4_K) ||
+        hr_row_bytes(type, k) > PACK_ROW_MAX || (type == HR_GGML_Q8_0 && k % 32 != 0) ||
+        (type == HR_GGML_Q4_K && k % 256 != 0) || !isa()->compute_packed)
         return 0;
     const char *env = getenv("HR_KERNELS_PACK"); /* 0: keep the file's layout (A/B runs) */
     if (env && strcmp(env, "0") == 0)
         return 0;
     if (type == HR_GGML_F16)
         return round_up(n_out, HR_MM_F16P_ROWS) * round_up(k, 16) * 2;
+    if (type == HR_GGML_Q4_K)
+        return round_up(n_out, HR_MM_Q8P_ROWS) / HR_MM_Q4KP_ROWS * (k / 256) * HR_MM_Q4KP_BLOCK;
     return round_up(n_out, HR_MM_Q8P_ROWS) / HR_MM_Q8P_ROWS * hr_mm_q8p_panel_bytes(k / 32);
 }
 
@@ -374,18 +377,76 @@ static void pack_f16(const void *w, size_t k, size_t n_out, void *dst)
     }
 }
 
+/* Q4_K in groups of 16 rows (matmul-impl.h); rows past n_out stay zero. */
+static void pack_q4_k(const void *w, size_t k, size_t n_out, void *dst)
+{
+    const size_t nb = k / 256, rb = nb * 144;
+    for (size_t g = 0; g < round_up(n_out, HR_MM_Q8P_ROWS) / HR_MM_Q4KP_ROWS; g++) {
+        for (size_t b = 0; b < nb; b++) {
+            uint8_t *o = (uint8_t *)dst + (g * nb + b) * HR_MM_Q4KP_BLOCK;
+            memset(o, 0, HR_MM_Q4KP_BLOCK);
+            for (size_t i = 0; i < HR_MM_Q4KP_ROWS && g * HR_MM_Q4KP_ROWS + i < n_out; i++) {
+                const uint8_t *blk = (const uint8_t *)w + (g * HR_MM_Q4KP_ROWS + i) * rb + b * 144;
+                for (size_t j = 0; j < 32; j++)
+                    memcpy(o + 64 * j + 4 * i, blk + 16 + 4 * j, 4);
+                for (int s = 0; s < 8; s++) {
+                    uint8_t sc, mn;
+                    hr_q4_K_scale_min(s, blk + 4, &sc, &mn);
+                    o[HR_MM_Q4KP_SC + 16 * s + i] = sc;
+                    o[HR_MM_Q4KP_MN + 32 * (s / 2) + 2 * i + s % 2] = mn;
+                }
+                memcpy(o + HR_MM_Q4KP_D + 2 * i, blk, 2);
+                memcpy(o + HR_MM_Q4KP_DMIN + 2 * i, blk + 2, 2);
+            }
+        }
+    }
+}
+
 void hr_matmul_pack(enum hr_ggml_type type, const void *w, size_t k, size_t n_out, void *dst)
 {
     if (type == HR_GGML_F16)
         pack_f16(w, k, n_out, dst);
+    else if (type == HR_GGML_Q4_K)
+        pack_q4_k(w, k, n_out, dst);
     else
         pack_q8_0(w, k, n_out, dst);
+}
+
+/* Row `row` of packed Q4_K back in GGUF's layout: the 6-bit scales and mins
+ * re-encoded as hr_q4_K_scale_min reads them (j < 4: low 6 bits of bytes j
+ * and j + 4; j >= 4: the nibbles of byte j + 4, the high 2 bits in the top
+ * of bytes j - 4 and j). */
+static void unpack_row_q4_k(const void *packed, size_t k, size_t row, uint8_t *dst)
+{
+    const size_t nb = k / 256, g = row / HR_MM_Q4KP_ROWS, i = row % HR_MM_Q4KP_ROWS;
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *o = (const uint8_t *)packed + (g * nb + b) * HR_MM_Q4KP_BLOCK;
+        uint8_t *blk = dst + b * 144, sc[8], mn[8];
+        memcpy(blk, o + HR_MM_Q4KP_D + 2 * i, 2);
+        memcpy(blk + 2, o + HR_MM_Q4KP_DMIN + 2 * i, 2);
+        for (int s = 0; s < 8; s++) {
+            sc[s] = o[HR_MM_Q4KP_SC + 16 * s + i];
+            mn[s] = o[HR_MM_Q4KP_MN + 32 * (s / 2) + 2 * i + s % 2];
+        }
+        uint8_t *q = blk + 4;
+        for (int j = 0; j < 4; j++) {
+            q[j] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+            q[j + 4] = (uint8_t)((mn[j] & 63) | ((mn[j + 4] >> 4) << 6));
+            q[j + 8] = (uint8_t)((sc[j + 4] & 15) | ((mn[j + 4] & 15) << 4));
+        }
+        for (size_t j = 0; j < 32; j++)
+            memcpy(blk + 16 + 4 * j, o + 64 * j + 4 * i, 4);
+    }
 }
 
 /* Row `row` of a packed matrix back in GGUF's layout. */
 static void unpack_row(enum hr_ggml_type type, const void *packed, size_t k, size_t row,
                        uint8_t *dst)
 {
+    if (type == HR_GGML_Q4_K) {
+        unpack_row_q4_k(packed, k, row, dst);
+        return;
+    }
     if (type == HR_GGML_F16) {
         const uint8_t *src = (const uint8_t *)packed + hr_mm_f16p_row_off(row, round_up(k, 16));
         for (size_t c = 0; c * 16 < k; c++)

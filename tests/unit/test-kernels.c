@@ -677,7 +677,7 @@ static void test_batch_invariance(void **state)
 /* ---- packed weights ------------------------------------------------------- */
 
 /*
- * Q8_0 and F16 packed at load (hr_matmul_pack) give exactly the row-major
+ * Q8_0, Q4_K and F16 packed at load (hr_matmul_pack) give exactly the row-major
  * results, for every m (decode and GEMM tiles), thread split and ISA (one
  * without a packed kernel unpacks row by row), with n_out not a multiple of
  * the panel or group and F16 rows not a multiple of 16; and a packed row
@@ -686,13 +686,14 @@ static void test_batch_invariance(void **state)
 static void test_packed_equals_row_major(void **state)
 {
     (void)state;
-    static const size_t ms[] = {1, 2, 5, 6, 7, 13};
+    static const size_t ms[] = {1, 2, 5, 6, 7, 13, 17};
     static const struct {
         enum hr_ggml_type t;
         size_t k;
     } cases[] = {{HR_GGML_Q8_0, 32},  {HR_GGML_Q8_0, 544}, {HR_GGML_Q8_0, 2048},
-                 {HR_GGML_F16, 200},  {HR_GGML_F16, 896},  {HR_GGML_F16, 2176}};
-    const size_t n_out = 75, m_max = 13;
+                 {HR_GGML_F16, 200},  {HR_GGML_F16, 896},  {HR_GGML_F16, 2176},
+                 {HR_GGML_Q4_K, 256}, {HR_GGML_Q4_K, 768}, {HR_GGML_Q4_K, 1536}};
+    const size_t n_out = 75, m_max = 17;
     hr_kernels_force_isa("best");
     const bool packs = hr_matmul_packed_bytes(HR_GGML_Q8_0, 512, n_out) > 0;
     assert_int_equal(hr_matmul_packed_bytes(HR_GGML_Q4_0, 512, n_out), 0);
@@ -705,6 +706,8 @@ static void test_packed_equals_row_major(void **state)
         const size_t pbytes = hr_matmul_packed_bytes(t, k, n_out);
         if (t == HR_GGML_Q8_0) /* the same bytes as 96 GGUF rows */
             assert_int_equal(pbytes, (n_out + 31) / 32 * 32 * rb);
+        else if (t == HR_GGML_Q4_K) /* 96 rows, 2368 bytes per 16 rows and block */
+            assert_int_equal(pbytes, (n_out + 31) / 32 * 2 * (k / 256) * 2368);
         else /* 76 rows of k rounded up to 16 */
             assert_int_equal(pbytes, (n_out + 3) / 4 * 4 * ((k + 15) / 16 * 16) * 2);
         float *wf = malloc(n_out * k * sizeof(float)), *x = malloc(m_max * k * sizeof(float));
