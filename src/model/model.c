@@ -1,6 +1,7 @@
 /* model.c - bind a GGUF file's weights to the llama-family layout; see model.h. */
 #include "model/model.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -189,6 +190,12 @@ size_t hr_model_matrices(const struct hr_model *m, const struct hr_weight **out)
     return matrices((struct hr_model *)m, (struct hr_weight **)out);
 }
 
+/* Where the file's pages go once copied (pack_weights sets it up). */
+struct pack_src {
+    uintptr_t base; /* the mapping's start: file offset 0 */
+    int fd;         /* the file, for posix_fadvise; -1: not opened */
+};
+
 /* The packing work, shared by the threads of pack_weights. */
 struct pack_job {
     struct hr_weight **w;
@@ -200,13 +207,92 @@ struct pack_job {
     _Atomic uint64_t done_bytes;
     uint64_t total_bytes;
     double t0;
+    struct pack_src src;
 };
 
-/* Packs matrices until none is left, dropping the file's pages of each
- * (its page-aligned interior: the edges may hold a neighbour) once copied. */
-static void pack_run(struct pack_job *j, bool report)
+/*
+ * Packing holds, for a moment, a matrix's file pages and its packed copy
+ * together. Done a whole tensor at a time, that moment costs the largest
+ * tensor twice: a tied embedding of 151,936 x 256 Q8_0 is 39 MiB, which
+ * lifted an idle qwen35moe demo server's peak 14.7 MiB above its resting
+ * RSS, past a --memory-limit its rest fitted. So each matrix is packed in
+ * slices of about PACK_SLICE_BYTES of the file (whole panels: the packed
+ * layouts keep 32-row panels (Q8_0) and 4-row groups (F16) apart, so
+ * rows [r0, r1) pack alone at hr_matmul_packed_bytes(k, r0) when r0 is a
+ * multiple of 32, byte for byte what the whole matrix gives: test-model
+ * checks it), and the file's pages of each slice are released as soon as
+ * it is copied. The transient is then one slice per packing thread (plus
+ * the kernel's fault-around, 64 KiB), not one tensor: that model's load
+ * peak fell to 0.6 MiB above its rest (tests/cli/load-peak.sh holds it).
+ */
+#define PACK_SLICE_BYTES ((size_t)256 << 10)
+#define PACK_SLICE_ROW_ALIGN 32 /* a multiple of both panel heights */
+#define PACK_FAULT_AROUND_BYTES ((uintptr_t)64 << 10) /* fault_around_bytes' default */
+
+/*
+ * Releases the file's pages in [lo, hi) (page-aligned), once copied:
+ * DONTNEED unmaps them, so RSS no longer counts them; POSIX_FADV_DONTNEED
+ * then drops them from the page cache (they are clean; a page another
+ * process maps stays), so a cgroup, which charges page cache to us, stops
+ * counting them too, and the kernel's fault-around cannot map them back.
+ * (MADV_PAGEOUT does both in one call, but it reclaims page by page with a
+ * TLB flush each call: on the 44 MiB qwen35moe demo model, in 256 KiB
+ * slices, it made loading 0.33 s -> 0.57 s; this costs nothing measurable.)
+ */
+static void drop_file_pages(const struct pack_src *src, uintptr_t lo, uintptr_t hi)
+{
+    if (lo >= hi)
+        return;
+    (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    if (src->fd >= 0)
+        (void)posix_fadvise(src->fd, (off_t)(lo - src->base), (off_t)(hi - lo),
+                            POSIX_FADV_DONTNEED);
+}
+
+/* Packs matrix w into dst slice by slice, releasing the file's pages as it
+ * goes: only the page-aligned interior of the tensor, since its first and
+ * last pages may hold a neighbour that is still read in place. */
+static void pack_matrix(const struct pack_src *src, const struct hr_weight *w, uint8_t *dst)
 {
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const size_t row_bytes = w->mat_bytes / w->ne1;
+    size_t rows = PACK_SLICE_BYTES / (row_bytes ? row_bytes : 1);
+    rows = rows < PACK_SLICE_ROW_ALIGN ? PACK_SLICE_ROW_ALIGN
+                                       : rows / PACK_SLICE_ROW_ALIGN * PACK_SLICE_ROW_ALIGN;
+    const uintptr_t start = (uintptr_t)w->data,
+                    first_page = (start + page - 1) / page * page,
+                    end_page = (start + w->mat_bytes * w->n_mat) / page * page;
+    uintptr_t dropped = first_page; /* the file's pages below it were released */
+    for (uint64_t e = 0; e < w->n_mat; e++) { /* each expert's slice on its own */
+        const uint8_t *in = (const uint8_t *)w->data + e * w->mat_bytes;
+        uint8_t *out = dst + e * w->packed_mat_bytes;
+        for (size_t r0 = 0; r0 < w->ne1; r0 += rows) {
+            const size_t n = w->ne1 - r0 < rows ? w->ne1 - r0 : rows;
+            hr_matmul_pack(w->type, in + r0 * row_bytes, w->ne0, n,
+                           out + hr_matmul_packed_bytes(w->type, w->ne0, r0));
+            uintptr_t done = ((uintptr_t)in + (r0 + n) * row_bytes) / page * page;
+            if (done > end_page)
+                done = end_page;
+            /* The kernel's fault-around maps the pages of the page cache
+             * around a fault (a 64 KiB aligned window), which can bring back
+             * pages this loop released just before the slice began, where
+             * the page cache still had them: release that much again. */
+            const uintptr_t lo = dropped - first_page > PACK_FAULT_AROUND_BYTES
+                                     ? dropped - PACK_FAULT_AROUND_BYTES
+                                     : first_page;
+            if (done > dropped) {
+                drop_file_pages(src, lo, done);
+                dropped = done;
+            }
+        }
+    }
+    /* Whatever a fault-around mapped again further back: one sweep. */
+    drop_file_pages(src, first_page, end_page);
+}
+
+/* Packs matrices until none is left. */
+static void pack_run(struct pack_job *j, bool report)
+{
     double t_last = j->t0;
     for (size_t i; (i = atomic_fetch_add(&j->next, 1)) < j->n;) {
         /* Packing a multi-GiB model takes seconds (page faults): say how far
@@ -218,25 +304,9 @@ static void pack_run(struct pack_job *j, bool report)
                         (double)atomic_load(&j->done_bytes) / 1048576.0,
                         (double)j->total_bytes / 1048576.0, now - j->t0);
         }
-        const struct hr_weight *w = j->w[i];
         if (!j->dst[i])
             continue;
-        for (uint64_t e = 0; e < w->n_mat; e++) /* each expert's slice on its own */
-            hr_matmul_pack(w->type, (const uint8_t *)w->data + e * w->mat_bytes, w->ne0, w->ne1,
-                           j->dst[i] + e * w->packed_mat_bytes);
-        const uintptr_t lo = ((uintptr_t)w->data + page - 1) / page * page,
-                        hi = ((uintptr_t)w->data + w->mat_bytes * w->n_mat) / page * page;
-        if (lo < hi) {
-            /* PAGEOUT drops the pages from the page cache too (they are
-             * clean and ours alone), so a cgroup, which charges page cache
-             * to us, stops counting them; DONTNEED then unmaps whatever
-             * PAGEOUT left (an older kernel without it, pages another
-             * process maps). Either way RSS holds the packed copy only. */
-#ifdef MADV_PAGEOUT
-            (void)madvise((void *)lo, hi - lo, MADV_PAGEOUT);
-#endif
-            (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
-        }
+        pack_matrix(&j->src, j->w[i], j->dst[i]);
         atomic_fetch_add(&j->done_bytes, j->bytes[i]);
     }
 }
@@ -250,11 +320,12 @@ static void *pack_worker(void *arg)
 /* Packs every matrix the kernels want packed into one anonymous mapping, on
  * up to 8 threads (memory-bound: about 1 GB/s per core, page faults
  * included). Without memory for the copy the model runs unpacked. */
-static void pack_weights(struct hr_model_priv *priv)
+static void pack_weights(struct hr_model_priv *priv, const char *path)
 {
     struct hr_model *m = &priv->pub;
     const size_t cap = (size_t)m->hp.n_layer * HR_MODEL_LAYER_MATRICES + 1;
-    struct pack_job j = {.w = malloc(cap * sizeof(*j.w)), .dst = calloc(cap, sizeof(*j.dst))};
+    struct pack_job j = {.w = malloc(cap * sizeof(*j.w)), .dst = calloc(cap, sizeof(*j.dst)),
+                         .src.fd = -1};
     if (!j.w || !j.dst)
         goto out;
     j.n = matrices(m, j.w);
@@ -286,6 +357,12 @@ static void pack_weights(struct hr_model_priv *priv)
     j.t0 = hr_now_seconds();
     if (map == MAP_FAILED)
         goto out;
+    j.src.base = (uintptr_t)hr_gguf_bytes(m->gguf);
+    /* The file again, for posix_fadvise only (hr_gguf_open closed its fd).
+     * Advice on a file that replaced it since would only drop that file's
+     * cached pages; -1: the page cache keeps ours, which costs a cgroup's
+     * accounting, not correctness. */
+    j.src.fd = open(path, O_RDONLY | O_CLOEXEC);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     pthread_t th[7];
     size_t started = 0;
@@ -300,6 +377,8 @@ static void pack_weights(struct hr_model_priv *priv)
                     hr_now_seconds() - j.t0);
     if (m->output.data == m->tok_embd.data)
         m->tok_embd.packed = m->output.packed;
+    if (j.src.fd >= 0)
+        close(j.src.fd);
     (void)mprotect(map, total, PROT_READ);
     priv->packed = map;
     priv->packed_len = total;
@@ -683,7 +762,7 @@ enum hr_status hr_model_open(const char *path, struct hr_model **out, struct hr_
     for (uint64_t i = 0; i < hr_gguf_n_tensors(m->gguf); i++)
         m->weight_bytes += hr_gguf_tensor_at(m->gguf, i)->n_bytes;
     m->file_bytes = hr_gguf_file_size(m->gguf);
-    pack_weights(priv);
+    pack_weights(priv, path);
     prefault_unpacked(m);
     *out = m;
     return HR_OK;

@@ -48,7 +48,10 @@
  * Packing: where this CPU's kernels read a matrix faster in a layout of
  * their own (Q8_0 and F16 on AVX-512, see hr_matmul_pack in kernels/matmul.h), open
  * copies it once into anonymous memory of the same size (the `weights`
- * category either way) and releases the file's pages of it. Every tensor
+ * category either way) and releases the file's pages of it, slice by slice
+ * (about 256 KiB of the file at a time), so loading never holds a large
+ * tensor twice: its peak is the resident weights plus one slice per packing
+ * thread, which the governor's ceiling can count on. Every tensor
  * left in the file's layout is then touched once, so that from the end of
  * hr_model_open what is resident for the weights is `weight_bytes`, each
  * weight once, on every path that opens a model.

@@ -1233,11 +1233,14 @@ enum hr_status hr_server_load(struct hr_server *srv, struct hr_err *err)
         hr_err_prefix(err, "%s", cfg->model_path);
         return st;
     }
+    /* The process's peak so far is loading's: what a ceiling must hold
+     * before the first request (docs/memory.md, "Loading under the ceiling"). */
     hr_log_info("server",
-                "weights %.1f MiB, of which %.1f MiB packed for the %s kernels; loaded in %.2f s",
+                "weights %.1f MiB, of which %.1f MiB packed for the %s kernels; loaded in %.2f s, "
+                "peak RSS %.1f MiB",
                 (double)srv->model->weight_bytes / (1 << 20),
                 (double)srv->model->packed_bytes / (1 << 20), hr_kernels_isa(),
-                hr_now_seconds() - t0);
+                hr_now_seconds() - t0, (double)hr_peak_rss_bytes() / (1 << 20));
     struct hr_gguf_str src;
     char *tsrc = NULL;
     if (hr_gguf_get_str(srv->model->gguf, "tokenizer.chat_template", &src, NULL) == HR_OK)

@@ -16,7 +16,7 @@
 // weight type, so they would add ~10 s each here and test nothing new.)
 //
 // Ends with "N passed, N failed"; exits 1 on any failure.
-import { execFileSync } from "node:child_process";
+import { execFile } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -70,21 +70,40 @@ async function hfTokenizer(name) {
   return hfCache.get(name);
 }
 
+// K-quant rows are whole 256-value super-blocks: narrower models would be
+// written with a fallback type and test nothing.
+const nEmbdOf = (c) => (c.type.endsWith("_k") ? 256 : 64);
+const fileOf = (c) =>
+  path.join(outDir, `oracle-${c.arch}-${c.type}-${c.vocab}${c.tied ? "" : "-untied"}.gguf`);
+
+// The models are generated one after another in a child process (gen-model
+// converts the vocabulary each time: about 2.5 s a file), beside this
+// thread, which loads and checks them as they arrive: on 2 cores the
+// generation no longer adds to the wall time. The same files and checks.
+let generated = Promise.resolve();
+const generation = new Map();
+for (const c of cases) {
+  const kq = c.type.endsWith("_k");
+  const args = ["--shape", "tiny", "--arch", c.arch, "--type", c.type, "--vocab", vocabDir(c.vocab),
+    "--n-embd", String(nEmbdOf(c)), "--n-head", "4", "--n-head-kv", "2", "--n-ff", kq ? "512" : "128",
+    "--n-layer", "2", ...(kq ? ["--head-dim", "64"] : []),
+    "--out", fileOf(c), c.tied ? "--tied" : "--untied"];
+  generated = generated.then(() => new Promise((resolve) => {
+    execFile(genModel, args, (err, stdout, stderr) => {
+      if (stderr) process.stderr.write(stderr);
+      resolve(err);
+    });
+  }));
+  generation.set(c, generated);
+}
+
 async function runCase(c) {
   const label = `${c.arch}/${c.type}/${c.vocab}${c.tied ? "" : "/untied"}`;
-  const file = path.join(outDir, `oracle-${c.arch}-${c.type}-${c.vocab}${c.tied ? "" : "-untied"}.gguf`);
-  // K-quant rows are whole 256-value super-blocks: narrower models would be
-  // written with a fallback type and test nothing.
-  const kq = c.type.endsWith("_k");
-  const nEmbd = kq ? 256 : 64;
-  const args = ["--shape", "tiny", "--arch", c.arch, "--type", c.type, "--vocab", vocabDir(c.vocab),
-    "--n-embd", String(nEmbd), "--n-head", "4", "--n-head-kv", "2", "--n-ff", kq ? "512" : "128",
-    "--n-layer", "2", ...(kq ? ["--head-dim", "64"] : []),
-    "--out", file, c.tied ? "--tied" : "--untied"];
-  try {
-    execFileSync(genModel, args, { stdio: ["ignore", "inherit", "inherit"] });
-  } catch (e) {
-    check(false, `${label}: gen-model failed: ${e.message}`);
+  const file = fileOf(c);
+  const nEmbd = nEmbdOf(c);
+  const err = await generation.get(c);
+  if (err) {
+    check(false, `${label}: gen-model failed: ${err.message}`);
     return;
   }
   let model;

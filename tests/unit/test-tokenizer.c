@@ -1006,6 +1006,13 @@ int main(void)
         cmocka_unit_test(test_llama_gemma3),        cmocka_unit_test(test_llama_gptoss),
         cmocka_unit_test(test_llama_pre),
     };
+    /* tests/run.sh runs test_llama_pre as a process of its own, beside the
+     * rest (one core each): a cmocka name pattern for the tests to run, or
+     * to skip. Unset, every test runs. */
+    if (getenv("HR_TEST_FILTER"))
+        cmocka_set_test_filter(getenv("HR_TEST_FILTER"));
+    if (getenv("HR_TEST_SKIP"))
+        cmocka_set_skip_filter(getenv("HR_TEST_SKIP"));
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     hr_hf_vocab_free(g_vocab_cache.v);
     if (g_llama.lib)
