@@ -45,7 +45,8 @@ static void gen(const char *path, const char *arch, enum hr_ggml_type type, uint
     p.n_head_kv = 2;
     p.head_dim = 64;
     p.n_layer = 1;
-    p.n_ff = type == HR_GGML_F16 ? 1000 : 1056; /* F16: rows of 1000 pad to 1008 */
+    /* F16: rows of 1000 pad to 1008; Q4_K: rows of whole 256-value blocks */
+    p.n_ff = type == HR_GGML_F16 ? 1000 : type == HR_GGML_Q4_K ? 1024 : 1056;
     p.n_vocab = n_vocab;
     p.tied = true;
     if (n_expert) {
@@ -119,6 +120,10 @@ static void test_slices_pack_exactly(void **state)
     /* F16: 512-byte rows, 4-row groups; 5003 % 4 = 3 */
     snprintf(path, sizeof(path), "/tmp/hr-test-model-%d-f16.gguf", (int)getpid());
     gen(path, "llama", HR_GGML_F16, 256, 5003, 0);
+    check_packed(path);
+    /* Q4_K: 288-byte rows in 16-row groups (6 slices, the last padded) */
+    snprintf(path, sizeof(path), "/tmp/hr-test-model-%d-q4k.gguf", (int)getpid());
+    gen(path, "qwen3", HR_GGML_Q4_K, 512, 5003, 0);
     check_packed(path);
     /* experts: each expert's matrix on its own, slices within each */
     snprintf(path, sizeof(path), "/tmp/hr-test-model-%d-moe.gguf", (int)getpid());
