@@ -202,6 +202,65 @@ extern "C" cudaError_t hr_cuda_dequant_rows(int type, const void *w, uint64_t ro
     return dequant_rows(type, w, row_bytes, k, NULL, row0, n_rows, out, s);
 }
 
+/* One thread per 32-element chunk, stored as f16 (or bf16): the weight
+ * tiles of the tensor-core GEMM. Each value is the f32 dequantization
+ * above, rounded to nearest. Reads the quantized bytes once and writes 2
+ * bytes per weight: for an 8B Q4_K model about 15 GB per prefill step,
+ * some 4 ms at the H200's copy rate (the price of using cuBLASLt's GEMMs
+ * unchanged). */
+template <int TYPE, int BF>
+__global__ void dequant_half_kernel(const uint8_t *w, uint64_t row_bytes, uint32_t k, uint32_t row0,
+                                    uint32_t n_rows, uint16_t *out)
+{
+    const uint64_t chunks = k / 32, i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= chunks * n_rows)
+        return;
+    const uint32_t r = (uint32_t)(i / chunks), c = (uint32_t)(i % chunks);
+    float v[32];
+    dequant_chunk<TYPE>(w + ((uint64_t)row0 + r) * row_bytes, c, v);
+    uint32_t h[16];
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        uint16_t a, b;
+        if (BF) {
+            a = __bfloat16_as_ushort(__float2bfloat16_rn(v[2 * j]));
+            b = __bfloat16_as_ushort(__float2bfloat16_rn(v[2 * j + 1]));
+        } else {
+            a = __half_as_ushort(__float2half_rn(v[2 * j]));
+            b = __half_as_ushort(__float2half_rn(v[2 * j + 1]));
+        }
+        h[j] = (uint32_t)a | ((uint32_t)b << 16);
+    }
+    uint4 *o = (uint4 *)(out + (uint64_t)r * k + (uint64_t)c * 32);
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        o[j] = make_uint4(h[4 * j], h[4 * j + 1], h[4 * j + 2], h[4 * j + 3]);
+}
+
+extern "C" cudaError_t hr_cuda_dequant_half(int type, const void *w, uint64_t row_bytes,
+                                            uint32_t k, uint32_t row0, uint32_t n_rows, void *out,
+                                            int bf16, cudaStream_t s)
+{
+    if (!n_rows)
+        return cudaSuccess;
+    if (k % 32)
+        return cudaErrorInvalidValue;
+    const uint64_t n = (uint64_t)(k / 32) * n_rows;
+    const unsigned blocks = (unsigned)((n + 127) / 128);
+#define L_DQH(T)                                                                                  \
+    do {                                                                                          \
+        if (bf16)                                                                                 \
+            dequant_half_kernel<T, 1><<<blocks, 128, 0, s>>>((const uint8_t *)w, row_bytes, k,    \
+                                                             row0, n_rows, (uint16_t *)out);      \
+        else                                                                                      \
+            dequant_half_kernel<T, 0><<<blocks, 128, 0, s>>>((const uint8_t *)w, row_bytes, k,    \
+                                                             row0, n_rows, (uint16_t *)out);      \
+    } while (0)
+    HR_DISPATCH(type, L_DQH)
+#undef L_DQH
+    return cudaGetLastError();
+}
+
 /* ---- RoPE table ------------------------------------------------------------ */
 
 /* One thread per token: the multiply chain is sequential by definition
@@ -286,20 +345,32 @@ extern "C" cudaError_t hr_cuda_rms_norm(float *x, const float *add, const int32_
  * largest magnitude (the first such) sets iscale = -127 / max, q =
  * min(127, rint(iscale x x)), value = (1 / iscale) x q. */
 
-__global__ void act_round_kernel(int act, const float *x, uint32_t k, float *out)
+/* Stores v as the output kind asked for: f32 (0), f16 (1) or bf16 (2); the
+ * tensor-core GEMM takes its inputs as 16-bit floats. */
+__device__ __forceinline__ void store_out(void *out, size_t i, int kind, float v)
+{
+    if (kind == 0)
+        ((float *)out)[i] = v;
+    else if (kind == 1)
+        ((__half *)out)[i] = __float2half_rn(v);
+    else
+        ((__nv_bfloat16 *)out)[i] = __float2bfloat16_rn(v);
+}
+
+__global__ void act_round_kernel(int act, const float *x, uint32_t k, void *out_v, int kind)
 {
     const uint32_t row = blockIdx.y;
     const float *xr = x + (size_t)row * k;
-    float *o = out + (size_t)row * k;
+    const size_t o = (size_t)row * k;
     const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; /* < k: k % 256 == 0 or masked */
     const bool in = i < k;
     const float v = in ? xr[i] : 0.0f;
     if (act == HR_CUDA_ACT_F16) {
         if (in)
-            o[i] = __half2float(__float2half_rn(v));
+            store_out(out_v, o + i, kind, __half2float(__float2half_rn(v)));
     } else if (act == HR_CUDA_ACT_BF16) {
         if (in)
-            o[i] = __bfloat162float(__float2bfloat16_rn(v));
+            store_out(out_v, o + i, kind, __bfloat162float(__float2bfloat16_rn(v)));
     } else if (act == HR_CUDA_ACT_Q8_0) {
         /* A warp is one 32-value block. */
         const float amax = warp_max(fabsf(v));
@@ -309,7 +380,7 @@ __global__ void act_round_kernel(int act, const float *x, uint32_t k, float *out
          * but the quant 0 is +0 */
         const int q = max(-128, min(127, __float2int_rn(v * id)));
         if (in)
-            o[i] = d * (float)q;
+            store_out(out_v, o + i, kind, d * (float)q);
     } else { /* Q8_K: the block of 256 threads is one super-block */
         __shared__ float s_ax[8];
         __shared__ int s_ix[8];
@@ -338,11 +409,11 @@ __global__ void act_round_kernel(int act, const float *x, uint32_t k, float *out
         const float mx = s_max;
         if (in) {
             if (mx == 0.0f) {
-                o[i] = 0.0f;
+                store_out(out_v, o + i, kind, 0.0f);
             } else {
                 const float iscale = -127.f / mx;
                 const int q = min(127, __float2int_rn(iscale * v));
-                o[i] = (1 / iscale) * (float)q;
+                store_out(out_v, o + i, kind, (1 / iscale) * (float)q);
             }
         }
     }
@@ -357,7 +428,20 @@ extern "C" cudaError_t hr_cuda_act_round(enum hr_cuda_act act, const float *x, u
         return cudaMemcpyAsync(out, x, (size_t)m * k * sizeof(float), cudaMemcpyDeviceToDevice, s);
     const unsigned threads = act == HR_CUDA_ACT_Q8_K ? 256 : 128;
     dim3 grid((k + threads - 1) / threads, m);
-    act_round_kernel<<<grid, threads, 0, s>>>((int)act, x, k, out);
+    act_round_kernel<<<grid, threads, 0, s>>>((int)act, x, k, out, 0);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t hr_cuda_act_round_half(enum hr_cuda_act act, const float *x, uint32_t m,
+                                              uint32_t k, void *out, int bf16, cudaStream_t s)
+{
+    if (!m)
+        return cudaSuccess;
+    if (act == HR_CUDA_ACT_F32)
+        return cudaErrorInvalidValue;
+    const unsigned threads = act == HR_CUDA_ACT_Q8_K ? 256 : 128;
+    dim3 grid((k + threads - 1) / threads, m);
+    act_round_kernel<<<grid, threads, 0, s>>>((int)act, x, k, out, bf16 ? 2 : 1);
     return cudaGetLastError();
 }
 
@@ -1014,7 +1098,9 @@ static cudaError_t preload_type(void)
     if ((ce = cudaFuncGetAttributes(&a, dequant_rows_kernel<T>)) != cudaSuccess ||
         (ce = cudaFuncGetAttributes(&a, gemv_kernel<T>)) != cudaSuccess ||
         (ce = cudaFuncGetAttributes(&a, gemv1_kernel<T>)) != cudaSuccess ||
-        (ce = cudaFuncGetAttributes(&a, gemm_kernel<T>)) != cudaSuccess)
+        (ce = cudaFuncGetAttributes(&a, gemm_kernel<T>)) != cudaSuccess ||
+        (ce = cudaFuncGetAttributes(&a, dequant_half_kernel<T, 0>)) != cudaSuccess ||
+        (ce = cudaFuncGetAttributes(&a, dequant_half_kernel<T, 1>)) != cudaSuccess)
         return ce;
     return cudaSuccess;
 }

@@ -91,6 +91,17 @@ cudaError_t hr_cuda_rms_norm(float *x, const float *add, const int32_t *rows, ui
 cudaError_t hr_cuda_act_round(enum hr_cuda_act act, const float *x, uint32_t m, uint32_t k,
                               float *out, cudaStream_t s);
 
+/* The same rounding, stored as 16-bit floats for the tensor-core GEMM: f16,
+ * or bf16 when `bf16` (act is not HR_CUDA_ACT_F32). */
+cudaError_t hr_cuda_act_round_half(enum hr_cuda_act act, const float *x, uint32_t m, uint32_t k,
+                                   void *out, int bf16, cudaStream_t s);
+
+/* out[r][i] = weight row0 + r, element i, dequantized (as hr_cuda_dequant_rows)
+ * and rounded to f16, or bf16 when `bf16` (r < n_rows; out 16-byte aligned). */
+cudaError_t hr_cuda_dequant_half(int type, const void *w, uint64_t row_bytes, uint32_t k,
+                                 uint32_t row0, uint32_t n_rows, void *out, int bf16,
+                                 cudaStream_t s);
+
 /* y[t][j] (+)= sum_i x[t][i] w[j][i] (+ bias[j]) for t < m <= HR_CUDA_GEMV_MAX_ROWS,
  * j < n; accumulate adds to y (the residual). One warp per weight row. */
 cudaError_t hr_cuda_gemv(int type, const void *w, uint64_t row_bytes, uint32_t k, uint32_t n,

@@ -44,6 +44,9 @@ void hr_cuda_plan_layout(const struct hr_cuda_plan_dims *d, const struct hr_cuda
     p->off_x = place(&c, T * d->n_embd * f, &end);
     p->off_xn = place(&c, T * d->n_embd * f, &end);
     p->off_act = place(&c, max64(T, L) * max_in * f, &end);
+    const int tc = d->tc_gemm && max64(T, L) > d->gemv_max_tokens;
+    p->off_act16 = place(&c, tc ? max64(T, L) * max_in * 2 : 0, &end);
+    p->off_wdq = place(&c, tc ? d->wdq_elems * 2 : 0, &end);
 
     /* Attention and FFN buffers are never live at once: both from one base. */
     uint64_t base = c, ca = base, cf = base;

@@ -22,6 +22,14 @@
  *   x        [T][n_embd] f32  the residual stream
  *   xn       [T][n_embd] f32  normed input of a block
  *   act      [T][max_in] f32  matmul input rounded to the weight's vec-dot format
+ *   -- only in steps that run a tensor-core GEMM (max(T, L) > gemv_max_tokens) --
+ *   act16    [R][max_in] f16  the same input as 16-bit floats, R = max(T, L)
+ *   wdq      [wdq_elems] f16  one weight matrix (or a slice of rows) dequantized
+ *            to f16 for cuBLASLt; the largest layer matrix of a quantized type
+ *            (an 8B Q4_K model: 14336 x 4096, 112 MiB); the output matrix goes
+ *            through it in slices of rows. cuBLASLt runs with no workspace (an
+ *            algorithm chosen at init without split-K: deterministic, and its
+ *            result for a row does not depend on the other rows).
  *   work     union of  { q [T][q_dim], k [T][kv_dim], v [T][kv_dim], attn [T][q_dim] }
  *                      { gate [T][n_ff], up [T][n_ff] }          (never live together)
  *   out_x    [L][n_embd] f32  normed rows whose logits are wanted
@@ -45,6 +53,8 @@
 struct hr_cuda_plan_dims {
     uint32_t n_embd, n_head, n_head_kv, head_dim, n_rot, n_ff, n_vocab;
     uint32_t gemv_max_tokens;     /* steps of up to this many rows use the GEMV kernels */
+    uint32_t tc_gemm;             /* 1: larger steps multiply on tensor cores (act16, wdq) */
+    uint64_t wdq_elems;           /* f16 elements of the dequantized-weight scratch */
     uint64_t kv_block_bytes;
 };
 
@@ -59,7 +69,7 @@ struct hr_cuda_step_shape {
 struct hr_cuda_plan {
     uint64_t off_tokens, off_pos, off_seq_of, off_rows, off_tab_off, off_tables;
     uint64_t meta_bytes;   /* the staged prefix: one host-to-device copy */
-    uint64_t off_rope, off_x, off_xn, off_act;
+    uint64_t off_rope, off_x, off_xn, off_act, off_act16, off_wdq;
     uint64_t off_q, off_k, off_v, off_attn, off_gate, off_up;
     uint64_t off_out_x, off_logits;
     uint64_t arena_bytes;  /* end of the last buffer: the arena's high-water mark */
