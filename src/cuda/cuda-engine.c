@@ -105,6 +105,13 @@ struct hr_cuda_engine {
     float *h_logits;       /* pinned: max_step_logits x n_vocab */
     uint64_t n_allocs_init, n_allocs;
 
+    /* the prepared matmul input (see prep_have) */
+    bool prep_valid;
+    const float *prep_x;
+    uint32_t prep_m, prep_k;
+    enum hr_cuda_act prep_act;
+    int prep_kind;
+
     cublasLtHandle_t lt;
     cublasLtMatmulDescOpaque_t lt_desc;
     struct lt_shape lt_shapes[LT_MAX_SHAPES];
@@ -383,6 +390,17 @@ void hr_cuda_engine_dims(const struct hr_model *m, const struct hr_cuda_config *
     }
     d->tc_gemm = tc;
     d->wdq_elems = wdq;
+    /* The integer GEMV's quantized inputs, when a matrix has one. */
+    bool ig = out->data && hr_cuda_gemv_int_type((int)out->type, act_of(out->type));
+    for (uint32_t l = 0; l < hp->n_layer && !ig; l++) {
+        const struct hr_layer *L = &m->layers[l];
+        const struct hr_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
+                                        &L->w_down};
+        for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
+            if (ws[i]->data && hr_cuda_gemv_int_type((int)ws[i]->type, act_of(ws[i]->type)))
+                ig = true;
+    }
+    d->int_gemv = ig;
     struct hr_kv_config kc = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv,
                               .head_dim = hp->head_dim_k, .block_tokens = cfg->kv_block_tokens,
                               .type = cfg->kv_type, .budget_bytes = cfg->kv_budget_bytes};
@@ -903,6 +921,7 @@ struct fwd {
     int32_t *tokens, *pos, *seq_of, *rows, *tab_off, *tables;
     float *rope, *x, *xn, *act, *q, *k, *v, *attn, *gate, *up, *out_x, *logits;
     void *act16, *wdq; /* NULL in steps without tensor-core GEMMs */
+    struct hr_cuda_q8_act actq; /* q NULL in models without integer GEMVs */
 };
 
 #define TRY(call)                                                                                 \
@@ -911,6 +930,31 @@ struct fwd {
         if (st_ != HR_OK)                                                                         \
             return st_;                                                                           \
     } while (0)
+
+/*
+ * A matmul's input is prepared in one of three forms: rounded to the
+ * vec-dot type as f32 (act), quantized for the integer GEMV (actq), or
+ * rounded and stored as 16-bit floats (act16). Matmuls that share an input
+ * (Q, K and V; gate and up) prepare it once: the form last made is
+ * remembered until the forward pass rewrites a buffer (prep_forget).
+ */
+enum prep_kind { PREP_F32, PREP_INT, PREP_HALF, PREP_HALF_BF };
+
+static bool prep_have(struct hr_cuda_engine *e, const float *x, uint32_t m, uint32_t k,
+                      enum hr_cuda_act act, enum prep_kind kind)
+{
+    if (e->prep_valid && e->prep_x == x && e->prep_m == m && e->prep_k == k &&
+        e->prep_act == act && e->prep_kind == (int)kind)
+        return true;
+    e->prep_valid = true, e->prep_x = x, e->prep_m = m, e->prep_k = k;
+    e->prep_act = act, e->prep_kind = (int)kind;
+    return false;
+}
+
+static void prep_forget(struct hr_cuda_engine *e)
+{
+    e->prep_valid = false;
+}
 
 /* y (+)= round(x) W^T on the tensor cores; false when the shape has no
  * algorithm (the caller runs the f32 GEMM). */
@@ -926,8 +970,9 @@ static enum hr_status matmul_tc(struct hr_cuda_engine *e, const struct fwd *f,
     *done = false;
     if (!full || !full->ok || !rest || !rest->ok || !f->act16)
         return HR_OK;
-    CU(hr_cuda_act_round_half(w->act, x, m, k, f->act16, bf, e->stream),
-       "rounding matmul inputs to 16 bits");
+    if (!prep_have(e, x, m, k, w->act, bf ? PREP_HALF_BF : PREP_HALF))
+        CU(hr_cuda_act_round_half(w->act, x, m, k, f->act16, bf, e->stream),
+           "rounding matmul inputs to 16 bits");
     for (uint32_t r0 = 0; r0 < n; r0 += r) {
         const uint32_t nr = n - r0 < r ? n - r0 : r;
         const void *w16 = w->d + (uint64_t)r0 * w->row_bytes;
@@ -950,10 +995,22 @@ static enum hr_status matmul(struct hr_cuda_engine *e, const struct fwd *f,
 {
     const uint32_t k = (uint32_t)w->ne0, n = (uint32_t)w->ne1;
     const float *b = bias && bias->d ? (const float *)bias->d : NULL;
-    const float *in = w->act != HR_CUDA_ACT_F32 ? f->act : x;
-    if (w->act != HR_CUDA_ACT_F32 && m <= e->dims.gemv_max_tokens)
-        CU(hr_cuda_act_round(w->act, x, m, k, f->act, e->stream), "rounding matmul inputs");
     if (m <= e->dims.gemv_max_tokens) {
+        if (f->actq.q && hr_cuda_gemv_int_type((int)w->type, w->act)) {
+            if (!prep_have(e, x, m, k, w->act, PREP_INT))
+                CU(hr_cuda_quant_act(w->act, x, m, k, &f->actq, e->stream),
+                   "quantizing matmul inputs");
+            CU(hr_cuda_gemv_int((int)w->type, w->d, w->row_bytes, k, n, &f->actq, m, y, ldy, b,
+                                accumulate, e->stream), "the integer GEMV kernel");
+            return HR_OK;
+        }
+        const float *in = x;
+        if (w->act != HR_CUDA_ACT_F32) {
+            if (!prep_have(e, x, m, k, w->act, PREP_F32))
+                CU(hr_cuda_act_round(w->act, x, m, k, f->act, e->stream),
+                   "rounding matmul inputs");
+            in = f->act;
+        }
         CU(hr_cuda_gemv((int)w->type, w->d, w->row_bytes, k, n, in, m, y, ldy, b, accumulate,
                         e->stream), "the GEMV kernel");
         return HR_OK;
@@ -967,8 +1024,12 @@ static enum hr_status matmul(struct hr_cuda_engine *e, const struct fwd *f,
             return HR_OK;
         }
     }
-    if (w->act != HR_CUDA_ACT_F32)
-        CU(hr_cuda_act_round(w->act, x, m, k, f->act, e->stream), "rounding matmul inputs");
+    const float *in = x;
+    if (w->act != HR_CUDA_ACT_F32) {
+        if (!prep_have(e, x, m, k, w->act, PREP_F32))
+            CU(hr_cuda_act_round(w->act, x, m, k, f->act, e->stream), "rounding matmul inputs");
+        in = f->act;
+    }
     CU(hr_cuda_gemm((int)w->type, w->d, w->row_bytes, k, n, in, m, y, ldy, b, accumulate,
                     e->stream), "the GEMM kernel");
     return HR_OK;
@@ -983,6 +1044,7 @@ static enum hr_status forward(struct hr_cuda_engine *e, const struct fwd *f, uin
     const uint32_t q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd, F = hp->n_ff;
     cudaStream_t s = e->stream;
 
+    prep_forget(e);
     CU(hr_cuda_embed((int)e->tok_embd.type, e->tok_embd.d, e->tok_embd.row_bytes, E, f->tokens,
                      T, f->x, s), "the embedding lookup");
     CU(hr_cuda_rope_table(f->pos, T, hp->n_rot, e->theta_scale, e->freq_scale,
@@ -997,6 +1059,7 @@ static enum hr_status forward(struct hr_cuda_engine *e, const struct fwd *f, uin
         kv.layer = l;
         CU(hr_cuda_rms_norm(f->x, NULL, NULL, T, E, (const float *)D->attn_norm.d, hp->rms_eps,
                             f->xn, s), "the attention norm");
+        prep_forget(e);
         TRY(matmul(e, f, &D->wq, f->xn, T, f->q, q_dim, NULL, 0, err));
         TRY(matmul(e, f, &D->wk, f->xn, T, f->k, kv_dim, NULL, 0, err));
         TRY(matmul(e, f, &D->wv, f->xn, T, f->v, kv_dim, NULL, 0, err));
@@ -1011,19 +1074,23 @@ static enum hr_status forward(struct hr_cuda_engine *e, const struct fwd *f, uin
                                        .n_head = hp->n_head, .scale = 1.0f / sqrtf((float)hd),
                                        .kv = kv};
         CU(hr_cuda_attention(&aa, s), "attention");
+        prep_forget(e);
         /* x += attn Wo^T, then xn = norm(x) */
         TRY(matmul(e, f, &D->wo, f->attn, T, f->x, E, NULL, 1, err));
         CU(hr_cuda_rms_norm(f->x, NULL, NULL, T, E, (const float *)D->ffn_norm.d, hp->rms_eps,
                             f->xn, s), "the FFN norm");
+        prep_forget(e);
         TRY(matmul(e, f, &D->w_gate, f->xn, T, f->gate, F, NULL, 0, err));
         TRY(matmul(e, f, &D->w_up, f->xn, T, f->up, F, NULL, 0, err));
         CU(hr_cuda_swiglu(f->gate, f->up, (uint64_t)T * F, s), "SwiGLU");
+        prep_forget(e);
         TRY(matmul(e, f, &D->w_down, f->gate, T, f->x, E, NULL, 1, err));
     }
     if (!L)
         return HR_OK;
     CU(hr_cuda_rms_norm(f->x, NULL, f->rows, L, E, (const float *)e->output_norm.d, hp->rms_eps,
                         f->out_x, s), "the output norm");
+    prep_forget(e);
     TRY(matmul(e, f, &e->output, f->out_x, L, f->logits, hp->n_vocab, NULL, 0, err));
     return HR_OK;
 }
@@ -1101,6 +1168,15 @@ enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *ste
     f.gate = view(e, p.off_gate, T * e->dims.n_ff * fz);
     f.up = view(e, p.off_up, T * e->dims.n_ff * fz);
     const uint64_t R = T > L ? T : L;
+    memset(&f.actq, 0, sizeof(f.actq));
+    if (e->dims.int_gemv) {
+        const uint64_t g = R < e->dims.gemv_max_tokens ? R : e->dims.gemv_max_tokens;
+        uint64_t d_off, s_off, bytes;
+        hr_cuda_actq_parts(g, max_in, &d_off, &s_off, &bytes);
+        uint8_t *q = view(e, p.off_actq, bytes);
+        f.actq = (struct hr_cuda_q8_act){.q = (int8_t *)q, .d = (float *)(q + d_off),
+                                         .s = (int16_t *)(q + s_off)};
+    }
     const bool tc = e->dims.tc_gemm && R > e->dims.gemv_max_tokens;
     f.act16 = tc ? view(e, p.off_act16, R * max_in * 2) : NULL;
     f.wdq = tc && e->dims.wdq_elems ? view(e, p.off_wdq, e->dims.wdq_elems * 2) : NULL;

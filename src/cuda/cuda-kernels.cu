@@ -627,6 +627,198 @@ __global__ void __launch_bounds__(128) gemv_q4k_kernel(const uint8_t *w, uint64_
     }
 }
 
+/* ---- integer GEMV: Q4_K x Q8_K with dp4a --------------------------------------
+ *
+ * The CPU multiplies Q4_K weights with activations quantized to Q8_K: int8
+ * values, one scale per 256, and ggml's Q4_K x Q8_K dot is integer sums
+ * per sub-block times the scales. This kernel does the same on the GPU:
+ * __dp4a multiplies four weight nibbles with four int8 activations and
+ * adds, so 32 weights cost 8 mask/shift operations and 8 dp4a, where the
+ * float kernel above spends an int-to-float conversion (a quarter-rate
+ * instruction on Hopper) and two FMAs per weight - that kernel was bound
+ * by arithmetic, not by the weights' bytes.
+ *
+ * One weight row per warp (more warps in flight than four rows per warp);
+ * lane l takes pieces l, l + 32, ... (a piece: 16 quant bytes = 16 values
+ * of sub-block 2p and 16 of sub-block 2p + 1, as in gemv_q4k_kernel), four
+ * pieces' loads issued before any is used. Per piece and input row:
+ *   acc += dx * ((d1a * suma - m1a * bsa) + (d1b * sumb - m1b * bsb))
+ * where suma = sum q4 * q8 over the piece's 16 values of sub-block 2p, bsa
+ * = sum q8 over them (precomputed per 16), dx the row's Q8_K scale.
+ * A lane's pieces are summed in order, then the warp: an output's order
+ * depends on k only, never on m. */
+__global__ void __launch_bounds__(128) gemv_q4k_q8_kernel(const uint8_t *w, uint64_t row_bytes,
+                                                          uint32_t k, uint32_t n, hr_cuda_q8_act xa,
+                                                          uint32_t m, float *y, uint32_t ldy,
+                                                          const float *bias, int accumulate)
+{
+    const uint32_t lane = threadIdx.x & 31;
+    const uint32_t j = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (j >= n)
+        return;
+    const uint8_t *row = w + (uint64_t)j * row_bytes;
+    float acc[HR_CUDA_GEMV_MAX_ROWS];
+#pragma unroll
+    for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++)
+        acc[t] = 0.0f;
+    const uint32_t pieces = k / 256 * 8;
+    for (uint32_t p0 = lane; p0 < pieces; p0 += 4 * 32) {
+        uint4 hd[4], qv[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t pc = p0 + 32 * (uint32_t)i;
+            if (pc < pieces) {
+                const uint8_t *b = row + (size_t)(pc / 8) * 144;
+                hd[i] = *(const uint4 *)b;
+                qv[i] = *(const uint4 *)(b + 16 + 32 * ((pc / 2) % 4) + 16 * (pc % 2));
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t pc = p0 + 32 * (uint32_t)i;
+            if (pc >= pieces)
+                break;
+            const uint32_t sb = pc / 8, p = (pc / 2) % 4, h = pc % 2;
+            float d1a, m1a, d1b, m1b;
+            q4k_scales(hd[i], p, &d1a, &m1a, &d1b, &m1b);
+            const uint32_t q[4] = {qv[i].x, qv[i].y, qv[i].z, qv[i].w};
+            int lo[4], hi[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                lo[e] = (int)(q[e] & 0x0F0F0F0Fu);
+                hi[e] = (int)((q[e] >> 4) & 0x0F0F0F0Fu);
+            }
+            const uint32_t xo = sb * 256 + 64 * p + 16 * h, so = sb * 16 + 4 * p + h;
+#pragma unroll
+            for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
+                if ((uint32_t)t >= m)
+                    break;
+                const int8_t *xr = xa.q + (uint64_t)t * k;
+                const int4 va = *(const int4 *)(xr + xo), vb = *(const int4 *)(xr + xo + 32);
+                int sa = 0, sbb = 0;
+                sa = __dp4a(lo[0], va.x, sa);
+                sa = __dp4a(lo[1], va.y, sa);
+                sa = __dp4a(lo[2], va.z, sa);
+                sa = __dp4a(lo[3], va.w, sa);
+                sbb = __dp4a(hi[0], vb.x, sbb);
+                sbb = __dp4a(hi[1], vb.y, sbb);
+                sbb = __dp4a(hi[2], vb.z, sbb);
+                sbb = __dp4a(hi[3], vb.w, sbb);
+                const int16_t *xs = xa.s + (uint64_t)t * (k / 16);
+                const float dx = xa.d[(uint64_t)t * (k / 256) + sb];
+                acc[t] += dx * ((d1a * (float)sa - m1a * (float)xs[so]) +
+                                (d1b * (float)sbb - m1b * (float)xs[so + 2]));
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
+        if ((uint32_t)t < m) {
+            float a = warp_sum(acc[t]);
+            if (lane == 0) {
+                if (bias)
+                    a += bias[j];
+                float *yp = y + (uint64_t)t * ldy + j;
+                *yp = accumulate ? *yp + a : a;
+            }
+        }
+    }
+}
+
+/* Q8_K quantization of m rows of k (k % 256 == 0) for the integer GEMV:
+ * the values act_round_kernel's Q8_K branch makes (q and 1 / iscale), as
+ * int8 plus one scale per 256, and the sums of q per 16. One block of 256
+ * threads per (super-block, row). */
+__global__ void quant_q8k_kernel(const float *x, uint32_t k, hr_cuda_q8_act a)
+{
+    __shared__ float s_ax[8];
+    __shared__ int s_ix[8];
+    __shared__ float s_max;
+    const uint32_t row = blockIdx.y, i = blockIdx.x * 256 + threadIdx.x;
+    const float *xr = x + (size_t)row * k;
+    const float v = xr[i];
+    float ax = fabsf(v);
+    int ix = (int)threadIdx.x;
+#pragma unroll
+    for (int o2 = 16; o2 > 0; o2 >>= 1) {
+        const float a2 = __shfl_xor_sync(0xffffffffu, ax, o2);
+        const int i2 = __shfl_xor_sync(0xffffffffu, ix, o2);
+        if (a2 > ax || (a2 == ax && i2 < ix))
+            ax = a2, ix = i2;
+    }
+    if ((threadIdx.x & 31) == 0)
+        s_ax[threadIdx.x / 32] = ax, s_ix[threadIdx.x / 32] = ix;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float ba = s_ax[0];
+        int bi = s_ix[0];
+        for (int w2 = 1; w2 < 8; w2++)
+            if (s_ax[w2] > ba || (s_ax[w2] == ba && s_ix[w2] < bi))
+                ba = s_ax[w2], bi = s_ix[w2];
+        s_max = ba == 0.0f ? 0.0f : xr[blockIdx.x * 256 + bi];
+    }
+    __syncthreads();
+    const float mx = s_max;
+    int q = 0;
+    if (mx != 0.0f) {
+        const float iscale = -127.f / mx;
+        q = min(127, __float2int_rn(iscale * v));
+    }
+    a.q[(size_t)row * k + i] = (int8_t)q;
+    if (threadIdx.x == 0)
+        a.d[(size_t)row * (k / 256) + blockIdx.x] = mx != 0.0f ? 1 / (-127.f / mx) : 0.0f;
+    int sum = q;
+#pragma unroll
+    for (int o2 = 8; o2 > 0; o2 >>= 1)
+        sum += __shfl_xor_sync(0xffffffffu, sum, o2);
+    if ((threadIdx.x & 15) == 0)
+        a.s[(size_t)row * (k / 16) + i / 16] = (int16_t)sum;
+}
+
+/* HR_CUDA_GEMV=float keeps the float kernels for the types that have an
+ * integer one (benchmarks compare the two in one run). */
+static int gemv_float_only(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("HR_CUDA_GEMV");
+        v = e && (!strcmp(e, "float") || !strcmp(e, "generic"));
+    }
+    return v;
+}
+
+extern "C" int hr_cuda_gemv_int_type(int type, enum hr_cuda_act act)
+{
+    return type == HR_CUDA_T_Q4_K && act == HR_CUDA_ACT_Q8_K && !gemv_float_only();
+}
+
+extern "C" cudaError_t hr_cuda_quant_act(enum hr_cuda_act act, const float *x, uint32_t m,
+                                         uint32_t k, const struct hr_cuda_q8_act *a,
+                                         cudaStream_t s)
+{
+    if (!m)
+        return cudaSuccess;
+    if (act != HR_CUDA_ACT_Q8_K || k % 256)
+        return cudaErrorInvalidValue;
+    quant_q8k_kernel<<<dim3(k / 256, m), 256, 0, s>>>(x, k, *a);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t hr_cuda_gemv_int(int type, const void *w, uint64_t row_bytes, uint32_t k,
+                                        uint32_t n, const struct hr_cuda_q8_act *a, uint32_t m,
+                                        float *y, uint32_t ldy, const float *bias, int accumulate,
+                                        cudaStream_t s)
+{
+    if (!m || !n)
+        return cudaSuccess;
+    if (m > HR_CUDA_GEMV_MAX_ROWS || type != HR_CUDA_T_Q4_K || k % 256 ||
+        ((uintptr_t)w | row_bytes) % 16)
+        return cudaErrorInvalidValue;
+    gemv_q4k_q8_kernel<<<(n + 3) / 4, 128, 0, s>>>((const uint8_t *)w, row_bytes, k, n, *a, m, y,
+                                                   ldy, bias, accumulate);
+    return cudaGetLastError();
+}
+
 /* One input row (decode of one sequence), the other types: four weight rows
  * per warp, so each input chunk is loaded once for the four (the generic
  * kernel loads the whole input per weight row). Lane and chunk order as
@@ -1118,7 +1310,8 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
         (ce = preload_type<HR_CUDA_T_Q5_K>()) != cudaSuccess ||
         (ce = preload_type<HR_CUDA_T_Q6_K>()) != cudaSuccess)
         return ce;
-    const void *k[] = {(const void *)gemv_q4k_kernel,
+    const void *k[] = {(const void *)gemv_q4k_kernel, (const void *)gemv_q4k_q8_kernel,
+                       (const void *)quant_q8k_kernel,
                        (const void *)rope_table_kernel, (const void *)rms_norm_kernel,
                        (const void *)act_round_kernel, (const void *)add_bias_kernel,
                        (const void *)qkv_post_kernel, (const void *)attention_kernel<0>,

@@ -44,6 +44,14 @@ void hr_cuda_plan_layout(const struct hr_cuda_plan_dims *d, const struct hr_cuda
     p->off_x = place(&c, T * d->n_embd * f, &end);
     p->off_xn = place(&c, T * d->n_embd * f, &end);
     p->off_act = place(&c, max64(T, L) * max_in * f, &end);
+    if (d->int_gemv) {
+        const uint64_t g = max64(T, L) < d->gemv_max_tokens ? max64(T, L) : d->gemv_max_tokens;
+        uint64_t d_off, s_off, bytes;
+        hr_cuda_actq_parts(g, max_in, &d_off, &s_off, &bytes);
+        p->off_actq = place(&c, bytes, &end);
+    } else {
+        p->off_actq = place(&c, 0, &end);
+    }
     const int tc = d->tc_gemm && max64(T, L) > d->gemv_max_tokens;
     p->off_act16 = place(&c, tc ? max64(T, L) * max_in * 2 : 0, &end);
     p->off_wdq = place(&c, tc ? d->wdq_elems * 2 : 0, &end);

@@ -51,12 +51,17 @@ static void check_plan(const struct hr_cuda_plan_dims *d, const struct hr_cuda_s
     uint64_t max_in = d->n_embd > qd ? d->n_embd : qd;
     max_in = max_in > d->n_ff ? max_in : d->n_ff;
     const int tc = d->tc_gemm && (T > L ? T : L) > d->gemv_max_tokens;
+    uint64_t g = T > L ? T : L, d_off, s_off, actq_bytes = 0;
+    g = g < d->gemv_max_tokens ? g : d->gemv_max_tokens;
+    if (d->int_gemv)
+        hr_cuda_actq_parts(g, max_in, &d_off, &s_off, &actq_bytes);
     const struct buf b[] = {
         {p.off_tokens, T * 4, 0}, {p.off_pos, T * 4, 0}, {p.off_seq_of, T * 4, 0},
         {p.off_rows, L * 4, 0}, {p.off_tab_off, (uint64_t)s->n_seqs * 4, 0},
         {p.off_tables, (uint64_t)s->n_table * 4, 0}, {p.off_rope, T * d->n_rot * f, 0},
         {p.off_x, T * d->n_embd * f, 0}, {p.off_xn, T * d->n_embd * f, 0},
         {p.off_act, (T > L ? T : L) * max_in * f, 0},
+        {p.off_actq, actq_bytes, 0},
         {p.off_act16, tc ? (T > L ? T : L) * max_in * 2 : 0, 0},
         {p.off_wdq, tc ? d->wdq_elems * 2 : 0, 0}, {p.off_q, T * qd * f, 1}, {p.off_k, T * kvd * f, 1},
         {p.off_v, T * kvd * f, 1}, {p.off_attn, T * qd * f, 1}, {p.off_gate, T * d->n_ff * f, 2},
@@ -98,6 +103,7 @@ static void random_dims(struct hr_cuda_plan_dims *d)
     d->n_vocab = 1 + urand(200000);
     d->gemv_max_tokens = 8;
     d->tc_gemm = urand(2);
+    d->int_gemv = urand(2);
     d->wdq_elems = 32 * (uint64_t)urand(1u << 20);
     d->kv_block_bytes = 1024 * (1 + urand(1000));
 }
