@@ -174,6 +174,21 @@ int main(int argc, char **argv)
     }
     /* HR_BENCH_PROFILE=1: only two decode steps (after 512 tokens) between
      * cudaProfilerStart and Stop, for `ncu --profile-from-start off`. */
+    if (getenv("HR_BENCH_PROFILE") && !strcmp(getenv("HR_BENCH_PROFILE"), "prefill")) {
+        /* the last 512-token step of a 4096-token prompt */
+        hr_kv_seq_clear(&seqs[0], pool);
+        for (int c = 0; ok && c < 8; c++) {
+            struct hr_step_seq it = {.kv = &seqs[0], .tokens = toks, .n_tokens = 512,
+                                     .n_logits = c == 7};
+            struct hr_step st = {.seqs = &it, .n_seqs = 1};
+            if (c == 7)
+                cudaProfilerStart();
+            ok = hr_cuda_engine_step(e, &st, &err) == HR_OK;
+        }
+        cudaProfilerStop();
+        hr_cuda_engine_free(e);
+        return ok ? 0 : 1;
+    }
     if (getenv("HR_BENCH_PROFILE")) {
         cudaProfilerStart();
         for (int r = 0; ok && r < 2; r++) {
