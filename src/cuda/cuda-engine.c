@@ -918,7 +918,8 @@ static void *view(struct hr_cuda_engine *e, uint64_t off, uint64_t bytes)
 }
 
 struct fwd {
-    int32_t *tokens, *pos, *seq_of, *rows, *tab_off, *tables;
+    int32_t *tokens, *pos, *seq_of, *rows, *tab_off, *tables, *seq_fa, *tiles;
+    uint32_t n_tiles;
     float *rope, *x, *xn, *act, *q, *k, *v, *attn, *gate, *up, *out_x, *logits;
     void *act16, *wdq; /* NULL in steps without tensor-core GEMMs */
     struct hr_cuda_q8_act actq; /* q NULL in models without integer GEMVs */
@@ -1072,7 +1073,8 @@ static enum hr_status forward(struct hr_cuda_engine *e, const struct fwd *f, uin
         CU(hr_cuda_qkv_post(&qa, s), "biases, Q/K norms, RoPE and the KV store");
         struct hr_cuda_attn_args aa = {.q = f->q, .out = f->attn, .n_tokens = T,
                                        .n_head = hp->n_head, .scale = 1.0f / sqrtf((float)hd),
-                                       .kv = kv};
+                                       .kv = kv, .seq_fa = f->n_tiles ? f->seq_fa : NULL,
+                                       .tiles = f->tiles, .n_tiles = f->n_tiles};
         CU(hr_cuda_attention(&aa, s), "attention");
         prep_forget(e);
         /* x += attn Wo^T, then xn = norm(x) */
@@ -1157,6 +1159,8 @@ enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *ste
     f.rows = view(e, p.off_rows, L * iz);
     f.tab_off = view(e, p.off_tab_off, step->n_seqs * iz);
     f.tables = view(e, p.off_tables, shape.n_table * iz);
+    f.seq_fa = view(e, p.off_seq_fa, step->n_seqs * iz);
+    f.tiles = view(e, p.off_tiles, (T / HR_CUDA_FA_TILE + step->n_seqs) * 2 * iz);
     f.rope = view(e, p.off_rope, T * e->dims.n_rot * fz);
     f.x = view(e, p.off_x, T * e->dims.n_embd * fz);
     f.xn = view(e, p.off_xn, T * e->dims.n_embd * fz);
@@ -1188,7 +1192,14 @@ enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *ste
     int32_t *tokens = (int32_t *)(h + p.off_tokens), *pos = (int32_t *)(h + p.off_pos);
     int32_t *seq_of = (int32_t *)(h + p.off_seq_of), *rows = (int32_t *)(h + p.off_rows);
     int32_t *tab_off = (int32_t *)(h + p.off_tab_off), *tables = (int32_t *)(h + p.off_tables);
+    int32_t *seq_fa = (int32_t *)(h + p.off_seq_fa), *tiles = (int32_t *)(h + p.off_tiles);
     uint32_t t = 0, row = 0, tab = 0;
+    /* The tiled attention takes the sequences with more than one token in
+     * the step (a choice each sequence makes alone, so its results do not
+     * depend on the others); models with F32 weights keep every step in f32. */
+    const bool fa = e->dims.tc_gemm &&
+                    hr_cuda_attention_tiled_ok(e->dims.head_dim, e->cfg.kv_type == HR_GGML_F16);
+    f.n_tiles = 0;
     for (uint32_t i = 0; i < step->n_seqs; i++) {
         const struct hr_step_seq *s = &step->seqs[i];
         struct seq_info *si = &e->seqs[i];
@@ -1198,6 +1209,13 @@ enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *ste
         si->first_logit = row;
         si->n_logits = s->n_logits;
         tab_off[i] = (int32_t)tab;
+        seq_fa[i] = fa && s->n_tokens > 1;
+        for (uint32_t j = 0; seq_fa[i] && j < s->n_tokens; j += HR_CUDA_FA_TILE) {
+            tiles[2 * f.n_tiles] = (int32_t)(t + j);
+            tiles[2 * f.n_tiles + 1] = (int32_t)(s->n_tokens - j < HR_CUDA_FA_TILE
+                                                     ? s->n_tokens - j : HR_CUDA_FA_TILE);
+            f.n_tiles++;
+        }
         memcpy(tables + tab, s->kv->blocks, s->kv->n_blocks * iz);
         tab += s->kv->n_blocks;
         for (uint32_t j = 0; j < s->n_tokens; j++, t++) {
@@ -1208,7 +1226,7 @@ enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *ste
                 rows[row++] = (int32_t)t;
         }
     }
-    HR_ASSERT(tab == shape.n_table);
+    HR_ASSERT(tab == shape.n_table && f.n_tiles <= T / HR_CUDA_FA_TILE + step->n_seqs);
 
     CU(cudaEventRecord(e->ev0, e->stream), "cudaEventRecord");
     if (p.meta_bytes)

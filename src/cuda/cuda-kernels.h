@@ -173,7 +173,17 @@ struct hr_cuda_attn_args {
     uint32_t n_tokens, n_head;
     float scale;
     struct hr_cuda_kv_view kv;
+    /* The tiled attention (f16 KV, head_dim 64 or 128; see
+     * hr_cuda_attention_tiled_ok): the sequences with seq_fa[s] set run as
+     * n_tiles tiles of up to HR_CUDA_FA_TILE consecutive tokens of one
+     * sequence (tiles[2i] first token, tiles[2i + 1] rows); the others one
+     * warp per (token, head). NULL / 0: all one warp per (token, head). */
+    const int32_t *seq_fa, *tiles;
+    uint32_t n_tiles;
 };
+
+/* Whether the tiled attention runs this head size and KV type. */
+int hr_cuda_attention_tiled_ok(uint32_t head_dim, int kv_f16);
 cudaError_t hr_cuda_attention(const struct hr_cuda_attn_args *a, cudaStream_t s);
 
 /* gate[i] = silu(gate[i]) * up[i]. */

@@ -38,6 +38,8 @@ void hr_cuda_plan_layout(const struct hr_cuda_plan_dims *d, const struct hr_cuda
     p->off_rows = place(&c, L * i, &end);
     p->off_tab_off = place(&c, (uint64_t)s->n_seqs * i, &end);
     p->off_tables = place(&c, (uint64_t)s->n_table * i, &end);
+    p->off_seq_fa = place(&c, (uint64_t)s->n_seqs * i, &end);
+    p->off_tiles = place(&c, (T / HR_CUDA_FA_TILE + s->n_seqs) * 2 * i, &end);
     p->meta_bytes = end;
 
     p->off_rope = place(&c, T * d->n_rot * f, &end);

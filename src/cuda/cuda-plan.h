@@ -17,6 +17,8 @@
  *   rows     [L] i32          token index of each logit row
  *   tab_off  [S] i32          where each sequence's block table starts in `tables`
  *   tables   [B] i32          the block tables of the step's sequences, concatenated
+ *   seq_fa   [S] i32          1: the sequence's queries run the tiled attention
+ *   tiles    [T/64 + S][2] i32  its query tiles: first token, rows (at most 64)
  *   -- device-only --
  *   rope     [T][n_rot] f32   cos/sin pairs per token
  *   x        [T][n_embd] f32  the residual stream
@@ -53,6 +55,8 @@
 #include <stdint.h>
 
 #define HR_CUDA_ARENA_ALIGN 256
+/* Query rows per tile of the tiled (flash) attention. */
+#define HR_CUDA_FA_TILE 64
 
 struct hr_cuda_plan_dims {
     uint32_t n_embd, n_head, n_head_kv, head_dim, n_rot, n_ff, n_vocab;
@@ -73,6 +77,7 @@ struct hr_cuda_step_shape {
 
 struct hr_cuda_plan {
     uint64_t off_tokens, off_pos, off_seq_of, off_rows, off_tab_off, off_tables;
+    uint64_t off_seq_fa, off_tiles;
     uint64_t meta_bytes;   /* the staged prefix: one host-to-device copy */
     uint64_t off_rope, off_x, off_xn, off_act, off_actq, off_act16, off_wdq;
     uint64_t off_q, off_k, off_v, off_attn, off_gate, off_up;

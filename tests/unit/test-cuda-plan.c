@@ -58,7 +58,8 @@ static void check_plan(const struct hr_cuda_plan_dims *d, const struct hr_cuda_s
     const struct buf b[] = {
         {p.off_tokens, T * 4, 0}, {p.off_pos, T * 4, 0}, {p.off_seq_of, T * 4, 0},
         {p.off_rows, L * 4, 0}, {p.off_tab_off, (uint64_t)s->n_seqs * 4, 0},
-        {p.off_tables, (uint64_t)s->n_table * 4, 0}, {p.off_rope, T * d->n_rot * f, 0},
+        {p.off_tables, (uint64_t)s->n_table * 4, 0}, {p.off_seq_fa, (uint64_t)s->n_seqs * 4, 0},
+        {p.off_tiles, (T / HR_CUDA_FA_TILE + s->n_seqs) * 8, 0}, {p.off_rope, T * d->n_rot * f, 0},
         {p.off_x, T * d->n_embd * f, 0}, {p.off_xn, T * d->n_embd * f, 0},
         {p.off_act, (T > L ? T : L) * max_in * f, 0},
         {p.off_actq, actq_bytes, 0},
@@ -74,7 +75,7 @@ static void check_plan(const struct hr_cuda_plan_dims *d, const struct hr_cuda_s
         assert_int_equal(b[i].off % HR_CUDA_ARENA_ALIGN, 0);
         if (b[i].bytes && b[i].off + b[i].bytes > end)
             end = b[i].off + b[i].bytes;
-        if (i < 6 && b[i].bytes && b[i].off + b[i].bytes > meta_end)
+        if (i < 8 && b[i].bytes && b[i].off + b[i].bytes > meta_end)
             meta_end = b[i].off + b[i].bytes;
         for (size_t j = 0; j < i; j++) {
             if (!b[i].bytes || !b[j].bytes)
