@@ -261,21 +261,25 @@ int main(int argc, char **argv)
         return 1;
     }
     const char *gm = getenv("HR_CUDA_GEMM"), *gv = getenv("HR_CUDA_GEMV");
+    const char *ga = getenv("HR_CUDA_ATTN"), *gg = getenv("HR_CUDA_GRAPH");
     const float pp512 = median(w_pp512, 5), pp4096 = median(w_pp4096, 3);
     const float tg128 = median(w_tg128, 3);
-    printf("bench-cuda-llama shape=%s type=%s gemm=%s gemv=%s pp512_tok_s=%.0f pp4096_tok_s=%.0f "
-           "tg128_tok_s=%.1f rounds=5/3/3\n", shape, tname, gm ? gm : "tc", gv ? gv : "fast",
+    printf("bench-cuda-llama shape=%s type=%s gemm=%s gemv=%s attn=%s graph=%s pp512_tok_s=%.0f "
+           "pp4096_tok_s=%.0f tg128_tok_s=%.1f rounds=5/3/3\n", shape, tname, gm ? gm : "tc",
+           gv ? gv : "fast", ga ? ga : "tiled", gg ? gg : "1",
            512.0 / (pp512 / 1000.0), 4096.0 / (pp4096 / 1000.0), 128.0 / (tg128 / 1000.0));
     const float pre = median(t_pre, 5), dec = median(t_dec + 2, 30);
     const float b8 = median(t_b8, 8), b32 = median(t_b32, 8);
     const struct hr_cuda_mem *mem = hr_cuda_engine_mem(e);
     printf("bench-cuda shape=%s type=%s weights_mib=%.0f prefill512_ms=%.2f prefill_tok_s=%.0f "
            "decode_ms=%.3f decode_tok_s=%.1f decode_gbps=%.0f batch8_ms=%.3f batch8_tok_s=%.0f "
-           "batch32_ms=%.3f batch32_tok_s=%.0f context_mib=%.0f library_mib=%.1f arena_mib=%.1f\n",
+           "batch32_ms=%.3f batch32_tok_s=%.0f context_mib=%.0f library_mib=%.1f arena_mib=%.1f "
+           "graph_mib=%.1f\n",
            shape, tname, (double)mem->weights_bytes / 1048576.0, pre, 512.0 / (pre / 1000.0), dec,
            1000.0 / dec, (double)wbytes / (dec / 1000.0) / 1e9, b8, 8000.0 / b8, b32,
            32000.0 / b32, (double)mem->context_bytes / 1048576.0,
-           (double)mem->library_bytes / 1048576.0, (double)mem->arena_bytes / 1048576.0);
+           (double)mem->library_bytes / 1048576.0, (double)mem->arena_bytes / 1048576.0,
+           (double)mem->graph_bytes / 1048576.0);
     hr_cuda_engine_free(e);
     return 0;
 }

@@ -65,6 +65,12 @@ struct dlayer {
     struct dweight w_gate, w_up, w_down;
 };
 
+/* What a captured decode graph is valid for (see run_graph). */
+struct graph_key {
+    struct hr_cuda_plan p;
+    uint32_t T, L, S, pad;
+};
+
 /* One cuBLASLt algorithm per GEMM shape (n weight rows of k), chosen and
  * loaded at init. */
 #define LT_MAX_SHAPES 16
@@ -111,6 +117,12 @@ struct hr_cuda_engine {
     uint32_t prep_m, prep_k;
     enum hr_cuda_act prep_act;
     int prep_kind;
+
+    /* decode steps as a CUDA graph (run_graph) */
+    bool graphs;
+    cudaGraphExec_t gexec;
+    struct graph_key gkey;
+    uint64_t n_graph_captures, n_graph_instantiations;
 
     cublasLtHandle_t lt;
     cublasLtMatmulDescOpaque_t lt_desc;
@@ -589,6 +601,39 @@ enum hr_status hr_cuda_engine_init(const struct hr_model *m, const struct hr_cud
 
     e->theta_scale = powf(hp->rope_base, -2.0f / (float)hp->n_rot);
     e->freq_scale = hp->rope_scaling == HR_ROPE_SCALING_LINEAR ? 1.0f / hp->rope_factor : 1.0f;
+
+    /* A one-token warm-up step: the decode graph's first instantiation
+     * (and any memory the driver takes for it) happens here, not in a step. */
+    const char *gv = getenv("HR_CUDA_GRAPH");
+    e->graphs = !(gv && !strcmp(gv, "0"));
+    if (e->graphs) {
+        const uint64_t g0 = dev_used();
+        struct hr_kv_seq ws;
+        int32_t tok0 = 0;
+        TRY(hr_cuda_engine_seq_init(e, &ws, 1, err));
+        struct hr_step_seq wi = {.kv = &ws, .tokens = &tok0, .n_tokens = 1, .n_logits = 1};
+        struct hr_step wst = {.seqs = &wi, .n_seqs = 1};
+        st = hr_cuda_engine_step(e, &wst, err);
+        hr_kv_seq_free(&ws, e->kv);
+        if (st != HR_OK) {
+            hr_cuda_engine_free(e);
+            return st;
+        }
+        const uint64_t g1 = dev_used();
+        e->mem.graph_bytes = g1 > g0 ? g1 - g0 : 0;
+        /* The ceiling was sized before the graph existed: if what the
+         * graph took crosses it, steps run without graphs. */
+        if (cfg.device_limit_bytes && g1 > cfg.device_limit_bytes) {
+            cudaGraphExecDestroy(e->gexec);
+            e->gexec = NULL;
+            e->graphs = false;
+            e->mem.graph_bytes = 0;
+            hr_log_warn("cuda", "the decode graph (%.1f MiB) would cross the device ceiling; "
+                        "steps run without graphs", mib(g1 - g0));
+        }
+        TRY_CU(cudaMemGetInfo(&fr, &tot), "cudaMemGetInfo");
+        e->mem.free_after_init = fr;
+    }
     e->n_allocs_init = e->n_allocs;
 #undef TRY
 #undef TRY_CU
@@ -602,6 +647,8 @@ void hr_cuda_engine_free(struct hr_cuda_engine *e)
         return;
     if (e->stream)
         cudaStreamSynchronize(e->stream);
+    if (e->gexec)
+        cudaGraphExecDestroy(e->gexec);
     if (e->lt)
         cublasLtDestroy(e->lt);
     cudaFree(e->d_weights);
@@ -1097,6 +1144,70 @@ static enum hr_status forward(struct hr_cuda_engine *e, const struct fwd *f, uin
     return HR_OK;
 }
 
+/*
+ * Decode steps (up to gemv_max_tokens rows, no tiled attention) run as a
+ * CUDA graph: the step's ~13 launches a layer are captured once and
+ * replayed with one launch, which takes the host's launch cost (several
+ * microseconds each, more than a small model's kernels take) out of the
+ * token's time. A graph is valid for one plan (every offset), T, L and S:
+ * the kernels read positions and block tables from the arena, so the same
+ * graph serves every step of that shape; a new shape is captured again
+ * and the executable graph updated in place (cudaGraphExecUpdate), or
+ * instantiated again when the update fails. The first instantiation runs
+ * at init (a one-token warm-up step), where the device memory it takes is
+ * measured (hr_cuda_mem.graph_bytes). HR_CUDA_GRAPH=0 turns graphs off.
+ */
+static enum hr_status run_graph(struct hr_cuda_engine *e, const struct fwd *f,
+                                const struct hr_cuda_plan *p, uint32_t T, uint32_t L, uint32_t S,
+                                struct hr_err *err)
+{
+    struct graph_key key;
+    memset(&key, 0, sizeof(key));
+    key.p = *p, key.T = T, key.L = L, key.S = S;
+    if (!e->gexec || memcmp(&key, &e->gkey, sizeof(key)) != 0) {
+        cudaGraph_t g = NULL;
+        CU(cudaStreamBeginCapture(e->stream, cudaStreamCaptureModeThreadLocal),
+           "capturing the step");
+        enum hr_status st = forward(e, f, T, L, err);
+        if (st == HR_OK && L) {
+            cudaError_t ce = cudaMemcpyAsync(e->h_logits, f->logits,
+                                             (uint64_t)L * e->dims.n_vocab * sizeof(float),
+                                             cudaMemcpyDeviceToHost, e->stream);
+            if (ce != cudaSuccess)
+                st = cuda_fail(e, err, ce, "copying the logits back");
+        }
+        cudaError_t ce = cudaStreamEndCapture(e->stream, &g);
+        if (st != HR_OK) {
+            if (g)
+                cudaGraphDestroy(g);
+            return st;
+        }
+        CU(ce, "capturing the step");
+        if (e->gexec) {
+            cudaGraphExecUpdateResultInfo info;
+            if (cudaGraphExecUpdate(e->gexec, g, &info) != cudaSuccess) {
+                cudaGetLastError();
+                cudaGraphExecDestroy(e->gexec);
+                e->gexec = NULL;
+            }
+        }
+        if (!e->gexec) {
+            ce = cudaGraphInstantiate(&e->gexec, g, 0);
+            if (ce != cudaSuccess) {
+                e->gexec = NULL;
+                cudaGraphDestroy(g);
+                return cuda_fail(e, err, ce, "instantiating the step's graph");
+            }
+            e->n_graph_instantiations++;
+        }
+        cudaGraphDestroy(g);
+        e->gkey = key;
+        e->n_graph_captures++;
+    }
+    CU(cudaGraphLaunch(e->gexec, e->stream), "launching the step's graph");
+    return HR_OK;
+}
+
 enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *step,
                                    struct hr_err *err)
 {
@@ -1232,10 +1343,14 @@ enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *ste
     if (p.meta_bytes)
         CU(cudaMemcpyAsync(e->d_arena, h, p.meta_bytes, cudaMemcpyHostToDevice, e->stream),
            "uploading the step's metadata");
-    TRY(forward(e, &f, T, L, err));
-    if (L)
-        CU(cudaMemcpyAsync(e->h_logits, f.logits, (uint64_t)L * n_vocab * fz,
-                           cudaMemcpyDeviceToHost, e->stream), "copying the logits back");
+    if (e->graphs && T <= e->dims.gemv_max_tokens && L && !f.n_tiles) {
+        TRY(run_graph(e, &f, &p, T, L, step->n_seqs, err));
+    } else {
+        TRY(forward(e, &f, T, L, err));
+        if (L)
+            CU(cudaMemcpyAsync(e->h_logits, f.logits, (uint64_t)L * n_vocab * fz,
+                               cudaMemcpyDeviceToHost, e->stream), "copying the logits back");
+    }
     CU(cudaEventRecord(e->ev1, e->stream), "cudaEventRecord");
     CU(cudaStreamSynchronize(e->stream), "the step");
     CU(cudaEventElapsedTime(&e->last_ms, e->ev0, e->ev1), "cudaEventElapsedTime");

@@ -92,6 +92,7 @@ struct hr_cuda_mem {
     uint64_t library_bytes;    /* stream, events, kernel code (measured delta) */
     uint64_t weights_bytes, kv_bytes, arena_bytes; /* our three allocations (requested) */
     uint64_t alloc_delta_bytes;    /* what the three allocations took from free memory */
+    uint64_t graph_bytes;      /* what instantiating the decode graph took (measured) */
     uint64_t free_after_init;  /* cudaMemGetInfo free at the end of init */
     uint64_t host_pinned_bytes;    /* staging + logits, in host RAM */
 };

@@ -817,6 +817,96 @@ __global__ void quant_q8k_kernel(const float *x, uint32_t k, hr_cuda_q8_act a)
         a.s[(size_t)row * (k / 16) + i / 16] = (int16_t)sum;
 }
 
+/* Q8_0 x Q8_0 with dp4a: the CPU's Q8_0 dot (int sums per block of 32,
+ * times both scales). Blocks are 34 bytes (2-byte aligned), read as 17
+ * 2-byte loads; one weight row per warp, lane l takes blocks l, l + 32, ...,
+ * four blocks' loads in flight; acc += (dw * dx) * sum per block, in block
+ * order, then the warp sums: an output's order depends on k only. */
+__global__ void __launch_bounds__(128) gemv_q80_q8_kernel(const uint8_t *w, uint64_t row_bytes,
+                                                          uint32_t k, uint32_t n, hr_cuda_q8_act xa,
+                                                          uint32_t m, float *y, uint32_t ldy,
+                                                          const float *bias, int accumulate)
+{
+    const uint32_t lane = threadIdx.x & 31;
+    const uint32_t j = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (j >= n)
+        return;
+    const uint8_t *row = w + (uint64_t)j * row_bytes;
+    float acc[HR_CUDA_GEMV_MAX_ROWS];
+#pragma unroll
+    for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++)
+        acc[t] = 0.0f;
+    const uint32_t nb = k / 32;
+    for (uint32_t b0 = lane; b0 < nb; b0 += 4 * 32) {
+        uint32_t wq[4][8];
+        float dw[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t b = b0 + 32 * (uint32_t)i;
+            if (b < nb) {
+                const unsigned short *p = (const unsigned short *)(row + (size_t)b * 34);
+                dw[i] = __half2float(__ushort_as_half(p[0]));
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    wq[i][e] = (uint32_t)p[1 + 2 * e] | ((uint32_t)p[2 + 2 * e] << 16);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t b = b0 + 32 * (uint32_t)i;
+            if (b >= nb)
+                break;
+#pragma unroll
+            for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
+                if ((uint32_t)t >= m)
+                    break;
+                const int4 *xp = (const int4 *)(xa.q + (uint64_t)t * k + (uint64_t)b * 32);
+                const int4 va = xp[0], vb = xp[1];
+                int sum = 0;
+                sum = __dp4a((int)wq[i][0], va.x, sum);
+                sum = __dp4a((int)wq[i][1], va.y, sum);
+                sum = __dp4a((int)wq[i][2], va.z, sum);
+                sum = __dp4a((int)wq[i][3], va.w, sum);
+                sum = __dp4a((int)wq[i][4], vb.x, sum);
+                sum = __dp4a((int)wq[i][5], vb.y, sum);
+                sum = __dp4a((int)wq[i][6], vb.z, sum);
+                sum = __dp4a((int)wq[i][7], vb.w, sum);
+                acc[t] += dw[i] * xa.d[(uint64_t)t * nb + b] * (float)sum;
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
+        if ((uint32_t)t < m) {
+            float a = warp_sum(acc[t]);
+            if (lane == 0) {
+                if (bias)
+                    a += bias[j];
+                float *yp = y + (uint64_t)t * ldy + j;
+                *yp = accumulate ? *yp + a : a;
+            }
+        }
+    }
+}
+
+/* Q8_0 quantization (k % 32 == 0) for the integer GEMV: the values
+ * act_round_kernel's Q8_0 branch makes, as int8 q and the f16-rounded
+ * scale d per 32 (a warp is one block). */
+__global__ void quant_q80_kernel(const float *x, uint32_t k, hr_cuda_q8_act a)
+{
+    const uint32_t row = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= k)
+        return; /* whole warps: k % 32 == 0 */
+    const float v = x[(size_t)row * k + i];
+    const float amax = warp_max(fabsf(v));
+    const float d = __half2float(__float2half_rn(amax / 127.f));
+    const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+    const int q = max(-128, min(127, __float2int_rn(v * id)));
+    a.q[(size_t)row * k + i] = (int8_t)q;
+    if ((threadIdx.x & 31) == 0)
+        a.d[(size_t)row * (k / 32) + i / 32] = d;
+}
+
 /* HR_CUDA_GEMV=float keeps the float kernels for the types that have an
  * integer one (benchmarks compare the two in one run). */
 static int gemv_float_only(void)
@@ -831,7 +921,8 @@ static int gemv_float_only(void)
 
 extern "C" int hr_cuda_gemv_int_type(int type, enum hr_cuda_act act)
 {
-    return type == HR_CUDA_T_Q4_K && act == HR_CUDA_ACT_Q8_K && !gemv_float_only();
+    return ((type == HR_CUDA_T_Q4_K && act == HR_CUDA_ACT_Q8_K) ||
+            (type == HR_CUDA_T_Q8_0 && act == HR_CUDA_ACT_Q8_0)) && !gemv_float_only();
 }
 
 extern "C" cudaError_t hr_cuda_quant_act(enum hr_cuda_act act, const float *x, uint32_t m,
@@ -840,6 +931,10 @@ extern "C" cudaError_t hr_cuda_quant_act(enum hr_cuda_act act, const float *x, u
 {
     if (!m)
         return cudaSuccess;
+    if (act == HR_CUDA_ACT_Q8_0 && k % 32 == 0) {
+        quant_q80_kernel<<<dim3((k + 127) / 128, m), 128, 0, s>>>(x, k, *a);
+        return cudaGetLastError();
+    }
     if (act != HR_CUDA_ACT_Q8_K || k % 256)
         return cudaErrorInvalidValue;
     quant_q8k_kernel<<<dim3(k / 256, m), 256, 0, s>>>(x, k, *a);
@@ -853,8 +948,14 @@ extern "C" cudaError_t hr_cuda_gemv_int(int type, const void *w, uint64_t row_by
 {
     if (!m || !n)
         return cudaSuccess;
-    if (m > HR_CUDA_GEMV_MAX_ROWS || type != HR_CUDA_T_Q4_K || k % 256 ||
-        ((uintptr_t)w | row_bytes) % 16)
+    if (m > HR_CUDA_GEMV_MAX_ROWS)
+        return cudaErrorInvalidValue;
+    if (type == HR_CUDA_T_Q8_0 && k % 32 == 0 && ((uintptr_t)w | row_bytes) % 2 == 0) {
+        gemv_q80_q8_kernel<<<(n + 3) / 4, 128, 0, s>>>((const uint8_t *)w, row_bytes, k, n, *a, m,
+                                                       y, ldy, bias, accumulate);
+        return cudaGetLastError();
+    }
+    if (type != HR_CUDA_T_Q4_K || k % 256 || ((uintptr_t)w | row_bytes) % 16)
         return cudaErrorInvalidValue;
     gemv_q4k_q8_kernel<<<(n + 3) / 4, 128, 0, s>>>((const uint8_t *)w, row_bytes, k, n, *a, m, y,
                                                    ldy, bias, accumulate);
@@ -909,6 +1010,86 @@ __global__ void __launch_bounds__(128) gemv1_kernel(const uint8_t *w, uint64_t r
     }
 }
 
+/* F16 and BF16, any m <= 8: one weight row per warp, lane l takes the
+ * 16-byte pieces (8 values) l, l + 32, ..., four in flight; each input
+ * row's 8 values as two float4. The kernels above take four rows per warp
+ * and so a quarter of the warps: for the 8B shape's 4096-row matrices
+ * that is 8 warps per SM, too few loads in flight (F16 decode ran at
+ * 1.46 TB/s). A lane's pieces are summed in order, then the warp. */
+template <int BF>
+__global__ void __launch_bounds__(128) gemv_raw16_kernel(const uint8_t *w, uint64_t row_bytes,
+                                                         uint32_t k, uint32_t n, const float *x,
+                                                         uint32_t m, float *y, uint32_t ldy,
+                                                         const float *bias, int accumulate)
+{
+    const uint32_t lane = threadIdx.x & 31;
+    const uint32_t j = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (j >= n)
+        return;
+    const uint4 *row = (const uint4 *)(w + (uint64_t)j * row_bytes);
+    float acc[HR_CUDA_GEMV_MAX_ROWS];
+#pragma unroll
+    for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++)
+        acc[t] = 0.0f;
+    const uint32_t np = k / 8;
+    for (uint32_t p0 = lane; p0 < np; p0 += 4 * 32) {
+        uint4 wv[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t pc = p0 + 32 * (uint32_t)i;
+            if (pc < np)
+                wv[i] = row[pc];
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t pc = p0 + 32 * (uint32_t)i;
+            if (pc >= np)
+                break;
+            const uint32_t wd[4] = {wv[i].x, wv[i].y, wv[i].z, wv[i].w};
+            float f[8];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                if (BF) {
+                    f[2 * e] = __uint_as_float(wd[e] << 16);
+                    f[2 * e + 1] = __uint_as_float(wd[e] & 0xFFFF0000u);
+                } else {
+                    const float2 a2 = __half22float2(*(const __half2 *)&wd[e]);
+                    f[2 * e] = a2.x, f[2 * e + 1] = a2.y;
+                }
+            }
+#pragma unroll
+            for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
+                if ((uint32_t)t >= m)
+                    break;
+                const float4 *xp = (const float4 *)(x + (uint64_t)t * k + (uint64_t)pc * 8);
+                const float4 xa = xp[0], xb = xp[1];
+                float a = acc[t];
+                a = fmaf(f[0], xa.x, a);
+                a = fmaf(f[1], xa.y, a);
+                a = fmaf(f[2], xa.z, a);
+                a = fmaf(f[3], xa.w, a);
+                a = fmaf(f[4], xb.x, a);
+                a = fmaf(f[5], xb.y, a);
+                a = fmaf(f[6], xb.z, a);
+                a = fmaf(f[7], xb.w, a);
+                acc[t] = a;
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
+        if ((uint32_t)t < m) {
+            float a = warp_sum(acc[t]);
+            if (lane == 0) {
+                if (bias)
+                    a += bias[j];
+                float *yp = y + (uint64_t)t * ldy + j;
+                *yp = accumulate ? *yp + a : a;
+            }
+        }
+    }
+}
+
 /* HR_CUDA_GEMV=generic runs every type on the generic kernel (benchmarks
  * compare the two in one run). */
 static int gemv_generic_only(void)
@@ -935,6 +1116,16 @@ extern "C" cudaError_t hr_cuda_gemv(int type, const void *w, uint64_t row_bytes,
         const unsigned qblocks = (n + 4 * Q4K_ROWS - 1) / (4 * Q4K_ROWS);
         gemv_q4k_kernel<<<qblocks, 128, 0, s>>>((const uint8_t *)w, row_bytes, k, n, x, m, y, ldy,
                                                 bias, accumulate);
+        return cudaGetLastError();
+    }
+    if ((type == HR_CUDA_T_F16 || type == HR_CUDA_T_BF16) && k % 8 == 0 &&
+        ((uintptr_t)w | row_bytes) % 16 == 0 && !gemv_generic_only()) {
+        if (type == HR_CUDA_T_BF16)
+            gemv_raw16_kernel<1><<<(n + 3) / 4, 128, 0, s>>>((const uint8_t *)w, row_bytes, k, n,
+                                                             x, m, y, ldy, bias, accumulate);
+        else
+            gemv_raw16_kernel<0><<<(n + 3) / 4, 128, 0, s>>>((const uint8_t *)w, row_bytes, k, n,
+                                                             x, m, y, ldy, bias, accumulate);
         return cudaGetLastError();
     }
     if (m == 1 && !gemv_generic_only()) {
@@ -1526,6 +1717,8 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
         (ce = preload_type<HR_CUDA_T_Q6_K>()) != cudaSuccess)
         return ce;
     const void *k[] = {(const void *)gemv_q4k_kernel, (const void *)gemv_q4k_q8_kernel,
+                       (const void *)gemv_q80_q8_kernel, (const void *)quant_q80_kernel,
+                       (const void *)gemv_raw16_kernel<0>, (const void *)gemv_raw16_kernel<1>,
                        (const void *)quant_q8k_kernel,
                        (const void *)rope_table_kernel, (const void *)rms_norm_kernel,
                        (const void *)act_round_kernel, (const void *)add_bias_kernel,

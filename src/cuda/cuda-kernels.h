@@ -108,9 +108,9 @@ cudaError_t hr_cuda_gemv(int type, const void *w, uint64_t row_bytes, uint32_t k
                          const float *x, uint32_t m, float *y, uint32_t ldy, const float *bias,
                          int accumulate, cudaStream_t s);
 
-/* Activations quantized for the integer GEMV (Q8_K: int8 values, one f32
- * scale per 256, int16 sums of the values per 16), row t at q + t k,
- * d + t k / 256, s + t k / 16. */
+/* Activations quantized for the integer GEMV: int8 values, row t at q + t k;
+ * Q8_K: one f32 scale per 256 (d + t k / 256) and int16 sums of the values
+ * per 16 (s + t k / 16); Q8_0: one scale per 32 (d + t k / 32), no sums. */
 struct hr_cuda_q8_act {
     int8_t *q;
     float *d;
@@ -118,15 +118,16 @@ struct hr_cuda_q8_act {
 };
 
 /* Whether weights of `type` whose inputs round to `act` have an integer
- * GEMV (now Q4_K x Q8_K; HR_CUDA_GEMV=float or generic turns it off). */
+ * GEMV (Q4_K x Q8_K, Q8_0 x Q8_0; HR_CUDA_GEMV=float or generic turns it
+ * off). */
 int hr_cuda_gemv_int_type(int type, enum hr_cuda_act act);
 
-/* a = x quantized to `act` (Q8_K; k % 256 == 0), m rows. */
+/* a = x quantized to `act` (Q8_K: k % 256 == 0; Q8_0: k % 32 == 0), m rows. */
 cudaError_t hr_cuda_quant_act(enum hr_cuda_act act, const float *x, uint32_t m, uint32_t k,
                               const struct hr_cuda_q8_act *a, cudaStream_t s);
 
 /* hr_cuda_gemv on quantized inputs, integer dot products (dp4a); one warp
- * per weight row. Q4_K rows 16-byte aligned. */
+ * per weight row. Q4_K rows 16-byte aligned, Q8_0 rows 2-byte aligned. */
 cudaError_t hr_cuda_gemv_int(int type, const void *w, uint64_t row_bytes, uint32_t k, uint32_t n,
                              const struct hr_cuda_q8_act *a, uint32_t m, float *y, uint32_t ldy,
                              const float *bias, int accumulate, cudaStream_t s);

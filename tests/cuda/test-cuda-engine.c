@@ -331,11 +331,11 @@ static void test_plan(const struct hr_model *m)
     const struct hr_cuda_mem *mem = hr_cuda_engine_mem(ge);
     printf("  data  device memory: context %.1f MiB, library %.1f MiB, "
            "weights %.2f MiB, KV %.2f MiB, arena %.2f MiB (allocations took %.2f MiB), "
-           "host pinned %.2f MiB; %s\n", mem->context_bytes / 1048576.0,
+           "graph %.2f MiB, host pinned %.2f MiB; %s\n", mem->context_bytes / 1048576.0,
            mem->library_bytes / 1048576.0,
            mem->weights_bytes / 1048576.0, mem->kv_bytes / 1048576.0,
            mem->arena_bytes / 1048576.0, mem->alloc_delta_bytes / 1048576.0,
-           mem->host_pinned_bytes / 1048576.0, hr_cuda_engine_device_name(ge));
+           mem->graph_bytes / 1048576.0, mem->host_pinned_bytes / 1048576.0, hr_cuda_engine_device_name(ge));
     const uint32_t V = m->hp.n_vocab;
     const uint64_t cap = hr_cuda_engine_arena_capacity(ge);
     uint8_t *host = malloc(cap);
@@ -436,7 +436,9 @@ int main(int argc, char **argv)
             continue;
         }
         test_model(argv[i], m, HR_GGML_F32);
-        if (model_type(m) == HR_GGML_F32)
+        /* an f16 cache: F32 models, and the first model and F16 ones (their
+         * prompts run the tiled tensor-core attention) */
+        if (model_type(m) == HR_GGML_F32 || i == 1 || model_type(m) == HR_GGML_F16)
             test_model(argv[i], m, HR_GGML_F16);
         const char *base = strrchr(argv[i], '/') ? strrchr(argv[i], '/') + 1 : argv[i];
         if (i == 1 || model_type(m) == HR_GGML_F16)

@@ -201,7 +201,8 @@ static void test_type(enum hr_ggml_type t)
         CT_CHECK(iw < 1e-6 && im_ok, "%-5s integer GEMV m = 1..%u (plain, bias, accumulate): "
                  "worst error %.2e of sum |terms| (< 1e-6), other rows untouched", name, M, iw);
         float *ia = malloc(sizeof(float) * n), *ib = malloc(sizeof(float) * n * M);
-        struct hr_cuda_q8_act q3 = {qa.q + 3 * k, qa.d + 3 * (k / 256), qa.s + 3 * (k / 16)};
+        const uint32_t dg = act == HR_CUDA_ACT_Q8_0 ? 32 : 256;
+        struct hr_cuda_q8_act q3 = {qa.q + 3 * k, qa.d + 3 * (k / dg), qa.s + 3 * (k / 16)};
         CT_CUDA(hr_cuda_gemv_int((int)t, dw, rb, k, n, &q3, 1, dy, n, NULL, 0, 0));
         from_dev(ia, dy, sizeof(float) * n);
         CT_CUDA(hr_cuda_gemv_int((int)t, dw, rb, k, n, &qa, M, dy, n, NULL, 0, 0));
