@@ -1,11 +1,13 @@
 /*
  * cuda-kernels.cu - the CUDA engine's kernels; see cuda-kernels.h.
  *
- * Plain first versions, written for agreement with the CPU engine before
- * speed: one warp per weight row in the GEMV, one warp per (token, head) in
- * attention, cuBLAS (cuda-engine.c) for prefill GEMMs on dequantized f32
- * tiles. Each is checked against the CPU reference in
- * tests/cuda/test-cuda-kernels.c.
+ * Written for agreement with the CPU engine first, then for speed: GEMVs
+ * (integer dp4a kernels for Q4_K and Q8_0, 16-byte loads for F16/BF16, the
+ * dequantizing float kernels for the rest), f16 weight tiles and inputs for
+ * the tensor-core GEMMs (cuBLASLt, called from cuda-engine.c), the f32
+ * tiled GEMM, paged attention (tiled on tensor cores for prefill, one warp
+ * per token and head for decode). Each is checked against the CPU
+ * reference in tests/cuda/test-cuda-kernels.c.
  */
 #include "cuda/cuda-kernels.h"
 #include "cuda/cuda-plan.h"
