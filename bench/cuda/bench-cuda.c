@@ -1,7 +1,7 @@
 /*
  * bench-cuda.c - the CUDA engine's speed on model-sized shapes.
  *
- *   bench-cuda [--shape llama-3.2-1b|llama-3-8b] [--type q4_k|q8_0|f16|...]
+ *   bench-cuda [--shape llama-3.2-1b|llama-3-8b|qwen2.5-0.5b] [--type q4_k|q8_0|f16|...]
  *
  * Builds a synthetic llama model in host memory (no file: every matrix is
  * its own buffer of valid blocks, a few quantized random rows repeated, so
@@ -10,6 +10,11 @@
  *   prefill  one 512-token step (1 logit row)
  *   decode   one token at a time after 512 tokens of context
  *   batch    8 and 32 sequences decoding one token each in one step
+ *   pp512    (wall clock) 512 tokens in one step, as llama-bench's pp512
+ *   pp4096   (wall clock) 4096 tokens in 8 steps of 512, as llama-bench's pp4096
+ *            with its default micro-batch of 512
+ *   tg128    (wall clock) 128 tokens one at a time from an empty context, as
+ *            llama-bench's tg128; each its median over rounds
  * and prints one machine-readable line per shape and type. decode_gbps is
  * weight bytes / decode time: against the H200's ~4.3 TB/s copy rate it
  * says how far the GEMV is from streaming the weights at full speed.
@@ -18,6 +23,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#include <cuda_profiler_api.h>
 
 #include "cuda/cuda-engine.h"
 #include "kernels/matmul.h"
@@ -59,6 +67,13 @@ static struct hr_weight vector(uint64_t n, const char *name)
     return (struct hr_weight){.type = HR_GGML_F32, .data = v, .ne0 = n, .ne1 = 1, .name = name};
 }
 
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
 static int cmp_f(const void *a, const void *b)
 {
     float x = *(const float *)a, y = *(const float *)b;
@@ -91,18 +106,24 @@ int main(int argc, char **argv)
     if (strcmp(shape, "llama-3-8b") == 0) {
         hp->n_embd = 4096, hp->n_layer = 32, hp->n_head = 32, hp->n_head_kv = 8;
         hp->head_dim_k = hp->head_dim_v = 128, hp->n_ff = 14336;
+    } else if (strcmp(shape, "qwen2.5-0.5b") == 0) {
+        hp->n_embd = 896, hp->n_layer = 24, hp->n_head = 14, hp->n_head_kv = 2;
+        hp->head_dim_k = hp->head_dim_v = 64, hp->n_ff = 4864;
     } else {
         shape = "llama-3.2-1b";
         hp->n_embd = 2048, hp->n_layer = 16, hp->n_head = 32, hp->n_head_kv = 8;
         hp->head_dim_k = hp->head_dim_v = 64, hp->n_ff = 8192;
     }
-    hp->n_vocab = 128256, hp->n_rot = hp->head_dim_k, hp->rms_eps = 1e-5f;
-    hp->rope_base = 500000.0f, hp->rope_factor = 1.0f;
-    m.arch = HR_ARCH_LLAMA;
+    const bool qwen = strcmp(shape, "qwen2.5-0.5b") == 0;
+    hp->n_vocab = qwen ? 151936 : 128256, hp->n_rot = hp->head_dim_k, hp->rms_eps = 1e-5f;
+    hp->rope_base = qwen ? 1000000.0f : 500000.0f, hp->rope_factor = 1.0f;
+    m.arch = qwen ? HR_ARCH_QWEN2 : HR_ARCH_LLAMA;
+    m.rope_neox = qwen;
     const uint64_t E = hp->n_embd, qd = (uint64_t)hp->n_head * hp->head_dim_k;
     const uint64_t kvd = (uint64_t)hp->n_head_kv * hp->head_dim_k, F = hp->n_ff;
     m.tok_embd = matrix(type, E, hp->n_vocab, "token_embd.weight");
-    m.output = matrix(type, E, hp->n_vocab, "output.weight");
+    /* qwen2.5-0.5b ties its output to the embeddings (one matrix on the device) */
+    m.output = qwen ? m.tok_embd : matrix(type, E, hp->n_vocab, "output.weight");
     m.output_norm = vector(E, "output_norm.weight");
     m.layers = calloc(hp->n_layer, sizeof(*m.layers));
     uint64_t wbytes = hr_row_bytes(type, E) * hp->n_vocab; /* the output matrix, read per token */
@@ -113,6 +134,11 @@ int main(int argc, char **argv)
         L->wq = matrix(type, E, qd, "attn_q");
         L->wk = matrix(type, E, kvd, "attn_k");
         L->wv = matrix(type, E, kvd, "attn_v");
+        if (qwen) {
+            L->bq = vector(qd, "attn_q.bias");
+            L->bk = vector(kvd, "attn_k.bias");
+            L->bv = vector(kvd, "attn_v.bias");
+        }
         L->wo = matrix(type, qd, E, "attn_output");
         L->w_gate = matrix(type, E, F, "ffn_gate");
         L->w_up = matrix(type, E, F, "ffn_up");
@@ -122,7 +148,7 @@ int main(int argc, char **argv)
     }
     struct hr_cuda_config cfg = {.device = 0, .kv_type = HR_GGML_F16, .kv_budget_bytes = 4ull << 30,
                                  .max_step_tokens = 512, .max_step_logits = 32,
-                                 .max_step_seqs = 32, .max_seq_tokens = 1024};
+                                 .max_step_seqs = 32, .max_seq_tokens = 4096};
     struct hr_cuda_engine *e = NULL;
     struct hr_err err = {{0}};
     if (hr_cuda_engine_init(&m, &cfg, &e, &err) != HR_OK) {
@@ -135,7 +161,7 @@ int main(int argc, char **argv)
     struct hr_kv_seq seqs[32];
     memset(seqs, 0, sizeof(seqs));
     for (int i = 0; i < 32; i++)
-        hr_cuda_engine_seq_init(e, &seqs[i], 1024, &err);
+        hr_cuda_engine_seq_init(e, &seqs[i], 4096, &err);
     struct hr_kv_pool *pool = hr_cuda_engine_kv_pool(e);
     float t_pre[5], t_dec[32], t_b8[8], t_b32[8];
     int ok = 1;
@@ -145,6 +171,35 @@ int main(int argc, char **argv)
         struct hr_step st = {.seqs = &it, .n_seqs = 1};
         ok = hr_cuda_engine_step(e, &st, &err) == HR_OK;
         t_pre[r] = hr_cuda_engine_last_step_ms(e);
+    }
+    /* HR_BENCH_PROFILE=1: only two decode steps (after 512 tokens) between
+     * cudaProfilerStart and Stop, for `ncu --profile-from-start off`. */
+    if (getenv("HR_BENCH_PROFILE") && !strcmp(getenv("HR_BENCH_PROFILE"), "prefill")) {
+        /* the last 512-token step of a 4096-token prompt */
+        hr_kv_seq_clear(&seqs[0], pool);
+        for (int c = 0; ok && c < 8; c++) {
+            struct hr_step_seq it = {.kv = &seqs[0], .tokens = toks, .n_tokens = 512,
+                                     .n_logits = c == 7};
+            struct hr_step st = {.seqs = &it, .n_seqs = 1};
+            if (c == 7)
+                cudaProfilerStart();
+            ok = hr_cuda_engine_step(e, &st, &err) == HR_OK;
+        }
+        cudaProfilerStop();
+        hr_cuda_engine_free(e);
+        return ok ? 0 : 1;
+    }
+    if (getenv("HR_BENCH_PROFILE")) {
+        cudaProfilerStart();
+        for (int r = 0; ok && r < 2; r++) {
+            struct hr_step_seq it = {.kv = &seqs[0], .tokens = &toks[r], .n_tokens = 1,
+                                     .n_logits = 1};
+            struct hr_step st = {.seqs = &it, .n_seqs = 1};
+            ok = hr_cuda_engine_step(e, &st, &err) == HR_OK;
+        }
+        cudaProfilerStop();
+        hr_cuda_engine_free(e);
+        return ok ? 0 : 1;
     }
     for (int r = 0; ok && r < 32; r++) { /* decode after 512 tokens */
         struct hr_step_seq it = {.kv = &seqs[0], .tokens = &toks[r], .n_tokens = 1, .n_logits = 1};
@@ -169,20 +224,62 @@ int main(int argc, char **argv)
             (b ? t_b32 : t_b8)[r] = hr_cuda_engine_last_step_ms(e);
         }
     }
+    /* llama-bench's rows, wall clock: pp512, pp4096 (8 x 512), tg128. */
+    float w_pp512[5], w_pp4096[3], w_tg128[3];
+    for (int r = 0; ok && r < 5; r++) {
+        hr_kv_seq_clear(&seqs[0], pool);
+        struct hr_step_seq it = {.kv = &seqs[0], .tokens = toks, .n_tokens = 512, .n_logits = 1};
+        struct hr_step st = {.seqs = &it, .n_seqs = 1};
+        const double t0 = now_ms();
+        ok = hr_cuda_engine_step(e, &st, &err) == HR_OK;
+        w_pp512[r] = (float)(now_ms() - t0);
+    }
+    for (int r = 0; ok && r < 3; r++) {
+        hr_kv_seq_clear(&seqs[0], pool);
+        const double t0 = now_ms();
+        for (int c = 0; ok && c < 8; c++) {
+            struct hr_step_seq it = {.kv = &seqs[0], .tokens = toks, .n_tokens = 512,
+                                     .n_logits = c == 7};
+            struct hr_step st = {.seqs = &it, .n_seqs = 1};
+            ok = hr_cuda_engine_step(e, &st, &err) == HR_OK;
+        }
+        w_pp4096[r] = (float)(now_ms() - t0);
+    }
+    for (int r = 0; ok && r < 3; r++) {
+        hr_kv_seq_clear(&seqs[0], pool);
+        const double t0 = now_ms();
+        for (int i = 0; ok && i < 128; i++) {
+            struct hr_step_seq it = {.kv = &seqs[0], .tokens = &toks[i], .n_tokens = 1,
+                                     .n_logits = 1};
+            struct hr_step st = {.seqs = &it, .n_seqs = 1};
+            ok = hr_cuda_engine_step(e, &st, &err) == HR_OK;
+        }
+        w_tg128[r] = (float)(now_ms() - t0);
+    }
     if (!ok) {
         fprintf(stderr, "bench-cuda: %s\n", err.msg);
         return 1;
     }
+    const char *gm = getenv("HR_CUDA_GEMM"), *gv = getenv("HR_CUDA_GEMV");
+    const char *ga = getenv("HR_CUDA_ATTN"), *gg = getenv("HR_CUDA_GRAPH");
+    const float pp512 = median(w_pp512, 5), pp4096 = median(w_pp4096, 3);
+    const float tg128 = median(w_tg128, 3);
+    printf("bench-cuda-llama shape=%s type=%s gemm=%s gemv=%s attn=%s graph=%s pp512_tok_s=%.0f "
+           "pp4096_tok_s=%.0f tg128_tok_s=%.1f rounds=5/3/3\n", shape, tname, gm ? gm : "tc",
+           gv ? gv : "fast", ga ? ga : "tiled", gg ? gg : "1",
+           512.0 / (pp512 / 1000.0), 4096.0 / (pp4096 / 1000.0), 128.0 / (tg128 / 1000.0));
     const float pre = median(t_pre, 5), dec = median(t_dec + 2, 30);
     const float b8 = median(t_b8, 8), b32 = median(t_b32, 8);
     const struct hr_cuda_mem *mem = hr_cuda_engine_mem(e);
     printf("bench-cuda shape=%s type=%s weights_mib=%.0f prefill512_ms=%.2f prefill_tok_s=%.0f "
            "decode_ms=%.3f decode_tok_s=%.1f decode_gbps=%.0f batch8_ms=%.3f batch8_tok_s=%.0f "
-           "batch32_ms=%.3f batch32_tok_s=%.0f context_mib=%.0f library_mib=%.1f arena_mib=%.1f\n",
+           "batch32_ms=%.3f batch32_tok_s=%.0f context_mib=%.0f library_mib=%.1f arena_mib=%.1f "
+           "graph_mib=%.1f\n",
            shape, tname, (double)mem->weights_bytes / 1048576.0, pre, 512.0 / (pre / 1000.0), dec,
            1000.0 / dec, (double)wbytes / (dec / 1000.0) / 1e9, b8, 8000.0 / b8, b32,
            32000.0 / b32, (double)mem->context_bytes / 1048576.0,
-           (double)mem->library_bytes / 1048576.0, (double)mem->arena_bytes / 1048576.0);
+           (double)mem->library_bytes / 1048576.0, (double)mem->arena_bytes / 1048576.0,
+           (double)mem->graph_bytes / 1048576.0);
     hr_cuda_engine_free(e);
     return 0;
 }

@@ -13,16 +13,23 @@
  * in one copy, after which the host waits once.
  *
  * Matmuls: up to HR_CUDA_GEMV_MAX_ROWS rows (decode, small batches) run the
- * dequantizing GEMV kernel; more rows the tiled GEMM kernel, which decodes
- * the weights into shared memory (full f32 on the CUDA cores). A first
- * version built on cuBLAS SGEMM over dequantized f32 tiles was replaced
- * after its first run on the H200: cuBLAS picked kernels per shape and
- * loaded them lazily inside steps (free device memory fell 2 MiB during
- * random steps), and its results for a token changed with the batch (a
- * ragged batch differed from each sequence alone by 8e-2 in the logits).
- * Our GEMM's outputs are one fmaf chain over k, whatever the batch.
- * Tensor-core GEMMs (bf16 tiles or int8 MMA, cuBLASLt or our own) are the
- * next step and must keep those two properties.
+ * dequantizing GEMV kernel. More rows (prefill) run on the tensor cores:
+ * the inputs are rounded to the weight's vec-dot format and stored as f16
+ * (bf16 for BF16 weights), the weight matrix is dequantized to f16 into the
+ * arena's wdq scratch (F16 and BF16 weights are used as they lie), and
+ * cuBLASLt multiplies with f32 accumulation. F32 weights keep the tiled f32
+ * GEMM kernel (full precision on the CUDA cores), as does every type under
+ * HR_CUDA_GEMM=simt (the A/B switch benchmarks use).
+ *
+ * A first version on cuBLAS SGEMM was dropped after its first H200 run:
+ * cuBLAS picked kernels per shape and loaded them lazily inside steps (free
+ * device memory fell 2 MiB during random steps), and its result for a
+ * token changed with the batch (8e-2 in the logits). Both are fixed here by
+ * choosing the algorithm once per matrix shape at init (cuBLASLt's
+ * heuristic at the largest step, kept only without split-K, no workspace)
+ * and running each chosen algorithm once at init: every later GEMM of that
+ * shape runs the same kernel, already loaded, whose output for one row is
+ * the same chain of MMAs over k whatever the other rows are.
  */
 #include "cuda/cuda-engine.h"
 
@@ -31,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
 #include "base/log.h"
@@ -55,6 +63,23 @@ struct dweight {
 struct dlayer {
     struct dweight attn_norm, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, ffn_norm;
     struct dweight w_gate, w_up, w_down;
+};
+
+/* What a captured decode graph is valid for (see run_graph). */
+struct graph_key {
+    struct hr_cuda_plan p;
+    uint32_t T, L, S, pad;
+};
+
+/* One cuBLASLt algorithm per GEMM shape (n weight rows of k), chosen and
+ * loaded at init. */
+#define LT_MAX_SHAPES 16
+struct lt_shape {
+    uint32_t n, k;
+    int bf16;
+    bool ok;                /* false: no algorithm without split-K; the f32 GEMM runs */
+    const void *sample_w;   /* an F16/BF16 matrix of this shape (the first run), or NULL */
+    cublasLtMatmulAlgo_t algo;
 };
 
 struct seq_info {
@@ -85,6 +110,24 @@ struct hr_cuda_engine {
     uint64_t stage_cap;
     float *h_logits;       /* pinned: max_step_logits x n_vocab */
     uint64_t n_allocs_init, n_allocs;
+
+    /* the prepared matmul input (see prep_have) */
+    bool prep_valid;
+    const float *prep_x;
+    uint32_t prep_m, prep_k;
+    enum hr_cuda_act prep_act;
+    int prep_kind;
+
+    /* decode steps as a CUDA graph (run_graph) */
+    bool graphs;
+    cudaGraphExec_t gexec;
+    struct graph_key gkey;
+    uint64_t n_graph_captures, n_graph_instantiations;
+
+    cublasLtHandle_t lt;
+    cublasLtMatmulDescOpaque_t lt_desc;
+    struct lt_shape lt_shapes[LT_MAX_SHAPES];
+    uint32_t n_lt_shapes;
 
     float theta_scale, freq_scale;
     struct seq_info *seqs; /* max_step_seqs */
@@ -332,6 +375,44 @@ void hr_cuda_engine_dims(const struct hr_model *m, const struct hr_cuda_config *
     d->n_ff = hp->n_ff;
     d->n_vocab = hp->n_vocab;
     d->gemv_max_tokens = HR_CUDA_GEMV_MAX_ROWS;
+    /* Tensor-core GEMMs for every matrix not in F32; the scratch holds the
+     * largest layer matrix of a type that needs dequantizing, and at least
+     * 4096 rows of the output matrix (which goes through it in slices). */
+    const char *g = getenv("HR_CUDA_GEMM");
+    const bool simt = g && !strcmp(g, "simt");
+    uint64_t wdq = 0;
+    bool tc = false;
+    for (uint32_t l = 0; l < hp->n_layer && !simt; l++) {
+        const struct hr_layer *L = &m->layers[l];
+        const struct hr_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
+                                        &L->w_down};
+        for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++) {
+            if (!ws[i]->data || ws[i]->type == HR_GGML_F32)
+                continue;
+            tc = true;
+            if (ws[i]->type != HR_GGML_F16 && ws[i]->type != HR_GGML_BF16)
+                wdq = max64(wdq, ws[i]->ne0 * ws[i]->ne1);
+        }
+    }
+    const struct hr_weight *out = m->output.data ? &m->output : &m->tok_embd;
+    if (!simt && out->data && out->type != HR_GGML_F32) {
+        tc = true;
+        if (out->type != HR_GGML_F16 && out->type != HR_GGML_BF16)
+            wdq = max64(wdq, out->ne0 * (out->ne1 < 4096 ? out->ne1 : 4096));
+    }
+    d->tc_gemm = tc;
+    d->wdq_elems = wdq;
+    /* The integer GEMV's quantized inputs, when a matrix has one. */
+    bool ig = out->data && hr_cuda_gemv_int_type((int)out->type, act_of(out->type));
+    for (uint32_t l = 0; l < hp->n_layer && !ig; l++) {
+        const struct hr_layer *L = &m->layers[l];
+        const struct hr_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
+                                        &L->w_down};
+        for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
+            if (ws[i]->data && hr_cuda_gemv_int_type((int)ws[i]->type, act_of(ws[i]->type)))
+                ig = true;
+    }
+    d->int_gemv = ig;
     struct hr_kv_config kc = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv,
                               .head_dim = hp->head_dim_k, .block_tokens = cfg->kv_block_tokens,
                               .type = cfg->kv_type, .budget_bytes = cfg->kv_budget_bytes};
@@ -395,6 +476,8 @@ static enum hr_status size_under_limit(struct hr_cuda_engine *e, struct hr_cuda_
     cfg->kv_budget_bytes = z.kv_budget_bytes;
     return HR_OK;
 }
+
+static enum hr_status lt_init(struct hr_cuda_engine *e, struct hr_err *err);
 
 enum hr_status hr_cuda_engine_init(const struct hr_model *m, const struct hr_cuda_config *cfg_in,
                                    struct hr_cuda_engine **out, struct hr_err *err)
@@ -503,6 +586,8 @@ enum hr_status hr_cuda_engine_init(const struct hr_model *m, const struct hr_cud
     e->mem.arena_bytes = e->arena_cap;
     TRY(dev_alloc(e, (void **)&e->d_arena, e->arena_cap, "step arena", err));
     e->mem.alloc_delta_bytes = dev_used() - alloc_before;
+    /* cuBLASLt's handle and the kernels of its chosen algorithms: library. */
+    TRY(lt_init(e, err));
 
     const uint64_t logits_bytes = (uint64_t)cfg.max_step_logits * hp->n_vocab * sizeof(float);
     TRY_CU(cudaMallocHost((void **)&e->h_stage, e->stage_cap ? e->stage_cap : 1), "pinned staging");
@@ -516,6 +601,39 @@ enum hr_status hr_cuda_engine_init(const struct hr_model *m, const struct hr_cud
 
     e->theta_scale = powf(hp->rope_base, -2.0f / (float)hp->n_rot);
     e->freq_scale = hp->rope_scaling == HR_ROPE_SCALING_LINEAR ? 1.0f / hp->rope_factor : 1.0f;
+
+    /* A one-token warm-up step: the decode graph's first instantiation
+     * (and any memory the driver takes for it) happens here, not in a step. */
+    const char *gv = getenv("HR_CUDA_GRAPH");
+    e->graphs = !(gv && !strcmp(gv, "0"));
+    if (e->graphs) {
+        const uint64_t g0 = dev_used();
+        struct hr_kv_seq ws;
+        int32_t tok0 = 0;
+        TRY(hr_cuda_engine_seq_init(e, &ws, 1, err));
+        struct hr_step_seq wi = {.kv = &ws, .tokens = &tok0, .n_tokens = 1, .n_logits = 1};
+        struct hr_step wst = {.seqs = &wi, .n_seqs = 1};
+        st = hr_cuda_engine_step(e, &wst, err);
+        hr_kv_seq_free(&ws, e->kv);
+        if (st != HR_OK) {
+            hr_cuda_engine_free(e);
+            return st;
+        }
+        const uint64_t g1 = dev_used();
+        e->mem.graph_bytes = g1 > g0 ? g1 - g0 : 0;
+        /* The ceiling was sized before the graph existed: if what the
+         * graph took crosses it, steps run without graphs. */
+        if (cfg.device_limit_bytes && g1 > cfg.device_limit_bytes) {
+            cudaGraphExecDestroy(e->gexec);
+            e->gexec = NULL;
+            e->graphs = false;
+            e->mem.graph_bytes = 0;
+            hr_log_warn("cuda", "the decode graph (%.1f MiB) would cross the device ceiling; "
+                        "steps run without graphs", mib(g1 - g0));
+        }
+        TRY_CU(cudaMemGetInfo(&fr, &tot), "cudaMemGetInfo");
+        e->mem.free_after_init = fr;
+    }
     e->n_allocs_init = e->n_allocs;
 #undef TRY
 #undef TRY_CU
@@ -529,6 +647,10 @@ void hr_cuda_engine_free(struct hr_cuda_engine *e)
         return;
     if (e->stream)
         cudaStreamSynchronize(e->stream);
+    if (e->gexec)
+        cudaGraphExecDestroy(e->gexec);
+    if (e->lt)
+        cublasLtDestroy(e->lt);
     cudaFree(e->d_weights);
     cudaFree(e->d_kv);
     cudaFree(e->d_arena);
@@ -627,6 +749,209 @@ const float *hr_cuda_engine_logits(const struct hr_cuda_engine *e, uint32_t seq,
     return e->h_logits + (uint64_t)(e->seqs[seq].first_logit + j) * e->dims.n_vocab;
 }
 
+/* ---- tensor-core GEMMs (cuBLASLt) ------------------------------------------ */
+
+static const char *lt_status_str(cublasStatus_t cs)
+{
+    switch (cs) {
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "not initialized";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "allocation failed";
+    case CUBLAS_STATUS_INVALID_VALUE: return "invalid value";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "architecture mismatch";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "execution failed";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "internal error";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "not supported";
+    default: return "error";
+    }
+}
+
+#define LT(call, what)                                                                            \
+    do {                                                                                          \
+        cublasStatus_t cs_ = (call);                                                              \
+        if (cs_ != CUBLAS_STATUS_SUCCESS) {                                                       \
+            cudaError_t ce2_ = cudaGetLastError();                                                \
+            if (ce2_ != cudaSuccess)                                                              \
+                return cuda_fail(e, err, ce2_, what);                                             \
+            return hr_err_set(err, HR_ERR_DEVICE, "cuBLASLt error in %s: %s (%d)", what,          \
+                              lt_status_str(cs_), (int)cs_);                                      \
+        }                                                                                         \
+    } while (0)
+
+/*
+ * The layouts of y = x W^T in cuBLAS's column-major terms: A = W, n rows of
+ * k stored row-major, is k x n column-major, taken transposed (op T); B = x,
+ * m rows of k, is k x m (op N); C = D = y, m rows of ldy floats, is n x m
+ * with ld ldy. The "TN" layout, the tensor cores' fastest.
+ */
+static void lt_layouts(uint32_t n, uint32_t k, uint32_t m, uint32_t ldy, int bf16,
+                       cublasLtMatrixLayoutOpaque_t *a, cublasLtMatrixLayoutOpaque_t *b,
+                       cublasLtMatrixLayoutOpaque_t *c)
+{
+    const cudaDataType_t t = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    cublasLtMatrixLayoutInit(a, t, k, n, k);
+    cublasLtMatrixLayoutInit(b, t, k, m, k);
+    cublasLtMatrixLayoutInit(c, CUDA_R_32F, n, m, ldy);
+}
+
+static struct lt_shape *lt_find(struct hr_cuda_engine *e, uint32_t n, uint32_t k, int bf16)
+{
+    for (uint32_t i = 0; i < e->n_lt_shapes; i++) {
+        struct lt_shape *sh = &e->lt_shapes[i];
+        if (sh->n == n && sh->k == k && sh->bf16 == bf16)
+            return sh;
+    }
+    return NULL;
+}
+
+/* y (+)= a16 w16^T: m rows, n weight rows of k (both 16-bit, ld k). */
+static enum hr_status lt_matmul(struct hr_cuda_engine *e, const struct lt_shape *sh,
+                                const void *w16, const void *a16, uint32_t m, float *y,
+                                uint32_t ldy, int accumulate, struct hr_err *err)
+{
+    cublasLtMatrixLayoutOpaque_t la, lb, lc;
+    lt_layouts(sh->n, sh->k, m, ldy, sh->bf16, &la, &lb, &lc);
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    LT(cublasLtMatmul(e->lt, &e->lt_desc, &alpha, w16, &la, a16, &lb, &beta, y, &lc, y, &lc,
+                      &sh->algo, NULL, 0, e->stream), "the tensor-core GEMM");
+    return HR_OK;
+}
+
+/*
+ * Chooses the algorithm of shape (n, k): cuBLASLt's heuristic for the
+ * largest step (m = max_step_tokens rows), no workspace; the first
+ * candidate without split-K that also runs the smallest GEMM step (m =
+ * gemv_max + 1) is kept. None: the shape stays on the f32 GEMM kernel.
+ */
+static enum hr_status lt_add_shape(struct hr_cuda_engine *e, uint32_t n, uint32_t k, int bf16,
+                                   const void *sample_w, struct hr_err *err)
+{
+    if (lt_find(e, n, k, bf16))
+        return HR_OK;
+    if (e->n_lt_shapes == LT_MAX_SHAPES)
+        return hr_err_set(err, HR_ERR_UNSUPPORTED, "more than %d GEMM shapes", LT_MAX_SHAPES);
+    struct lt_shape *sh = &e->lt_shapes[e->n_lt_shapes++];
+    memset(sh, 0, sizeof(*sh));
+    sh->n = n, sh->k = k, sh->bf16 = bf16, sh->sample_w = sample_w;
+    const uint32_t m_max = e->cfg.max_step_tokens, m_min = e->dims.gemv_max_tokens + 1;
+    cublasLtMatrixLayoutOpaque_t la, lb, lc, sa, sb, sc;
+    lt_layouts(n, k, m_max, n, bf16, &la, &lb, &lc);
+    lt_layouts(n, k, m_min, n, bf16, &sa, &sb, &sc);
+    cublasLtMatmulPreferenceOpaque_t pref;
+    LT(cublasLtMatmulPreferenceInit(&pref), "cublasLtMatmulPreferenceInit");
+    const uint64_t ws = 0;
+    LT(cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                            sizeof(ws)), "cublasLtMatmulPreferenceSetAttribute");
+    cublasLtMatmulHeuristicResult_t res[16];
+    int n_res = 0;
+    LT(cublasLtMatmulAlgoGetHeuristic(e->lt, &e->lt_desc, &la, &lb, &lc, &lc, &pref, 16, res,
+                                      &n_res), "the cuBLASLt heuristic");
+    for (int i = 0; i < n_res && !sh->ok; i++) {
+        int32_t splitk = 1;
+        size_t wr = 0;
+        if (res[i].state != CUBLAS_STATUS_SUCCESS || res[i].workspaceSize)
+            continue;
+        if (cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                                 &splitk, sizeof(splitk), &wr) ==
+                CUBLAS_STATUS_SUCCESS && splitk > 1)
+            continue;
+        cublasLtMatmulHeuristicResult_t chk;
+        if (cublasLtMatmulAlgoCheck(e->lt, &e->lt_desc, &sa, &sb, &sc, &sc, &res[i].algo, &chk) !=
+                CUBLAS_STATUS_SUCCESS || chk.workspaceSize)
+            continue;
+        sh->algo = res[i].algo;
+        sh->ok = true;
+    }
+    if (!sh->ok)
+        hr_log_warn("cuda", "no cuBLASLt algorithm without split-K for a %u x %u %s GEMM; it runs "
+                    "on the f32 GEMM kernel", n, k, bf16 ? "bf16" : "f16");
+    return HR_OK;
+}
+
+/* Rows of a matrix of k columns that one dequantized slice holds. */
+static uint32_t wdq_rows(const struct hr_cuda_engine *e, uint32_t n, uint32_t k)
+{
+    uint64_t r = e->dims.wdq_elems / k;
+    if (r >= n)
+        return n;
+    return (uint32_t)(r / 64 * 64); /* slices start 256-byte aligned in y */
+}
+
+static bool tc_type(const struct dweight *w)
+{
+    return w->d && w->type != HR_GGML_F32;
+}
+
+static bool raw16(const struct dweight *w)
+{
+    return w->type == HR_GGML_F16 || w->type == HR_GGML_BF16;
+}
+
+/* Registers the shapes of matrix w's GEMMs: whole, or its slices. */
+static enum hr_status lt_add_matrix(struct hr_cuda_engine *e, const struct dweight *w,
+                                    struct hr_err *err)
+{
+    const uint32_t n = (uint32_t)w->ne1, k = (uint32_t)w->ne0;
+    const uint32_t r = raw16(w) ? n : wdq_rows(e, n, k);
+    const int bf = w->type == HR_GGML_BF16;
+    HR_ASSERT(r > 0);
+    enum hr_status st = lt_add_shape(e, r, k, bf, raw16(w) ? w->d : NULL, err);
+    if (st == HR_OK && n % r)
+        st = lt_add_shape(e, n % r, k, bf, NULL, err);
+    return st;
+}
+
+/* The shapes the forward pass can multiply on the tensor cores, each
+ * chosen and run once (loading its kernel now, not in a step): on arena
+ * bytes whose values do not matter, or the weights themselves for F16 and
+ * BF16. Needs the arena of the largest step. */
+static enum hr_status lt_init(struct hr_cuda_engine *e, struct hr_err *err)
+{
+    if (!e->dims.tc_gemm || e->cfg.max_step_tokens <= e->dims.gemv_max_tokens)
+        return HR_OK;
+    LT(cublasLtCreate(&e->lt), "cublasLtCreate");
+    LT(cublasLtMatmulDescInit(&e->lt_desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+       "cublasLtMatmulDescInit");
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    LT(cublasLtMatmulDescSetAttribute(&e->lt_desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)),
+       "cublasLtMatmulDescSetAttribute");
+    LT(cublasLtMatmulDescSetAttribute(&e->lt_desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)),
+       "cublasLtMatmulDescSetAttribute");
+    enum hr_status st = HR_OK;
+    for (uint32_t l = 0; l < e->m->hp.n_layer && st == HR_OK; l++) {
+        const struct dlayer *D = &e->layers[l];
+        const struct dweight *mats[] = {&D->wq, &D->wk, &D->wv, &D->wo, &D->w_gate, &D->w_up,
+                                        &D->w_down};
+        for (size_t i = 0; i < sizeof(mats) / sizeof(mats[0]) && st == HR_OK; i++)
+            if (tc_type(mats[i]))
+                st = lt_add_matrix(e, mats[i], err);
+    }
+    const uint32_t n_layer_shapes = e->n_lt_shapes;
+    if (st == HR_OK && e->cfg.max_step_logits > e->dims.gemv_max_tokens && tc_type(&e->output))
+        st = lt_add_matrix(e, &e->output, err);
+    if (st != HR_OK)
+        return st;
+    struct hr_cuda_plan p;
+    hr_cuda_engine_max_plan(&e->dims, &e->cfg, &p);
+    const uint32_t m = e->dims.gemv_max_tokens + 1;
+    for (uint32_t i = 0; i < e->n_lt_shapes; i++) {
+        const struct lt_shape *sh = &e->lt_shapes[i];
+        if (!sh->ok)
+            continue;
+        /* y: the act buffer holds m rows of any layer's output (max_in),
+         * the logits buffer m rows of the output matrix's */
+        const uint64_t y_off = i < n_layer_shapes ? p.off_act : p.off_logits;
+        const void *w = sh->sample_w ? sh->sample_w : (const void *)(e->d_arena + p.off_wdq);
+        HR_ASSERT(y_off + (uint64_t)m * sh->n * 4 <= e->arena_cap);
+        HR_ASSERT(sh->sample_w || p.off_wdq + (uint64_t)sh->n * sh->k * 2 <= e->arena_cap);
+        st = lt_matmul(e, sh, w, e->d_arena + p.off_act16, m, (float *)(e->d_arena + y_off),
+                       sh->n, 0, err);
+        if (st != HR_OK)
+            return st;
+    }
+    CU(cudaStreamSynchronize(e->stream), "the tensor-core GEMMs' first run");
+    return HR_OK;
+}
+
 /* ---- the forward pass ------------------------------------------------------ */
 
 /* Every buffer the runner touches comes through here, so the high-water mark
@@ -640,9 +965,75 @@ static void *view(struct hr_cuda_engine *e, uint64_t off, uint64_t bytes)
 }
 
 struct fwd {
-    int32_t *tokens, *pos, *seq_of, *rows, *tab_off, *tables;
+    int32_t *tokens, *pos, *seq_of, *rows, *tab_off, *tables, *seq_fa, *tiles;
+    uint32_t n_tiles;
     float *rope, *x, *xn, *act, *q, *k, *v, *attn, *gate, *up, *out_x, *logits;
+    void *act16, *wdq; /* NULL in steps without tensor-core GEMMs */
+    struct hr_cuda_q8_act actq; /* q NULL in models without integer GEMVs */
 };
+
+#define TRY(call)                                                                                 \
+    do {                                                                                          \
+        enum hr_status st_ = (call);                                                              \
+        if (st_ != HR_OK)                                                                         \
+            return st_;                                                                           \
+    } while (0)
+
+/*
+ * A matmul's input is prepared in one of three forms: rounded to the
+ * vec-dot type as f32 (act), quantized for the integer GEMV (actq), or
+ * rounded and stored as 16-bit floats (act16). Matmuls that share an input
+ * (Q, K and V; gate and up) prepare it once: the form last made is
+ * remembered until the forward pass rewrites a buffer (prep_forget).
+ */
+enum prep_kind { PREP_F32, PREP_INT, PREP_HALF, PREP_HALF_BF };
+
+static bool prep_have(struct hr_cuda_engine *e, const float *x, uint32_t m, uint32_t k,
+                      enum hr_cuda_act act, enum prep_kind kind)
+{
+    if (e->prep_valid && e->prep_x == x && e->prep_m == m && e->prep_k == k &&
+        e->prep_act == act && e->prep_kind == (int)kind)
+        return true;
+    e->prep_valid = true, e->prep_x = x, e->prep_m = m, e->prep_k = k;
+    e->prep_act = act, e->prep_kind = (int)kind;
+    return false;
+}
+
+static void prep_forget(struct hr_cuda_engine *e)
+{
+    e->prep_valid = false;
+}
+
+/* y (+)= round(x) W^T on the tensor cores; false when the shape has no
+ * algorithm (the caller runs the f32 GEMM). */
+static enum hr_status matmul_tc(struct hr_cuda_engine *e, const struct fwd *f,
+                                const struct dweight *w, const float *x, uint32_t m, float *y,
+                                uint32_t ldy, int accumulate, bool *done, struct hr_err *err)
+{
+    const uint32_t k = (uint32_t)w->ne0, n = (uint32_t)w->ne1;
+    const int bf = w->type == HR_GGML_BF16;
+    const uint32_t r = raw16(w) ? n : wdq_rows(e, n, k);
+    const struct lt_shape *full = lt_find(e, r, k, bf);
+    const struct lt_shape *rest = n % r ? lt_find(e, n % r, k, bf) : full;
+    *done = false;
+    if (!full || !full->ok || !rest || !rest->ok || !f->act16)
+        return HR_OK;
+    if (!prep_have(e, x, m, k, w->act, bf ? PREP_HALF_BF : PREP_HALF))
+        CU(hr_cuda_act_round_half(w->act, x, m, k, f->act16, bf, e->stream),
+           "rounding matmul inputs to 16 bits");
+    for (uint32_t r0 = 0; r0 < n; r0 += r) {
+        const uint32_t nr = n - r0 < r ? n - r0 : r;
+        const void *w16 = w->d + (uint64_t)r0 * w->row_bytes;
+        if (!raw16(w)) {
+            CU(hr_cuda_dequant_half((int)w->type, w->d, w->row_bytes, k, r0, nr, f->wdq, bf,
+                                    e->stream), "dequantizing a weight tile");
+            w16 = f->wdq;
+        }
+        TRY(lt_matmul(e, nr == r ? full : rest, w16, f->act16, m, y + r0, ldy, accumulate, err));
+    }
+    *done = true;
+    return HR_OK;
+}
 
 /* y (+)= round(x) W^T (+ bias) over m rows. */
 static enum hr_status matmul(struct hr_cuda_engine *e, const struct fwd *f,
@@ -652,26 +1043,45 @@ static enum hr_status matmul(struct hr_cuda_engine *e, const struct fwd *f,
 {
     const uint32_t k = (uint32_t)w->ne0, n = (uint32_t)w->ne1;
     const float *b = bias && bias->d ? (const float *)bias->d : NULL;
-    const float *in = x;
-    if (w->act != HR_CUDA_ACT_F32) {
-        CU(hr_cuda_act_round(w->act, x, m, k, f->act, e->stream), "rounding matmul inputs");
-        in = f->act;
-    }
-    if (m <= e->dims.gemv_max_tokens)
+    if (m <= e->dims.gemv_max_tokens) {
+        if (f->actq.q && hr_cuda_gemv_int_type((int)w->type, w->act)) {
+            if (!prep_have(e, x, m, k, w->act, PREP_INT))
+                CU(hr_cuda_quant_act(w->act, x, m, k, &f->actq, e->stream),
+                   "quantizing matmul inputs");
+            CU(hr_cuda_gemv_int((int)w->type, w->d, w->row_bytes, k, n, &f->actq, m, y, ldy, b,
+                                accumulate, e->stream), "the integer GEMV kernel");
+            return HR_OK;
+        }
+        const float *in = x;
+        if (w->act != HR_CUDA_ACT_F32) {
+            if (!prep_have(e, x, m, k, w->act, PREP_F32))
+                CU(hr_cuda_act_round(w->act, x, m, k, f->act, e->stream),
+                   "rounding matmul inputs");
+            in = f->act;
+        }
         CU(hr_cuda_gemv((int)w->type, w->d, w->row_bytes, k, n, in, m, y, ldy, b, accumulate,
                         e->stream), "the GEMV kernel");
-    else
-        CU(hr_cuda_gemm((int)w->type, w->d, w->row_bytes, k, n, in, m, y, ldy, b, accumulate,
-                        e->stream), "the GEMM kernel");
+        return HR_OK;
+    }
+    if (tc_type(w)) {
+        bool done = false;
+        TRY(matmul_tc(e, f, w, x, m, y, ldy, accumulate, &done, err));
+        if (done) {
+            if (b)
+                CU(hr_cuda_add_bias(y, m, n, ldy, b, e->stream), "the bias");
+            return HR_OK;
+        }
+    }
+    const float *in = x;
+    if (w->act != HR_CUDA_ACT_F32) {
+        if (!prep_have(e, x, m, k, w->act, PREP_F32))
+            CU(hr_cuda_act_round(w->act, x, m, k, f->act, e->stream), "rounding matmul inputs");
+        in = f->act;
+    }
+    CU(hr_cuda_gemm((int)w->type, w->d, w->row_bytes, k, n, in, m, y, ldy, b, accumulate,
+                    e->stream), "the GEMM kernel");
     return HR_OK;
 }
-
-#define TRY(call)                                                                                 \
-    do {                                                                                          \
-        enum hr_status st_ = (call);                                                              \
-        if (st_ != HR_OK)                                                                         \
-            return st_;                                                                           \
-    } while (0)
 
 static enum hr_status forward(struct hr_cuda_engine *e, const struct fwd *f, uint32_t T,
                               uint32_t L, struct hr_err *err)
@@ -682,6 +1092,7 @@ static enum hr_status forward(struct hr_cuda_engine *e, const struct fwd *f, uin
     const uint32_t q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd, F = hp->n_ff;
     cudaStream_t s = e->stream;
 
+    prep_forget(e);
     CU(hr_cuda_embed((int)e->tok_embd.type, e->tok_embd.d, e->tok_embd.row_bytes, E, f->tokens,
                      T, f->x, s), "the embedding lookup");
     CU(hr_cuda_rope_table(f->pos, T, hp->n_rot, e->theta_scale, e->freq_scale,
@@ -696,6 +1107,7 @@ static enum hr_status forward(struct hr_cuda_engine *e, const struct fwd *f, uin
         kv.layer = l;
         CU(hr_cuda_rms_norm(f->x, NULL, NULL, T, E, (const float *)D->attn_norm.d, hp->rms_eps,
                             f->xn, s), "the attention norm");
+        prep_forget(e);
         TRY(matmul(e, f, &D->wq, f->xn, T, f->q, q_dim, NULL, 0, err));
         TRY(matmul(e, f, &D->wk, f->xn, T, f->k, kv_dim, NULL, 0, err));
         TRY(matmul(e, f, &D->wv, f->xn, T, f->v, kv_dim, NULL, 0, err));
@@ -708,22 +1120,91 @@ static enum hr_status forward(struct hr_cuda_engine *e, const struct fwd *f, uin
         CU(hr_cuda_qkv_post(&qa, s), "biases, Q/K norms, RoPE and the KV store");
         struct hr_cuda_attn_args aa = {.q = f->q, .out = f->attn, .n_tokens = T,
                                        .n_head = hp->n_head, .scale = 1.0f / sqrtf((float)hd),
-                                       .kv = kv};
+                                       .kv = kv, .seq_fa = f->n_tiles ? f->seq_fa : NULL,
+                                       .tiles = f->tiles, .n_tiles = f->n_tiles};
         CU(hr_cuda_attention(&aa, s), "attention");
+        prep_forget(e);
         /* x += attn Wo^T, then xn = norm(x) */
         TRY(matmul(e, f, &D->wo, f->attn, T, f->x, E, NULL, 1, err));
         CU(hr_cuda_rms_norm(f->x, NULL, NULL, T, E, (const float *)D->ffn_norm.d, hp->rms_eps,
                             f->xn, s), "the FFN norm");
+        prep_forget(e);
         TRY(matmul(e, f, &D->w_gate, f->xn, T, f->gate, F, NULL, 0, err));
         TRY(matmul(e, f, &D->w_up, f->xn, T, f->up, F, NULL, 0, err));
         CU(hr_cuda_swiglu(f->gate, f->up, (uint64_t)T * F, s), "SwiGLU");
+        prep_forget(e);
         TRY(matmul(e, f, &D->w_down, f->gate, T, f->x, E, NULL, 1, err));
     }
     if (!L)
         return HR_OK;
     CU(hr_cuda_rms_norm(f->x, NULL, f->rows, L, E, (const float *)e->output_norm.d, hp->rms_eps,
                         f->out_x, s), "the output norm");
+    prep_forget(e);
     TRY(matmul(e, f, &e->output, f->out_x, L, f->logits, hp->n_vocab, NULL, 0, err));
+    return HR_OK;
+}
+
+/*
+ * Decode steps (up to gemv_max_tokens rows, no tiled attention) run as a
+ * CUDA graph: the step's ~13 launches a layer are captured once and
+ * replayed with one launch, which takes the host's launch cost (several
+ * microseconds each, more than a small model's kernels take) out of the
+ * token's time. A graph is valid for one plan (every offset), T, L and S:
+ * the kernels read positions and block tables from the arena, so the same
+ * graph serves every step of that shape; a new shape is captured again
+ * and the executable graph updated in place (cudaGraphExecUpdate), or
+ * instantiated again when the update fails. The first instantiation runs
+ * at init (a one-token warm-up step), where the device memory it takes is
+ * measured (hr_cuda_mem.graph_bytes). HR_CUDA_GRAPH=0 turns graphs off.
+ */
+static enum hr_status run_graph(struct hr_cuda_engine *e, const struct fwd *f,
+                                const struct hr_cuda_plan *p, uint32_t T, uint32_t L, uint32_t S,
+                                struct hr_err *err)
+{
+    struct graph_key key;
+    memset(&key, 0, sizeof(key));
+    key.p = *p, key.T = T, key.L = L, key.S = S;
+    if (!e->gexec || memcmp(&key, &e->gkey, sizeof(key)) != 0) {
+        cudaGraph_t g = NULL;
+        CU(cudaStreamBeginCapture(e->stream, cudaStreamCaptureModeThreadLocal),
+           "capturing the step");
+        enum hr_status st = forward(e, f, T, L, err);
+        if (st == HR_OK && L) {
+            cudaError_t ce = cudaMemcpyAsync(e->h_logits, f->logits,
+                                             (uint64_t)L * e->dims.n_vocab * sizeof(float),
+                                             cudaMemcpyDeviceToHost, e->stream);
+            if (ce != cudaSuccess)
+                st = cuda_fail(e, err, ce, "copying the logits back");
+        }
+        cudaError_t ce = cudaStreamEndCapture(e->stream, &g);
+        if (st != HR_OK) {
+            if (g)
+                cudaGraphDestroy(g);
+            return st;
+        }
+        CU(ce, "capturing the step");
+        if (e->gexec) {
+            cudaGraphExecUpdateResultInfo info;
+            if (cudaGraphExecUpdate(e->gexec, g, &info) != cudaSuccess) {
+                cudaGetLastError();
+                cudaGraphExecDestroy(e->gexec);
+                e->gexec = NULL;
+            }
+        }
+        if (!e->gexec) {
+            ce = cudaGraphInstantiate(&e->gexec, g, 0);
+            if (ce != cudaSuccess) {
+                e->gexec = NULL;
+                cudaGraphDestroy(g);
+                return cuda_fail(e, err, ce, "instantiating the step's graph");
+            }
+            e->n_graph_instantiations++;
+        }
+        cudaGraphDestroy(g);
+        e->gkey = key;
+        e->n_graph_captures++;
+    }
+    CU(cudaGraphLaunch(e->gexec, e->stream), "launching the step's graph");
     return HR_OK;
 }
 
@@ -789,6 +1270,8 @@ enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *ste
     f.rows = view(e, p.off_rows, L * iz);
     f.tab_off = view(e, p.off_tab_off, step->n_seqs * iz);
     f.tables = view(e, p.off_tables, shape.n_table * iz);
+    f.seq_fa = view(e, p.off_seq_fa, step->n_seqs * iz);
+    f.tiles = view(e, p.off_tiles, (T / HR_CUDA_FA_TILE + step->n_seqs) * 2 * iz);
     f.rope = view(e, p.off_rope, T * e->dims.n_rot * fz);
     f.x = view(e, p.off_x, T * e->dims.n_embd * fz);
     f.xn = view(e, p.off_xn, T * e->dims.n_embd * fz);
@@ -799,6 +1282,19 @@ enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *ste
     f.attn = view(e, p.off_attn, T * q_dim * fz);
     f.gate = view(e, p.off_gate, T * e->dims.n_ff * fz);
     f.up = view(e, p.off_up, T * e->dims.n_ff * fz);
+    const uint64_t R = T > L ? T : L;
+    memset(&f.actq, 0, sizeof(f.actq));
+    if (e->dims.int_gemv) {
+        const uint64_t g = R < e->dims.gemv_max_tokens ? R : e->dims.gemv_max_tokens;
+        uint64_t d_off, s_off, bytes;
+        hr_cuda_actq_parts(g, max_in, &d_off, &s_off, &bytes);
+        uint8_t *q = view(e, p.off_actq, bytes);
+        f.actq = (struct hr_cuda_q8_act){.q = (int8_t *)q, .d = (float *)(q + d_off),
+                                         .s = (int16_t *)(q + s_off)};
+    }
+    const bool tc = e->dims.tc_gemm && R > e->dims.gemv_max_tokens;
+    f.act16 = tc ? view(e, p.off_act16, R * max_in * 2) : NULL;
+    f.wdq = tc && e->dims.wdq_elems ? view(e, p.off_wdq, e->dims.wdq_elems * 2) : NULL;
     f.out_x = view(e, p.off_out_x, L * e->dims.n_embd * fz);
     f.logits = view(e, p.off_logits, L * n_vocab * fz);
 
@@ -807,7 +1303,14 @@ enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *ste
     int32_t *tokens = (int32_t *)(h + p.off_tokens), *pos = (int32_t *)(h + p.off_pos);
     int32_t *seq_of = (int32_t *)(h + p.off_seq_of), *rows = (int32_t *)(h + p.off_rows);
     int32_t *tab_off = (int32_t *)(h + p.off_tab_off), *tables = (int32_t *)(h + p.off_tables);
+    int32_t *seq_fa = (int32_t *)(h + p.off_seq_fa), *tiles = (int32_t *)(h + p.off_tiles);
     uint32_t t = 0, row = 0, tab = 0;
+    /* The tiled attention takes the sequences with more than one token in
+     * the step (a choice each sequence makes alone, so its results do not
+     * depend on the others); models with F32 weights keep every step in f32. */
+    const bool fa = e->dims.tc_gemm &&
+                    hr_cuda_attention_tiled_ok(e->dims.head_dim, e->cfg.kv_type == HR_GGML_F16);
+    f.n_tiles = 0;
     for (uint32_t i = 0; i < step->n_seqs; i++) {
         const struct hr_step_seq *s = &step->seqs[i];
         struct seq_info *si = &e->seqs[i];
@@ -817,6 +1320,13 @@ enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *ste
         si->first_logit = row;
         si->n_logits = s->n_logits;
         tab_off[i] = (int32_t)tab;
+        seq_fa[i] = fa && s->n_tokens > 1;
+        for (uint32_t j = 0; seq_fa[i] && j < s->n_tokens; j += HR_CUDA_FA_TILE) {
+            tiles[2 * f.n_tiles] = (int32_t)(t + j);
+            tiles[2 * f.n_tiles + 1] = (int32_t)(s->n_tokens - j < HR_CUDA_FA_TILE
+                                                     ? s->n_tokens - j : HR_CUDA_FA_TILE);
+            f.n_tiles++;
+        }
         memcpy(tables + tab, s->kv->blocks, s->kv->n_blocks * iz);
         tab += s->kv->n_blocks;
         for (uint32_t j = 0; j < s->n_tokens; j++, t++) {
@@ -827,16 +1337,20 @@ enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *ste
                 rows[row++] = (int32_t)t;
         }
     }
-    HR_ASSERT(tab == shape.n_table);
+    HR_ASSERT(tab == shape.n_table && f.n_tiles <= T / HR_CUDA_FA_TILE + step->n_seqs);
 
     CU(cudaEventRecord(e->ev0, e->stream), "cudaEventRecord");
     if (p.meta_bytes)
         CU(cudaMemcpyAsync(e->d_arena, h, p.meta_bytes, cudaMemcpyHostToDevice, e->stream),
            "uploading the step's metadata");
-    TRY(forward(e, &f, T, L, err));
-    if (L)
-        CU(cudaMemcpyAsync(e->h_logits, f.logits, (uint64_t)L * n_vocab * fz,
-                           cudaMemcpyDeviceToHost, e->stream), "copying the logits back");
+    if (e->graphs && T <= e->dims.gemv_max_tokens && L && !f.n_tiles) {
+        TRY(run_graph(e, &f, &p, T, L, step->n_seqs, err));
+    } else {
+        TRY(forward(e, &f, T, L, err));
+        if (L)
+            CU(cudaMemcpyAsync(e->h_logits, f.logits, (uint64_t)L * n_vocab * fz,
+                               cudaMemcpyDeviceToHost, e->stream), "copying the logits back");
+    }
     CU(cudaEventRecord(e->ev1, e->stream), "cudaEventRecord");
     CU(cudaStreamSynchronize(e->stream), "the step");
     CU(cudaEventElapsedTime(&e->last_ms, e->ev0, e->ev1), "cudaEventElapsedTime");

@@ -19,7 +19,9 @@
  *
  * Device memory, every byte in a category (hr_cuda_engine_mem):
  *   context   what the device holds once our CUDA context exists (cudaMemGetInfo)
- *   library   the stream, events and our kernels' code (loaded at init), measured
+ *   library   the stream, events, our kernels' code and cuBLASLt's handle and
+ *             chosen kernels (loaded at init; no workspace), measured
+ *   graph     the decode steps' CUDA graph, instantiated at init, measured
  *   weights   ONE allocation: every tensor as stored in the GGUF (quantized stays
  *             quantized), 256-byte aligned, uploaded once at init
  *   kv        ONE allocation: the pool's n_blocks x block bytes (f16 or f32)
@@ -41,12 +43,14 @@
  *
  * Supported now: llama, qwen2, qwen3 (dense); weights F32, F16, BF16, Q8_0,
  * Q4_0, Q4_K, Q5_K, Q6_K; KV cache f16 or f32; head_dim a multiple of 32 up
- * to 256. Not yet: quantized KV, MoE, CUDA graphs, tensor-core GEMMs.
+ * to 256. Prefill GEMMs on tensor cores (cuBLASLt, f16/bf16), prefill
+ * attention tiled on tensor cores (f16 KV, head_dim 64/128), decode steps
+ * as a CUDA graph. Not yet: quantized KV, MoE, split-KV decode attention.
  *
  * Batch invariance: a token's logits do not depend on the other tokens of
  * its step bit for bit as long as the step stays on one side of the GEMV /
- * GEMM threshold (HR_CUDA_GEMV_MAX_ROWS rows); across it they differ in
- * rounding only (summation order), tested within 1e-4.
+ * GEMM threshold (HR_CUDA_GEMV_MAX_ROWS rows); across it they differ by the
+ * GEMM's f16 rounding (F32 weights: summation order only, within 1e-4).
  *
  * Threads: one thread calls everything here (it owns the CUDA stream).
  */
@@ -92,6 +96,7 @@ struct hr_cuda_mem {
     uint64_t library_bytes;    /* stream, events, kernel code (measured delta) */
     uint64_t weights_bytes, kv_bytes, arena_bytes; /* our three allocations (requested) */
     uint64_t alloc_delta_bytes;    /* what the three allocations took from free memory */
+    uint64_t graph_bytes;      /* what instantiating the decode graph took (measured) */
     uint64_t free_after_init;  /* cudaMemGetInfo free at the end of init */
     uint64_t host_pinned_bytes;    /* staging + logits, in host RAM */
 };

@@ -1,16 +1,20 @@
 /*
  * cuda-kernels.cu - the CUDA engine's kernels; see cuda-kernels.h.
  *
- * Plain first versions, written for agreement with the CPU engine before
- * speed: one warp per weight row in the GEMV, one warp per (token, head) in
- * attention, cuBLAS (cuda-engine.c) for prefill GEMMs on dequantized f32
- * tiles. Each is checked against the CPU reference in
- * tests/cuda/test-cuda-kernels.c.
+ * Written for agreement with the CPU engine first, then for speed: GEMVs
+ * (integer dp4a kernels for Q4_K and Q8_0, 16-byte loads for F16/BF16, the
+ * dequantizing float kernels for the rest), f16 weight tiles and inputs for
+ * the tensor-core GEMMs (cuBLASLt, called from cuda-engine.c), the f32
+ * tiled GEMM, paged attention (tiled on tensor cores for prefill, one warp
+ * per token and head for decode). Each is checked against the CPU
+ * reference in tests/cuda/test-cuda-kernels.c.
  */
 #include "cuda/cuda-kernels.h"
+#include "cuda/cuda-plan.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <mma.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -52,17 +56,30 @@ __device__ __forceinline__ void dequant_chunk(const uint8_t *row, uint32_t c, fl
             v[4 * i] = a.x, v[4 * i + 1] = a.y, v[4 * i + 2] = a.z, v[4 * i + 3] = a.w;
         }
     } else if constexpr (TYPE == HR_CUDA_T_F16) {
-        const __half2 *p = (const __half2 *)(row + (size_t)c * 64);
+        /* 64-byte chunks of 64-byte aligned rows: four 16-byte loads */
+        const uint4 *p = (const uint4 *)(row + (size_t)c * 64);
 #pragma unroll
-        for (int i = 0; i < 16; i++) {
-            float2 a = __half22float2(p[i]);
-            v[2 * i] = a.x, v[2 * i + 1] = a.y;
+        for (int i = 0; i < 4; i++) {
+            const uint4 u = p[i];
+            const uint32_t wd[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const float2 a = __half22float2(*(const __half2 *)&wd[j]);
+                v[8 * i + 2 * j] = a.x, v[8 * i + 2 * j + 1] = a.y;
+            }
         }
     } else if constexpr (TYPE == HR_CUDA_T_BF16) {
-        const unsigned short *p = (const unsigned short *)(row + (size_t)c * 64);
+        const uint4 *p = (const uint4 *)(row + (size_t)c * 64);
 #pragma unroll
-        for (int i = 0; i < 32; i++)
-            v[i] = __uint_as_float((unsigned)p[i] << 16);
+        for (int i = 0; i < 4; i++) {
+            const uint4 u = p[i];
+            const uint32_t wd[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                v[8 * i + 2 * j] = __uint_as_float(wd[j] << 16);
+                v[8 * i + 2 * j + 1] = __uint_as_float(wd[j] & 0xFFFF0000u);
+            }
+        }
     } else if constexpr (TYPE == HR_CUDA_T_Q8_0) {
         const uint8_t *b = row + (size_t)c * 34;
         const float d = f16_at(b);
@@ -202,6 +219,65 @@ extern "C" cudaError_t hr_cuda_dequant_rows(int type, const void *w, uint64_t ro
     return dequant_rows(type, w, row_bytes, k, NULL, row0, n_rows, out, s);
 }
 
+/* One thread per 32-element chunk, stored as f16 (or bf16): the weight
+ * tiles of the tensor-core GEMM. Each value is the f32 dequantization
+ * above, rounded to nearest. Reads the quantized bytes once and writes 2
+ * bytes per weight: for an 8B Q4_K model about 15 GB per prefill step,
+ * some 4 ms at the H200's copy rate (the price of using cuBLASLt's GEMMs
+ * unchanged). */
+template <int TYPE, int BF>
+__global__ void dequant_half_kernel(const uint8_t *w, uint64_t row_bytes, uint32_t k, uint32_t row0,
+                                    uint32_t n_rows, uint16_t *out)
+{
+    const uint64_t chunks = k / 32, i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= chunks * n_rows)
+        return;
+    const uint32_t r = (uint32_t)(i / chunks), c = (uint32_t)(i % chunks);
+    float v[32];
+    dequant_chunk<TYPE>(w + ((uint64_t)row0 + r) * row_bytes, c, v);
+    uint32_t h[16];
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        uint16_t a, b;
+        if (BF) {
+            a = __bfloat16_as_ushort(__float2bfloat16_rn(v[2 * j]));
+            b = __bfloat16_as_ushort(__float2bfloat16_rn(v[2 * j + 1]));
+        } else {
+            a = __half_as_ushort(__float2half_rn(v[2 * j]));
+            b = __half_as_ushort(__float2half_rn(v[2 * j + 1]));
+        }
+        h[j] = (uint32_t)a | ((uint32_t)b << 16);
+    }
+    uint4 *o = (uint4 *)(out + (uint64_t)r * k + (uint64_t)c * 32);
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        o[j] = make_uint4(h[4 * j], h[4 * j + 1], h[4 * j + 2], h[4 * j + 3]);
+}
+
+extern "C" cudaError_t hr_cuda_dequant_half(int type, const void *w, uint64_t row_bytes,
+                                            uint32_t k, uint32_t row0, uint32_t n_rows, void *out,
+                                            int bf16, cudaStream_t s)
+{
+    if (!n_rows)
+        return cudaSuccess;
+    if (k % 32)
+        return cudaErrorInvalidValue;
+    const uint64_t n = (uint64_t)(k / 32) * n_rows;
+    const unsigned blocks = (unsigned)((n + 127) / 128);
+#define L_DQH(T)                                                                                  \
+    do {                                                                                          \
+        if (bf16)                                                                                 \
+            dequant_half_kernel<T, 1><<<blocks, 128, 0, s>>>((const uint8_t *)w, row_bytes, k,    \
+                                                             row0, n_rows, (uint16_t *)out);      \
+        else                                                                                      \
+            dequant_half_kernel<T, 0><<<blocks, 128, 0, s>>>((const uint8_t *)w, row_bytes, k,    \
+                                                             row0, n_rows, (uint16_t *)out);      \
+    } while (0)
+    HR_DISPATCH(type, L_DQH)
+#undef L_DQH
+    return cudaGetLastError();
+}
+
 /* ---- RoPE table ------------------------------------------------------------ */
 
 /* One thread per token: the multiply chain is sequential by definition
@@ -242,13 +318,30 @@ __global__ void rms_norm_kernel(float *x, const float *add, const int32_t *rows,
     const uint32_t r = blockIdx.x, src = rows ? (uint32_t)rows[r] : r;
     float *xr = x + (size_t)src * n;
     double sum = 0.0;
-    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
-        float v = xr[i];
-        if (add) {
-            v += add[(size_t)src * n + i];
-            xr[i] = v;
+    /* Rows of a multiple of 4 as float4, one or two per thread (the block
+     * is n / 4 threads up to 1024): a scalar loop of 16 dependent-latency
+     * iterations made this kernel 14 us on the H200, 65 times a token. */
+    const bool v4 = n % 4 == 0;
+    if (v4) {
+        for (uint32_t i = threadIdx.x; i < n / 4; i += blockDim.x) {
+            float4 v = ((const float4 *)xr)[i];
+            if (add) {
+                const float4 b = ((const float4 *)(add + (size_t)src * n))[i];
+                v.x += b.x, v.y += b.y, v.z += b.z, v.w += b.w;
+                ((float4 *)xr)[i] = v;
+            }
+            sum += (double)(v.x * v.x) + (double)(v.y * v.y) + (double)(v.z * v.z) +
+                   (double)(v.w * v.w);
         }
-        sum += (double)(v * v);
+    } else {
+        for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
+            float v = xr[i];
+            if (add) {
+                v += add[(size_t)src * n + i];
+                xr[i] = v;
+            }
+            sum += (double)(v * v);
+        }
     }
     sum = warp_sum_d(sum);
     if ((threadIdx.x & 31) == 0)
@@ -264,8 +357,16 @@ __global__ void rms_norm_kernel(float *x, const float *add, const int32_t *rows,
     const float mean = (float)(part[0] / n);
     const float scale = 1.0f / sqrtf(mean + eps);
     float *yr = y + (size_t)r * n;
-    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
-        yr[i] = (xr[i] * scale) * w[i];
+    if (v4) {
+        for (uint32_t i = threadIdx.x; i < n / 4; i += blockDim.x) {
+            const float4 v = ((const float4 *)xr)[i], g = ((const float4 *)w)[i];
+            ((float4 *)yr)[i] = make_float4((v.x * scale) * g.x, (v.y * scale) * g.y,
+                                            (v.z * scale) * g.z, (v.w * scale) * g.w);
+        }
+    } else {
+        for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
+            yr[i] = (xr[i] * scale) * w[i];
+    }
 }
 
 extern "C" cudaError_t hr_cuda_rms_norm(float *x, const float *add, const int32_t *rows,
@@ -274,7 +375,9 @@ extern "C" cudaError_t hr_cuda_rms_norm(float *x, const float *add, const int32_
 {
     if (!n_rows)
         return cudaSuccess;
-    rms_norm_kernel<<<n_rows, 256, 0, s>>>(x, add, rows, n, w, eps, y);
+    unsigned threads = n % 4 == 0 ? (n / 4 + 31) / 32 * 32 : 256;
+    threads = threads < 64 ? 64 : threads > 1024 ? 1024 : threads;
+    rms_norm_kernel<<<n_rows, threads, 0, s>>>(x, add, rows, n, w, eps, y);
     return cudaGetLastError();
 }
 
@@ -286,20 +389,32 @@ extern "C" cudaError_t hr_cuda_rms_norm(float *x, const float *add, const int32_
  * largest magnitude (the first such) sets iscale = -127 / max, q =
  * min(127, rint(iscale x x)), value = (1 / iscale) x q. */
 
-__global__ void act_round_kernel(int act, const float *x, uint32_t k, float *out)
+/* Stores v as the output kind asked for: f32 (0), f16 (1) or bf16 (2); the
+ * tensor-core GEMM takes its inputs as 16-bit floats. */
+__device__ __forceinline__ void store_out(void *out, size_t i, int kind, float v)
+{
+    if (kind == 0)
+        ((float *)out)[i] = v;
+    else if (kind == 1)
+        ((__half *)out)[i] = __float2half_rn(v);
+    else
+        ((__nv_bfloat16 *)out)[i] = __float2bfloat16_rn(v);
+}
+
+__global__ void act_round_kernel(int act, const float *x, uint32_t k, void *out_v, int kind)
 {
     const uint32_t row = blockIdx.y;
     const float *xr = x + (size_t)row * k;
-    float *o = out + (size_t)row * k;
+    const size_t o = (size_t)row * k;
     const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; /* < k: k % 256 == 0 or masked */
     const bool in = i < k;
     const float v = in ? xr[i] : 0.0f;
     if (act == HR_CUDA_ACT_F16) {
         if (in)
-            o[i] = __half2float(__float2half_rn(v));
+            store_out(out_v, o + i, kind, __half2float(__float2half_rn(v)));
     } else if (act == HR_CUDA_ACT_BF16) {
         if (in)
-            o[i] = __bfloat162float(__float2bfloat16_rn(v));
+            store_out(out_v, o + i, kind, __bfloat162float(__float2bfloat16_rn(v)));
     } else if (act == HR_CUDA_ACT_Q8_0) {
         /* A warp is one 32-value block. */
         const float amax = warp_max(fabsf(v));
@@ -309,7 +424,7 @@ __global__ void act_round_kernel(int act, const float *x, uint32_t k, float *out
          * but the quant 0 is +0 */
         const int q = max(-128, min(127, __float2int_rn(v * id)));
         if (in)
-            o[i] = d * (float)q;
+            store_out(out_v, o + i, kind, d * (float)q);
     } else { /* Q8_K: the block of 256 threads is one super-block */
         __shared__ float s_ax[8];
         __shared__ int s_ix[8];
@@ -338,11 +453,11 @@ __global__ void act_round_kernel(int act, const float *x, uint32_t k, float *out
         const float mx = s_max;
         if (in) {
             if (mx == 0.0f) {
-                o[i] = 0.0f;
+                store_out(out_v, o + i, kind, 0.0f);
             } else {
                 const float iscale = -127.f / mx;
                 const int q = min(127, __float2int_rn(iscale * v));
-                o[i] = (1 / iscale) * (float)q;
+                store_out(out_v, o + i, kind, (1 / iscale) * (float)q);
             }
         }
     }
@@ -357,7 +472,20 @@ extern "C" cudaError_t hr_cuda_act_round(enum hr_cuda_act act, const float *x, u
         return cudaMemcpyAsync(out, x, (size_t)m * k * sizeof(float), cudaMemcpyDeviceToDevice, s);
     const unsigned threads = act == HR_CUDA_ACT_Q8_K ? 256 : 128;
     dim3 grid((k + threads - 1) / threads, m);
-    act_round_kernel<<<grid, threads, 0, s>>>((int)act, x, k, out);
+    act_round_kernel<<<grid, threads, 0, s>>>((int)act, x, k, out, 0);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t hr_cuda_act_round_half(enum hr_cuda_act act, const float *x, uint32_t m,
+                                              uint32_t k, void *out, int bf16, cudaStream_t s)
+{
+    if (!m)
+        return cudaSuccess;
+    if (act == HR_CUDA_ACT_F32)
+        return cudaErrorInvalidValue;
+    const unsigned threads = act == HR_CUDA_ACT_Q8_K ? 256 : 128;
+    dim3 grid((k + threads - 1) / threads, m);
+    act_round_kernel<<<grid, threads, 0, s>>>((int)act, x, k, out, bf16 ? 2 : 1);
     return cudaGetLastError();
 }
 
@@ -543,6 +671,299 @@ __global__ void __launch_bounds__(128) gemv_q4k_kernel(const uint8_t *w, uint64_
     }
 }
 
+/* ---- integer GEMV: Q4_K x Q8_K with dp4a --------------------------------------
+ *
+ * The CPU multiplies Q4_K weights with activations quantized to Q8_K: int8
+ * values, one scale per 256, and ggml's Q4_K x Q8_K dot is integer sums
+ * per sub-block times the scales. This kernel does the same on the GPU:
+ * __dp4a multiplies four weight nibbles with four int8 activations and
+ * adds, so 32 weights cost 8 mask/shift operations and 8 dp4a, where the
+ * float kernel above spends an int-to-float conversion (a quarter-rate
+ * instruction on Hopper) and two FMAs per weight - that kernel was bound
+ * by arithmetic, not by the weights' bytes.
+ *
+ * One weight row per warp (more warps in flight than four rows per warp);
+ * lane l takes pieces l, l + 32, ... (a piece: 16 quant bytes = 16 values
+ * of sub-block 2p and 16 of sub-block 2p + 1, as in gemv_q4k_kernel), four
+ * pieces' loads issued before any is used. Per piece and input row:
+ *   acc += dx * ((d1a * suma - m1a * bsa) + (d1b * sumb - m1b * bsb))
+ * where suma = sum q4 * q8 over the piece's 16 values of sub-block 2p, bsa
+ * = sum q8 over them (precomputed per 16), dx the row's Q8_K scale.
+ * A lane's pieces are summed in order, then the warp: an output's order
+ * depends on k only, never on m. */
+__global__ void __launch_bounds__(128) gemv_q4k_q8_kernel(const uint8_t *w, uint64_t row_bytes,
+                                                          uint32_t k, uint32_t n, hr_cuda_q8_act xa,
+                                                          uint32_t m, float *y, uint32_t ldy,
+                                                          const float *bias, int accumulate)
+{
+    const uint32_t lane = threadIdx.x & 31;
+    const uint32_t j = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (j >= n)
+        return;
+    const uint8_t *row = w + (uint64_t)j * row_bytes;
+    float acc[HR_CUDA_GEMV_MAX_ROWS];
+#pragma unroll
+    for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++)
+        acc[t] = 0.0f;
+    const uint32_t pieces = k / 256 * 8;
+    for (uint32_t p0 = lane; p0 < pieces; p0 += 4 * 32) {
+        uint4 hd[4], qv[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t pc = p0 + 32 * (uint32_t)i;
+            if (pc < pieces) {
+                const uint8_t *b = row + (size_t)(pc / 8) * 144;
+                hd[i] = *(const uint4 *)b;
+                qv[i] = *(const uint4 *)(b + 16 + 32 * ((pc / 2) % 4) + 16 * (pc % 2));
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t pc = p0 + 32 * (uint32_t)i;
+            if (pc >= pieces)
+                break;
+            const uint32_t sb = pc / 8, p = (pc / 2) % 4, h = pc % 2;
+            float d1a, m1a, d1b, m1b;
+            q4k_scales(hd[i], p, &d1a, &m1a, &d1b, &m1b);
+            const uint32_t q[4] = {qv[i].x, qv[i].y, qv[i].z, qv[i].w};
+            int lo[4], hi[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                lo[e] = (int)(q[e] & 0x0F0F0F0Fu);
+                hi[e] = (int)((q[e] >> 4) & 0x0F0F0F0Fu);
+            }
+            const uint32_t xo = sb * 256 + 64 * p + 16 * h, so = sb * 16 + 4 * p + h;
+#pragma unroll
+            for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
+                if ((uint32_t)t >= m)
+                    break;
+                const int8_t *xr = xa.q + (uint64_t)t * k;
+                const int4 va = *(const int4 *)(xr + xo), vb = *(const int4 *)(xr + xo + 32);
+                int sa = 0, sbb = 0;
+                sa = __dp4a(lo[0], va.x, sa);
+                sa = __dp4a(lo[1], va.y, sa);
+                sa = __dp4a(lo[2], va.z, sa);
+                sa = __dp4a(lo[3], va.w, sa);
+                sbb = __dp4a(hi[0], vb.x, sbb);
+                sbb = __dp4a(hi[1], vb.y, sbb);
+                sbb = __dp4a(hi[2], vb.z, sbb);
+                sbb = __dp4a(hi[3], vb.w, sbb);
+                const int16_t *xs = xa.s + (uint64_t)t * (k / 16);
+                const float dx = xa.d[(uint64_t)t * (k / 256) + sb];
+                acc[t] += dx * ((d1a * (float)sa - m1a * (float)xs[so]) +
+                                (d1b * (float)sbb - m1b * (float)xs[so + 2]));
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
+        if ((uint32_t)t < m) {
+            float a = warp_sum(acc[t]);
+            if (lane == 0) {
+                if (bias)
+                    a += bias[j];
+                float *yp = y + (uint64_t)t * ldy + j;
+                *yp = accumulate ? *yp + a : a;
+            }
+        }
+    }
+}
+
+/* Q8_K quantization of m rows of k (k % 256 == 0) for the integer GEMV:
+ * the values act_round_kernel's Q8_K branch makes (q and 1 / iscale), as
+ * int8 plus one scale per 256, and the sums of q per 16. One block of 256
+ * threads per (super-block, row). */
+__global__ void quant_q8k_kernel(const float *x, uint32_t k, hr_cuda_q8_act a)
+{
+    __shared__ float s_ax[8];
+    __shared__ int s_ix[8];
+    __shared__ float s_max;
+    const uint32_t row = blockIdx.y, i = blockIdx.x * 256 + threadIdx.x;
+    const float *xr = x + (size_t)row * k;
+    const float v = xr[i];
+    float ax = fabsf(v);
+    int ix = (int)threadIdx.x;
+#pragma unroll
+    for (int o2 = 16; o2 > 0; o2 >>= 1) {
+        const float a2 = __shfl_xor_sync(0xffffffffu, ax, o2);
+        const int i2 = __shfl_xor_sync(0xffffffffu, ix, o2);
+        if (a2 > ax || (a2 == ax && i2 < ix))
+            ax = a2, ix = i2;
+    }
+    if ((threadIdx.x & 31) == 0)
+        s_ax[threadIdx.x / 32] = ax, s_ix[threadIdx.x / 32] = ix;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float ba = s_ax[0];
+        int bi = s_ix[0];
+        for (int w2 = 1; w2 < 8; w2++)
+            if (s_ax[w2] > ba || (s_ax[w2] == ba && s_ix[w2] < bi))
+                ba = s_ax[w2], bi = s_ix[w2];
+        s_max = ba == 0.0f ? 0.0f : xr[blockIdx.x * 256 + bi];
+    }
+    __syncthreads();
+    const float mx = s_max;
+    int q = 0;
+    if (mx != 0.0f) {
+        const float iscale = -127.f / mx;
+        q = min(127, __float2int_rn(iscale * v));
+    }
+    a.q[(size_t)row * k + i] = (int8_t)q;
+    if (threadIdx.x == 0)
+        a.d[(size_t)row * (k / 256) + blockIdx.x] = mx != 0.0f ? 1 / (-127.f / mx) : 0.0f;
+    int sum = q;
+#pragma unroll
+    for (int o2 = 8; o2 > 0; o2 >>= 1)
+        sum += __shfl_xor_sync(0xffffffffu, sum, o2);
+    if ((threadIdx.x & 15) == 0)
+        a.s[(size_t)row * (k / 16) + i / 16] = (int16_t)sum;
+}
+
+/* Q8_0 x Q8_0 with dp4a: the CPU's Q8_0 dot (int sums per block of 32,
+ * times both scales). Blocks are 34 bytes (2-byte aligned), read as 17
+ * 2-byte loads; one weight row per warp, lane l takes blocks l, l + 32, ...,
+ * four blocks' loads in flight; acc += (dw * dx) * sum per block, in block
+ * order, then the warp sums: an output's order depends on k only. */
+__global__ void __launch_bounds__(128) gemv_q80_q8_kernel(const uint8_t *w, uint64_t row_bytes,
+                                                          uint32_t k, uint32_t n, hr_cuda_q8_act xa,
+                                                          uint32_t m, float *y, uint32_t ldy,
+                                                          const float *bias, int accumulate)
+{
+    const uint32_t lane = threadIdx.x & 31;
+    const uint32_t j = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (j >= n)
+        return;
+    const uint8_t *row = w + (uint64_t)j * row_bytes;
+    float acc[HR_CUDA_GEMV_MAX_ROWS];
+#pragma unroll
+    for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++)
+        acc[t] = 0.0f;
+    const uint32_t nb = k / 32;
+    for (uint32_t b0 = lane; b0 < nb; b0 += 4 * 32) {
+        uint32_t wq[4][8];
+        float dw[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t b = b0 + 32 * (uint32_t)i;
+            if (b < nb) {
+                const unsigned short *p = (const unsigned short *)(row + (size_t)b * 34);
+                dw[i] = __half2float(__ushort_as_half(p[0]));
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    wq[i][e] = (uint32_t)p[1 + 2 * e] | ((uint32_t)p[2 + 2 * e] << 16);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t b = b0 + 32 * (uint32_t)i;
+            if (b >= nb)
+                break;
+#pragma unroll
+            for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
+                if ((uint32_t)t >= m)
+                    break;
+                const int4 *xp = (const int4 *)(xa.q + (uint64_t)t * k + (uint64_t)b * 32);
+                const int4 va = xp[0], vb = xp[1];
+                int sum = 0;
+                sum = __dp4a((int)wq[i][0], va.x, sum);
+                sum = __dp4a((int)wq[i][1], va.y, sum);
+                sum = __dp4a((int)wq[i][2], va.z, sum);
+                sum = __dp4a((int)wq[i][3], va.w, sum);
+                sum = __dp4a((int)wq[i][4], vb.x, sum);
+                sum = __dp4a((int)wq[i][5], vb.y, sum);
+                sum = __dp4a((int)wq[i][6], vb.z, sum);
+                sum = __dp4a((int)wq[i][7], vb.w, sum);
+                acc[t] += dw[i] * xa.d[(uint64_t)t * nb + b] * (float)sum;
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
+        if ((uint32_t)t < m) {
+            float a = warp_sum(acc[t]);
+            if (lane == 0) {
+                if (bias)
+                    a += bias[j];
+                float *yp = y + (uint64_t)t * ldy + j;
+                *yp = accumulate ? *yp + a : a;
+            }
+        }
+    }
+}
+
+/* Q8_0 quantization (k % 32 == 0) for the integer GEMV: the values
+ * act_round_kernel's Q8_0 branch makes, as int8 q and the f16-rounded
+ * scale d per 32 (a warp is one block). */
+__global__ void quant_q80_kernel(const float *x, uint32_t k, hr_cuda_q8_act a)
+{
+    const uint32_t row = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= k)
+        return; /* whole warps: k % 32 == 0 */
+    const float v = x[(size_t)row * k + i];
+    const float amax = warp_max(fabsf(v));
+    const float d = __half2float(__float2half_rn(amax / 127.f));
+    const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+    const int q = max(-128, min(127, __float2int_rn(v * id)));
+    a.q[(size_t)row * k + i] = (int8_t)q;
+    if ((threadIdx.x & 31) == 0)
+        a.d[(size_t)row * (k / 32) + i / 32] = d;
+}
+
+/* HR_CUDA_GEMV=float keeps the float kernels for the types that have an
+ * integer one (benchmarks compare the two in one run). */
+static int gemv_float_only(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("HR_CUDA_GEMV");
+        v = e && (!strcmp(e, "float") || !strcmp(e, "generic"));
+    }
+    return v;
+}
+
+extern "C" int hr_cuda_gemv_int_type(int type, enum hr_cuda_act act)
+{
+    return ((type == HR_CUDA_T_Q4_K && act == HR_CUDA_ACT_Q8_K) ||
+            (type == HR_CUDA_T_Q8_0 && act == HR_CUDA_ACT_Q8_0)) && !gemv_float_only();
+}
+
+extern "C" cudaError_t hr_cuda_quant_act(enum hr_cuda_act act, const float *x, uint32_t m,
+                                         uint32_t k, const struct hr_cuda_q8_act *a,
+                                         cudaStream_t s)
+{
+    if (!m)
+        return cudaSuccess;
+    if (act == HR_CUDA_ACT_Q8_0 && k % 32 == 0) {
+        quant_q80_kernel<<<dim3((k + 127) / 128, m), 128, 0, s>>>(x, k, *a);
+        return cudaGetLastError();
+    }
+    if (act != HR_CUDA_ACT_Q8_K || k % 256)
+        return cudaErrorInvalidValue;
+    quant_q8k_kernel<<<dim3(k / 256, m), 256, 0, s>>>(x, k, *a);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t hr_cuda_gemv_int(int type, const void *w, uint64_t row_bytes, uint32_t k,
+                                        uint32_t n, const struct hr_cuda_q8_act *a, uint32_t m,
+                                        float *y, uint32_t ldy, const float *bias, int accumulate,
+                                        cudaStream_t s)
+{
+    if (!m || !n)
+        return cudaSuccess;
+    if (m > HR_CUDA_GEMV_MAX_ROWS)
+        return cudaErrorInvalidValue;
+    if (type == HR_CUDA_T_Q8_0 && k % 32 == 0 && ((uintptr_t)w | row_bytes) % 2 == 0) {
+        gemv_q80_q8_kernel<<<(n + 3) / 4, 128, 0, s>>>((const uint8_t *)w, row_bytes, k, n, *a, m,
+                                                       y, ldy, bias, accumulate);
+        return cudaGetLastError();
+    }
+    if (type != HR_CUDA_T_Q4_K || k % 256 || ((uintptr_t)w | row_bytes) % 16)
+        return cudaErrorInvalidValue;
+    gemv_q4k_q8_kernel<<<(n + 3) / 4, 128, 0, s>>>((const uint8_t *)w, row_bytes, k, n, *a, m, y,
+                                                   ldy, bias, accumulate);
+    return cudaGetLastError();
+}
+
 /* One input row (decode of one sequence), the other types: four weight rows
  * per warp, so each input chunk is loaded once for the four (the generic
  * kernel loads the whole input per weight row). Lane and chunk order as
@@ -591,6 +1012,86 @@ __global__ void __launch_bounds__(128) gemv1_kernel(const uint8_t *w, uint64_t r
     }
 }
 
+/* F16 and BF16, any m <= 8: one weight row per warp, lane l takes the
+ * 16-byte pieces (8 values) l, l + 32, ..., four in flight; each input
+ * row's 8 values as two float4. The kernels above take four rows per warp
+ * and so a quarter of the warps: for the 8B shape's 4096-row matrices
+ * that is 8 warps per SM, too few loads in flight (F16 decode ran at
+ * 1.46 TB/s). A lane's pieces are summed in order, then the warp. */
+template <int BF>
+__global__ void __launch_bounds__(128) gemv_raw16_kernel(const uint8_t *w, uint64_t row_bytes,
+                                                         uint32_t k, uint32_t n, const float *x,
+                                                         uint32_t m, float *y, uint32_t ldy,
+                                                         const float *bias, int accumulate)
+{
+    const uint32_t lane = threadIdx.x & 31;
+    const uint32_t j = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (j >= n)
+        return;
+    const uint4 *row = (const uint4 *)(w + (uint64_t)j * row_bytes);
+    float acc[HR_CUDA_GEMV_MAX_ROWS];
+#pragma unroll
+    for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++)
+        acc[t] = 0.0f;
+    const uint32_t np = k / 8;
+    for (uint32_t p0 = lane; p0 < np; p0 += 4 * 32) {
+        uint4 wv[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t pc = p0 + 32 * (uint32_t)i;
+            if (pc < np)
+                wv[i] = row[pc];
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t pc = p0 + 32 * (uint32_t)i;
+            if (pc >= np)
+                break;
+            const uint32_t wd[4] = {wv[i].x, wv[i].y, wv[i].z, wv[i].w};
+            float f[8];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                if (BF) {
+                    f[2 * e] = __uint_as_float(wd[e] << 16);
+                    f[2 * e + 1] = __uint_as_float(wd[e] & 0xFFFF0000u);
+                } else {
+                    const float2 a2 = __half22float2(*(const __half2 *)&wd[e]);
+                    f[2 * e] = a2.x, f[2 * e + 1] = a2.y;
+                }
+            }
+#pragma unroll
+            for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
+                if ((uint32_t)t >= m)
+                    break;
+                const float4 *xp = (const float4 *)(x + (uint64_t)t * k + (uint64_t)pc * 8);
+                const float4 xa = xp[0], xb = xp[1];
+                float a = acc[t];
+                a = fmaf(f[0], xa.x, a);
+                a = fmaf(f[1], xa.y, a);
+                a = fmaf(f[2], xa.z, a);
+                a = fmaf(f[3], xa.w, a);
+                a = fmaf(f[4], xb.x, a);
+                a = fmaf(f[5], xb.y, a);
+                a = fmaf(f[6], xb.z, a);
+                a = fmaf(f[7], xb.w, a);
+                acc[t] = a;
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
+        if ((uint32_t)t < m) {
+            float a = warp_sum(acc[t]);
+            if (lane == 0) {
+                if (bias)
+                    a += bias[j];
+                float *yp = y + (uint64_t)t * ldy + j;
+                *yp = accumulate ? *yp + a : a;
+            }
+        }
+    }
+}
+
 /* HR_CUDA_GEMV=generic runs every type on the generic kernel (benchmarks
  * compare the two in one run). */
 static int gemv_generic_only(void)
@@ -617,6 +1118,16 @@ extern "C" cudaError_t hr_cuda_gemv(int type, const void *w, uint64_t row_bytes,
         const unsigned qblocks = (n + 4 * Q4K_ROWS - 1) / (4 * Q4K_ROWS);
         gemv_q4k_kernel<<<qblocks, 128, 0, s>>>((const uint8_t *)w, row_bytes, k, n, x, m, y, ldy,
                                                 bias, accumulate);
+        return cudaGetLastError();
+    }
+    if ((type == HR_CUDA_T_F16 || type == HR_CUDA_T_BF16) && k % 8 == 0 &&
+        ((uintptr_t)w | row_bytes) % 16 == 0 && !gemv_generic_only()) {
+        if (type == HR_CUDA_T_BF16)
+            gemv_raw16_kernel<1><<<(n + 3) / 4, 128, 0, s>>>((const uint8_t *)w, row_bytes, k, n,
+                                                             x, m, y, ldy, bias, accumulate);
+        else
+            gemv_raw16_kernel<0><<<(n + 3) / 4, 128, 0, s>>>((const uint8_t *)w, row_bytes, k, n,
+                                                             x, m, y, ldy, bias, accumulate);
         return cudaGetLastError();
     }
     if (m == 1 && !gemv_generic_only()) {
@@ -867,6 +1378,8 @@ __global__ void attention_kernel(hr_cuda_attn_args a)
     constexpr int MAXD = HR_CUDA_MAX_HEAD_DIM / 32;
     extern __shared__ float sm[];
     const uint32_t t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
+    if (a.seq_fa && a.seq_fa[a.kv.seq_of[t]])
+        return; /* the tiled kernel's */
     const uint32_t hd = a.kv.head_dim, nd = hd / 32, kst = hd + 1;
     float *qs = sm, *ks = sm + hd, *vs = ks + 32 * kst;
     const uint32_t group = a.n_head / a.kv.n_head_kv, g = h / group;
@@ -965,6 +1478,165 @@ __global__ void attention_kernel(hr_cuda_attn_args a)
             o[lane + 32 * i] = acc[i] * inv;
 }
 
+/* ---- tiled (flash) attention for prefill -------------------------------------
+ *
+ * The kernel above gives each (token, head) a warp that streams every key
+ * of its sequence: a 512-token step at 3584 tokens of context read K and V
+ * 512 times per head and took 20.7 ms a layer on the H200 (8B shape), most
+ * of a prefill step. Here a block of 4 warps takes a tile of up to 64
+ * consecutive query tokens of one sequence and one query head, and streams
+ * K and V once per tile, 64 keys at a time, through shared memory; the
+ * products run on the tensor cores (WMMA 16x16x16, f16 inputs, f32
+ * accumulation): S = Q K^T for the warp's 16 rows, the online softmax on S
+ * (row max, rescale of the running sum l and output O), then O += P V with
+ * P rounded to f16. O and S live in shared memory (the per-row rescale
+ * needs rows). Q is rounded to f16; K and V are the f16 cache's own values.
+ *
+ * A row's result depends only on its own query and keys: each S element is
+ * one MMA chain over head_dim, the softmax is per row, and O's row r only
+ * takes P's row r; tiles past a row's position are masked to p = 0 and
+ * change nothing (corr = 1, + 0). Tiles are cut per sequence (first 64 of
+ * its step's tokens, the next 64, ...), so a sequence's results do not
+ * depend on the other sequences of its step. */
+#define FA_BQ HR_CUDA_FA_TILE
+#define FA_BK 64
+
+template <int HD>
+struct fa_layout {
+    static constexpr int LDH = HD + 8, LDS = FA_BK + 4, LDP = FA_BK + 8, LDO = HD + 4;
+    static constexpr size_t q = 0, k = q + (size_t)FA_BQ * LDH * 2, v = k + (size_t)FA_BK * LDH * 2;
+    static constexpr size_t s = v + (size_t)FA_BK * LDH * 2, p = s + (size_t)FA_BQ * LDS * 4;
+    static constexpr size_t o = p + (size_t)FA_BQ * LDP * 2, ml = o + (size_t)FA_BQ * LDO * 4;
+    static constexpr size_t bytes = ml + 2 * FA_BQ * 4;
+};
+
+template <int HD>
+__global__ void __launch_bounds__(128) fa_prefill_kernel(hr_cuda_attn_args a)
+{
+    using namespace nvcuda;
+    typedef fa_layout<HD> Ly;
+    extern __shared__ __align__(128) unsigned char fa_sm[];
+    __half *Qs = (__half *)(fa_sm + Ly::q), *Ks = (__half *)(fa_sm + Ly::k);
+    __half *Vs = (__half *)(fa_sm + Ly::v), *Ps = (__half *)(fa_sm + Ly::p);
+    float *Ss = (float *)(fa_sm + Ly::s), *Os = (float *)(fa_sm + Ly::o);
+    float *ms = (float *)(fa_sm + Ly::ml), *ls = ms + FA_BQ;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int32_t t0 = a.tiles[2 * blockIdx.x], nq = a.tiles[2 * blockIdx.x + 1];
+    const uint32_t h = blockIdx.y, g = h / (a.n_head / a.kv.n_head_kv);
+    const uint64_t q_dim = (uint64_t)a.n_head * HD;
+
+    for (int i = tid; i < FA_BQ * HD / 4; i += 128) {
+        const int r = i / (HD / 4), c = (i % (HD / 4)) * 4;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (r < nq)
+            v = *(const float4 *)(a.q + (uint64_t)(t0 + r) * q_dim + (uint64_t)h * HD + c);
+        __half2 *d = (__half2 *)(Qs + r * Ly::LDH + c);
+        d[0] = __floats2half2_rn(v.x, v.y);
+        d[1] = __floats2half2_rn(v.z, v.w);
+    }
+    for (int i = tid; i < FA_BQ * Ly::LDO; i += 128)
+        Os[i] = 0.0f;
+    if (tid < FA_BQ)
+        ms[tid] = -INFINITY, ls[tid] = 0.0f;
+    const int32_t pos0 = a.kv.pos[t0], pos_last = pos0 + nq - 1;
+    const int32_t tab0 = a.kv.tab_off[a.kv.seq_of[t0]];
+    __syncthreads();
+
+    for (int32_t j0 = 0; j0 <= pos_last; j0 += FA_BK) {
+        /* K and V rows j0 .. j0 + 63 (zeros past the tile's last position) */
+        for (int i = tid; i < FA_BK * (HD / 8); i += 128) {
+            const int r = i / (HD / 8), c = i % (HD / 8);
+            const int32_t p = j0 + r;
+            uint4 kk = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
+            if (p <= pos_last) {
+                kk = *(const uint4 *)(a.kv.pool + kv_row(a.kv, tab0, p, 0, g) + c * 16);
+                vv = *(const uint4 *)(a.kv.pool + kv_row(a.kv, tab0, p, 1, g) + c * 16);
+            }
+            *(uint4 *)(Ks + r * Ly::LDH + c * 8) = kk;
+            *(uint4 *)(Vs + r * Ly::LDH + c * 8) = vv;
+        }
+        __syncthreads();
+        {
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> sf[FA_BK / 16];
+#pragma unroll
+            for (int j = 0; j < FA_BK / 16; j++)
+                wmma::fill_fragment(sf[j], 0.0f);
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; kk++) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> qa;
+                wmma::load_matrix_sync(qa, Qs + warp * 16 * Ly::LDH + kk * 16, Ly::LDH);
+#pragma unroll
+                for (int j = 0; j < FA_BK / 16; j++) {
+                    wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> kb;
+                    wmma::load_matrix_sync(kb, Ks + j * 16 * Ly::LDH + kk * 16, Ly::LDH);
+                    wmma::mma_sync(sf[j], qa, kb, sf[j]);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < FA_BK / 16; j++)
+                wmma::store_matrix_sync(Ss + warp * 16 * Ly::LDS + j * 16, sf[j], Ly::LDS,
+                                        wmma::mem_row_major);
+        }
+        __syncwarp();
+        for (int rr = 0; rr < 16; rr++) {
+            const int r = warp * 16 + rr;
+            const int32_t pr = pos0 + r;
+            float s0 = Ss[r * Ly::LDS + lane] * a.scale, s1 = Ss[r * Ly::LDS + lane + 32] * a.scale;
+            if (r >= nq || j0 + lane > pr)
+                s0 = -INFINITY;
+            if (r >= nq || j0 + lane + 32 > pr)
+                s1 = -INFINITY;
+            const float m_old = ms[r], m_new = fmaxf(m_old, warp_max(fmaxf(s0, s1)));
+            float corr = 1.0f, p0 = 0.0f, p1 = 0.0f;
+            if (m_new != -INFINITY) {
+                corr = expf(m_old - m_new); /* 0 on the first tile: m_old = -inf */
+                p0 = expf(s0 - m_new);
+                p1 = expf(s1 - m_new);
+            }
+            const float ps = warp_sum(p0 + p1);
+            Ps[r * Ly::LDP + lane] = __float2half_rn(p0);
+            Ps[r * Ly::LDP + lane + 32] = __float2half_rn(p1);
+            for (int c = lane; c < HD; c += 32)
+                Os[r * Ly::LDO + c] *= corr;
+            __syncwarp();
+            if (lane == 0)
+                ms[r] = m_new, ls[r] = ls[r] * corr + ps;
+        }
+        __syncwarp();
+#pragma unroll
+        for (int j = 0; j < HD / 16; j++) {
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> of;
+            wmma::load_matrix_sync(of, Os + warp * 16 * Ly::LDO + j * 16, Ly::LDO,
+                                   wmma::mem_row_major);
+#pragma unroll
+            for (int kk = 0; kk < FA_BK / 16; kk++) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> pa;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> vb;
+                wmma::load_matrix_sync(pa, Ps + warp * 16 * Ly::LDP + kk * 16, Ly::LDP);
+                wmma::load_matrix_sync(vb, Vs + kk * 16 * Ly::LDH + j * 16, Ly::LDH);
+                wmma::mma_sync(of, pa, vb, of);
+            }
+            wmma::store_matrix_sync(Os + warp * 16 * Ly::LDO + j * 16, of, Ly::LDO,
+                                    wmma::mem_row_major);
+        }
+        __syncthreads(); /* K, V and the rows' m, l before the next tile */
+    }
+    for (int i = tid; i < nq * HD; i += 128) {
+        const int r = i / HD, c = i % HD;
+        a.out[(uint64_t)(t0 + r) * q_dim + (uint64_t)h * HD + c] = Os[r * Ly::LDO + c] / ls[r];
+    }
+}
+
+extern "C" int hr_cuda_attention_tiled_ok(uint32_t head_dim, int kv_f16)
+{
+    static int off = -1;
+    if (off < 0) {
+        const char *e = getenv("HR_CUDA_ATTN");
+        off = e && !strcmp(e, "warp");
+    }
+    return !off && kv_f16 && (head_dim == 64 || head_dim == 128);
+}
+
 extern "C" cudaError_t hr_cuda_attention(const struct hr_cuda_attn_args *a, cudaStream_t s)
 {
     if (!a->n_tokens)
@@ -972,6 +1644,18 @@ extern "C" cudaError_t hr_cuda_attention(const struct hr_cuda_attn_args *a, cuda
     if (a->kv.head_dim > HR_CUDA_MAX_HEAD_DIM || a->kv.head_dim % 32 ||
         a->n_head % a->kv.n_head_kv)
         return cudaErrorInvalidValue;
+    if (a->n_tiles) {
+        if (!a->tiles || !hr_cuda_attention_tiled_ok(a->kv.head_dim, a->kv.f16))
+            return cudaErrorInvalidValue;
+        dim3 fg(a->n_tiles, a->n_head);
+        if (a->kv.head_dim == 64)
+            fa_prefill_kernel<64><<<fg, 128, fa_layout<64>::bytes, s>>>(*a);
+        else
+            fa_prefill_kernel<128><<<fg, 128, fa_layout<128>::bytes, s>>>(*a);
+        cudaError_t ce = cudaGetLastError();
+        if (ce != cudaSuccess)
+            return ce;
+    }
     dim3 grid(a->n_tokens, a->n_head);
     const size_t smem = attn_smem_floats(a->kv.head_dim) * sizeof(float);
     if (a->kv.f16)
@@ -1014,7 +1698,9 @@ static cudaError_t preload_type(void)
     if ((ce = cudaFuncGetAttributes(&a, dequant_rows_kernel<T>)) != cudaSuccess ||
         (ce = cudaFuncGetAttributes(&a, gemv_kernel<T>)) != cudaSuccess ||
         (ce = cudaFuncGetAttributes(&a, gemv1_kernel<T>)) != cudaSuccess ||
-        (ce = cudaFuncGetAttributes(&a, gemm_kernel<T>)) != cudaSuccess)
+        (ce = cudaFuncGetAttributes(&a, gemm_kernel<T>)) != cudaSuccess ||
+        (ce = cudaFuncGetAttributes(&a, dequant_half_kernel<T, 0>)) != cudaSuccess ||
+        (ce = cudaFuncGetAttributes(&a, dequant_half_kernel<T, 1>)) != cudaSuccess)
         return ce;
     return cudaSuccess;
 }
@@ -1032,7 +1718,10 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
         (ce = preload_type<HR_CUDA_T_Q5_K>()) != cudaSuccess ||
         (ce = preload_type<HR_CUDA_T_Q6_K>()) != cudaSuccess)
         return ce;
-    const void *k[] = {(const void *)gemv_q4k_kernel,
+    const void *k[] = {(const void *)gemv_q4k_kernel, (const void *)gemv_q4k_q8_kernel,
+                       (const void *)gemv_q80_q8_kernel, (const void *)quant_q80_kernel,
+                       (const void *)gemv_raw16_kernel<0>, (const void *)gemv_raw16_kernel<1>,
+                       (const void *)quant_q8k_kernel,
                        (const void *)rope_table_kernel, (const void *)rms_norm_kernel,
                        (const void *)act_round_kernel, (const void *)add_bias_kernel,
                        (const void *)qkv_post_kernel, (const void *)attention_kernel<0>,
@@ -1040,6 +1729,14 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
     for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++)
         if ((ce = cudaFuncGetAttributes(&a, k[i])) != cudaSuccess)
             return ce;
+    if ((ce = cudaFuncSetAttribute(fa_prefill_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)fa_layout<64>::bytes)) != cudaSuccess ||
+        (ce = cudaFuncSetAttribute(fa_prefill_kernel<128>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)fa_layout<128>::bytes)) != cudaSuccess ||
+        (ce = cudaFuncGetAttributes(&a, fa_prefill_kernel<64>)) != cudaSuccess ||
+        (ce = cudaFuncGetAttributes(&a, fa_prefill_kernel<128>)) != cudaSuccess)
+        return ce;
     /* Attention's tiles take up to 65 KiB of shared memory (head_dim 256),
      * past the 48 KiB a launch gets without asking. */
     const int smem = (int)(attn_smem_floats(HR_CUDA_MAX_HEAD_DIM) * sizeof(float));

@@ -91,11 +91,46 @@ cudaError_t hr_cuda_rms_norm(float *x, const float *add, const int32_t *rows, ui
 cudaError_t hr_cuda_act_round(enum hr_cuda_act act, const float *x, uint32_t m, uint32_t k,
                               float *out, cudaStream_t s);
 
+/* The same rounding, stored as 16-bit floats for the tensor-core GEMM: f16,
+ * or bf16 when `bf16` (act is not HR_CUDA_ACT_F32). */
+cudaError_t hr_cuda_act_round_half(enum hr_cuda_act act, const float *x, uint32_t m, uint32_t k,
+                                   void *out, int bf16, cudaStream_t s);
+
+/* out[r][i] = weight row0 + r, element i, dequantized (as hr_cuda_dequant_rows)
+ * and rounded to f16, or bf16 when `bf16` (r < n_rows; out 16-byte aligned). */
+cudaError_t hr_cuda_dequant_half(int type, const void *w, uint64_t row_bytes, uint32_t k,
+                                 uint32_t row0, uint32_t n_rows, void *out, int bf16,
+                                 cudaStream_t s);
+
 /* y[t][j] (+)= sum_i x[t][i] w[j][i] (+ bias[j]) for t < m <= HR_CUDA_GEMV_MAX_ROWS,
  * j < n; accumulate adds to y (the residual). One warp per weight row. */
 cudaError_t hr_cuda_gemv(int type, const void *w, uint64_t row_bytes, uint32_t k, uint32_t n,
                          const float *x, uint32_t m, float *y, uint32_t ldy, const float *bias,
                          int accumulate, cudaStream_t s);
+
+/* Activations quantized for the integer GEMV: int8 values, row t at q + t k;
+ * Q8_K: one f32 scale per 256 (d + t k / 256) and int16 sums of the values
+ * per 16 (s + t k / 16); Q8_0: one scale per 32 (d + t k / 32), no sums. */
+struct hr_cuda_q8_act {
+    int8_t *q;
+    float *d;
+    int16_t *s;
+};
+
+/* Whether weights of `type` whose inputs round to `act` have an integer
+ * GEMV (Q4_K x Q8_K, Q8_0 x Q8_0; HR_CUDA_GEMV=float or generic turns it
+ * off). */
+int hr_cuda_gemv_int_type(int type, enum hr_cuda_act act);
+
+/* a = x quantized to `act` (Q8_K: k % 256 == 0; Q8_0: k % 32 == 0), m rows. */
+cudaError_t hr_cuda_quant_act(enum hr_cuda_act act, const float *x, uint32_t m, uint32_t k,
+                              const struct hr_cuda_q8_act *a, cudaStream_t s);
+
+/* hr_cuda_gemv on quantized inputs, integer dot products (dp4a); one warp
+ * per weight row. Q4_K rows 16-byte aligned, Q8_0 rows 2-byte aligned. */
+cudaError_t hr_cuda_gemv_int(int type, const void *w, uint64_t row_bytes, uint32_t k, uint32_t n,
+                             const struct hr_cuda_q8_act *a, uint32_t m, float *y, uint32_t ldy,
+                             const float *bias, int accumulate, cudaStream_t s);
 
 /* The same for m > HR_CUDA_GEMV_MAX_ROWS (prefill): tiled, weights decoded
  * a chunk at a time into shared memory, full f32; each output is one fmaf
@@ -139,7 +174,17 @@ struct hr_cuda_attn_args {
     uint32_t n_tokens, n_head;
     float scale;
     struct hr_cuda_kv_view kv;
+    /* The tiled attention (f16 KV, head_dim 64 or 128; see
+     * hr_cuda_attention_tiled_ok): the sequences with seq_fa[s] set run as
+     * n_tiles tiles of up to HR_CUDA_FA_TILE consecutive tokens of one
+     * sequence (tiles[2i] first token, tiles[2i + 1] rows); the others one
+     * warp per (token, head). NULL / 0: all one warp per (token, head). */
+    const int32_t *seq_fa, *tiles;
+    uint32_t n_tiles;
 };
+
+/* Whether the tiled attention runs this head size and KV type. */
+int hr_cuda_attention_tiled_ok(uint32_t head_dim, int kv_f16);
 cudaError_t hr_cuda_attention(const struct hr_cuda_attn_args *a, cudaStream_t s);
 
 /* gate[i] = silu(gate[i]) * up[i]. */

@@ -38,12 +38,25 @@ void hr_cuda_plan_layout(const struct hr_cuda_plan_dims *d, const struct hr_cuda
     p->off_rows = place(&c, L * i, &end);
     p->off_tab_off = place(&c, (uint64_t)s->n_seqs * i, &end);
     p->off_tables = place(&c, (uint64_t)s->n_table * i, &end);
+    p->off_seq_fa = place(&c, (uint64_t)s->n_seqs * i, &end);
+    p->off_tiles = place(&c, (T / HR_CUDA_FA_TILE + s->n_seqs) * 2 * i, &end);
     p->meta_bytes = end;
 
     p->off_rope = place(&c, T * d->n_rot * f, &end);
     p->off_x = place(&c, T * d->n_embd * f, &end);
     p->off_xn = place(&c, T * d->n_embd * f, &end);
     p->off_act = place(&c, max64(T, L) * max_in * f, &end);
+    if (d->int_gemv) {
+        const uint64_t g = max64(T, L) < d->gemv_max_tokens ? max64(T, L) : d->gemv_max_tokens;
+        uint64_t d_off, s_off, bytes;
+        hr_cuda_actq_parts(g, max_in, &d_off, &s_off, &bytes);
+        p->off_actq = place(&c, bytes, &end);
+    } else {
+        p->off_actq = place(&c, 0, &end);
+    }
+    const int tc = d->tc_gemm && max64(T, L) > d->gemv_max_tokens;
+    p->off_act16 = place(&c, tc ? max64(T, L) * max_in * 2 : 0, &end);
+    p->off_wdq = place(&c, tc ? d->wdq_elems * 2 : 0, &end);
 
     /* Attention and FFN buffers are never live at once: both from one base. */
     uint64_t base = c, ca = base, cf = base;

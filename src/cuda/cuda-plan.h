@@ -17,11 +17,25 @@
  *   rows     [L] i32          token index of each logit row
  *   tab_off  [S] i32          where each sequence's block table starts in `tables`
  *   tables   [B] i32          the block tables of the step's sequences, concatenated
+ *   seq_fa   [S] i32          1: the sequence's queries run the tiled attention
+ *   tiles    [T/64 + S][2] i32  its query tiles: first token, rows (at most 64)
  *   -- device-only --
  *   rope     [T][n_rot] f32   cos/sin pairs per token
  *   x        [T][n_embd] f32  the residual stream
  *   xn       [T][n_embd] f32  normed input of a block
  *   act      [T][max_in] f32  matmul input rounded to the weight's vec-dot format
+ *   actq     the integer GEMV's inputs, G = min(max(T, L), gemv_max_tokens) rows
+ *            (models with such weights, int_gemv): int8 [G][max_in], then f32
+ *            scales [G][max_in / 32], then int16 sums [G][max_in / 16]
+ *            (hr_cuda_actq_parts)
+ *   -- only in steps that run a tensor-core GEMM (max(T, L) > gemv_max_tokens) --
+ *   act16    [R][max_in] f16  the same input as 16-bit floats, R = max(T, L)
+ *   wdq      [wdq_elems] f16  one weight matrix (or a slice of rows) dequantized
+ *            to f16 for cuBLASLt; the largest layer matrix of a quantized type
+ *            (an 8B Q4_K model: 14336 x 4096, 112 MiB); the output matrix goes
+ *            through it in slices of rows. cuBLASLt runs with no workspace (an
+ *            algorithm chosen at init without split-K: deterministic, and its
+ *            result for a row does not depend on the other rows).
  *   work     union of  { q [T][q_dim], k [T][kv_dim], v [T][kv_dim], attn [T][q_dim] }
  *                      { gate [T][n_ff], up [T][n_ff] }          (never live together)
  *   out_x    [L][n_embd] f32  normed rows whose logits are wanted
@@ -41,10 +55,15 @@
 #include <stdint.h>
 
 #define HR_CUDA_ARENA_ALIGN 256
+/* Query rows per tile of the tiled (flash) attention. */
+#define HR_CUDA_FA_TILE 64
 
 struct hr_cuda_plan_dims {
     uint32_t n_embd, n_head, n_head_kv, head_dim, n_rot, n_ff, n_vocab;
     uint32_t gemv_max_tokens;     /* steps of up to this many rows use the GEMV kernels */
+    uint32_t tc_gemm;             /* 1: larger steps multiply on tensor cores (act16, wdq) */
+    uint32_t int_gemv;            /* 1: some matrix has an integer GEMV (actq) */
+    uint64_t wdq_elems;           /* f16 elements of the dequantized-weight scratch */
     uint64_t kv_block_bytes;
 };
 
@@ -58,14 +77,26 @@ struct hr_cuda_step_shape {
 
 struct hr_cuda_plan {
     uint64_t off_tokens, off_pos, off_seq_of, off_rows, off_tab_off, off_tables;
+    uint64_t off_seq_fa, off_tiles;
     uint64_t meta_bytes;   /* the staged prefix: one host-to-device copy */
-    uint64_t off_rope, off_x, off_xn, off_act;
+    uint64_t off_rope, off_x, off_xn, off_act, off_actq, off_act16, off_wdq;
     uint64_t off_q, off_k, off_v, off_attn, off_gate, off_up;
     uint64_t off_out_x, off_logits;
     uint64_t arena_bytes;  /* end of the last buffer: the arena's high-water mark */
     uint64_t kv_bytes;     /* new_blocks x block bytes */
     uint64_t total_bytes;  /* arena + kv: what the step adds to device memory */
 };
+
+/* The actq buffer for `rows` rows of up to `max_in` values: the scales
+ * start at *d_off, the sums at *s_off, and it ends at *bytes (0 rows: 0). */
+static inline void hr_cuda_actq_parts(uint64_t rows, uint64_t max_in, uint64_t *d_off,
+                                      uint64_t *s_off, uint64_t *bytes)
+{
+    const uint64_t a = HR_CUDA_ARENA_ALIGN - 1;
+    *d_off = (rows * max_in + a) & ~a;
+    *s_off = (*d_off + rows * ((max_in + 31) / 32) * 4 + a) & ~a;
+    *bytes = rows ? *s_off + rows * ((max_in + 15) / 16) * 2 : 0;
+}
 
 /* Fills `p` for `s`. Monotone: more of anything never plans fewer bytes. */
 void hr_cuda_plan_layout(const struct hr_cuda_plan_dims *d, const struct hr_cuda_step_shape *s,

@@ -160,6 +160,75 @@ static void test_type(enum hr_ggml_type t)
     CT_CHECK(worst < 1e-6 && all_m_ok, "%-5s GEMV m = 1..%u (plain, bias, accumulate): worst error "
              "%.2e of sum |terms| (< 1e-6), other rows untouched", name, M, worst);
 
+    /* The integer GEMV (dp4a on int8 inputs), where the type has one: the
+     * same reference, every m, and a row's result independent of m. */
+    if (hr_cuda_gemv_int_type((int)t, act)) {
+        struct hr_cuda_q8_act qa;
+        CT_CUDA(cudaMalloc((void **)&qa.q, (size_t)k * M));
+        CT_CUDA(cudaMalloc((void **)&qa.d, sizeof(float) * (k / 32) * M));
+        CT_CUDA(cudaMalloc((void **)&qa.s, sizeof(int16_t) * (k / 16) * M));
+        CT_CUDA(hr_cuda_quant_act(act, dx, M, k, &qa, 0));
+        double iw = 0.0;
+        int im_ok = 1;
+        for (uint32_t m = 1; m <= M; m++) {
+            for (int mode = 0; mode < 3; mode++) {
+                for (size_t i = 0; i < (size_t)n * M; i++)
+                    y0[i] = frand();
+                CT_CUDA(cudaMemcpy(dy, y0, sizeof(float) * n * M, cudaMemcpyHostToDevice));
+                CT_CUDA(hr_cuda_gemv_int((int)t, dw, rb, k, n, &qa, m, dy, n,
+                                         mode == 1 ? dbias : NULL, mode == 2, 0));
+                from_dev(hy, dy, sizeof(float) * n * M);
+                for (uint32_t r = 0; r < m; r++)
+                    for (uint32_t j = 0; j < n; j++) {
+                        double ref = 0.0, mag = 0.0;
+                        for (uint32_t i = 0; i < k; i++) {
+                            ref += (double)wd[(size_t)j * k + i] * xr[(size_t)r * k + i];
+                            mag += fabs((double)wd[(size_t)j * k + i] * xr[(size_t)r * k + i]);
+                        }
+                        if (mode == 1)
+                            ref += bias[j];
+                        if (mode == 2)
+                            ref += y0[(size_t)r * n + j];
+                        double e = fabs(hy[(size_t)r * n + j] - ref) / (mag + 1e-30);
+                        iw = e > iw ? e : iw;
+                    }
+                for (uint32_t r = m; r < M; r++)
+                    for (uint32_t j = 0; j < n; j++)
+                        if (hy[(size_t)r * n + j] != y0[(size_t)r * n + j])
+                            im_ok = 0;
+            }
+        }
+        CT_CHECK(iw < 1e-6 && im_ok, "%-5s integer GEMV m = 1..%u (plain, bias, accumulate): "
+                 "worst error %.2e of sum |terms| (< 1e-6), other rows untouched", name, M, iw);
+        float *ia = malloc(sizeof(float) * n), *ib = malloc(sizeof(float) * n * M);
+        const uint32_t dg = act == HR_CUDA_ACT_Q8_0 ? 32 : 256;
+        struct hr_cuda_q8_act q3 = {qa.q + 3 * k, qa.d + 3 * (k / dg), qa.s + 3 * (k / 16)};
+        CT_CUDA(hr_cuda_gemv_int((int)t, dw, rb, k, n, &q3, 1, dy, n, NULL, 0, 0));
+        from_dev(ia, dy, sizeof(float) * n);
+        CT_CUDA(hr_cuda_gemv_int((int)t, dw, rb, k, n, &qa, M, dy, n, NULL, 0, 0));
+        from_dev(ib, dy, sizeof(float) * n * M);
+        CT_CHECK(memcmp(ia, ib + 3 * n, sizeof(float) * n) == 0, "%-5s integer GEMV row 3 alone "
+                 "== row 3 of %u rows, bit for bit", name, M);
+        free(ia), free(ib);
+        cudaFree(qa.q), cudaFree(qa.d), cudaFree(qa.s);
+    }
+
+    /* Weights dequantized to f16 for the tensor-core GEMM: the CPU's values,
+     * rounded to nearest f16, bit for bit. */
+    {
+        uint16_t *dh = NULL, *hh = malloc(sizeof(uint16_t) * k * n);
+        CT_CUDA(cudaMalloc((void **)&dh, sizeof(uint16_t) * k * n));
+        CT_CUDA(hr_cuda_dequant_half((int)t, dw, rb, k, 0, n, dh, 0, 0));
+        from_dev(hh, dh, sizeof(uint16_t) * k * n);
+        int same = 1;
+        for (size_t i = 0; i < (size_t)k * n && same; i++)
+            same = hh[i] == hr_f32_to_f16(wd[i]);
+        CT_CHECK(same, "%-5s dequantize to f16 (tensor-core tiles): the CPU's values rounded, bit "
+                 "for bit", name);
+        cudaFree(dh);
+        free(hh);
+    }
+
     /* The CPU's own kernel against the same reference: how far ggml-cpu's
      * arithmetic (integer block sums, scaled) is from the dot product of the
      * values the GPU multiplies. Printed, not checked: it explains the GPU -

@@ -50,12 +50,21 @@ static void check_plan(const struct hr_cuda_plan_dims *d, const struct hr_cuda_s
     const uint64_t qd = (uint64_t)d->n_head * d->head_dim, kvd = (uint64_t)d->n_head_kv * d->head_dim;
     uint64_t max_in = d->n_embd > qd ? d->n_embd : qd;
     max_in = max_in > d->n_ff ? max_in : d->n_ff;
+    const int tc = d->tc_gemm && (T > L ? T : L) > d->gemv_max_tokens;
+    uint64_t g = T > L ? T : L, d_off, s_off, actq_bytes = 0;
+    g = g < d->gemv_max_tokens ? g : d->gemv_max_tokens;
+    if (d->int_gemv)
+        hr_cuda_actq_parts(g, max_in, &d_off, &s_off, &actq_bytes);
     const struct buf b[] = {
         {p.off_tokens, T * 4, 0}, {p.off_pos, T * 4, 0}, {p.off_seq_of, T * 4, 0},
         {p.off_rows, L * 4, 0}, {p.off_tab_off, (uint64_t)s->n_seqs * 4, 0},
-        {p.off_tables, (uint64_t)s->n_table * 4, 0}, {p.off_rope, T * d->n_rot * f, 0},
+        {p.off_tables, (uint64_t)s->n_table * 4, 0}, {p.off_seq_fa, (uint64_t)s->n_seqs * 4, 0},
+        {p.off_tiles, (T / HR_CUDA_FA_TILE + s->n_seqs) * 8, 0}, {p.off_rope, T * d->n_rot * f, 0},
         {p.off_x, T * d->n_embd * f, 0}, {p.off_xn, T * d->n_embd * f, 0},
-        {p.off_act, T * max_in * f, 0}, {p.off_q, T * qd * f, 1}, {p.off_k, T * kvd * f, 1},
+        {p.off_act, (T > L ? T : L) * max_in * f, 0},
+        {p.off_actq, actq_bytes, 0},
+        {p.off_act16, tc ? (T > L ? T : L) * max_in * 2 : 0, 0},
+        {p.off_wdq, tc ? d->wdq_elems * 2 : 0, 0}, {p.off_q, T * qd * f, 1}, {p.off_k, T * kvd * f, 1},
         {p.off_v, T * kvd * f, 1}, {p.off_attn, T * qd * f, 1}, {p.off_gate, T * d->n_ff * f, 2},
         {p.off_up, T * d->n_ff * f, 2}, {p.off_out_x, L * d->n_embd * f, 0},
         {p.off_logits, L * d->n_vocab * f, 0},
@@ -66,7 +75,7 @@ static void check_plan(const struct hr_cuda_plan_dims *d, const struct hr_cuda_s
         assert_int_equal(b[i].off % HR_CUDA_ARENA_ALIGN, 0);
         if (b[i].bytes && b[i].off + b[i].bytes > end)
             end = b[i].off + b[i].bytes;
-        if (i < 6 && b[i].bytes && b[i].off + b[i].bytes > meta_end)
+        if (i < 8 && b[i].bytes && b[i].off + b[i].bytes > meta_end)
             meta_end = b[i].off + b[i].bytes;
         for (size_t j = 0; j < i; j++) {
             if (!b[i].bytes || !b[j].bytes)
@@ -94,6 +103,9 @@ static void random_dims(struct hr_cuda_plan_dims *d)
     d->n_ff = 32 * (1 + urand(400));
     d->n_vocab = 1 + urand(200000);
     d->gemv_max_tokens = 8;
+    d->tc_gemm = urand(2);
+    d->int_gemv = urand(2);
+    d->wdq_elems = 32 * (uint64_t)urand(1u << 20);
     d->kv_block_bytes = 1024 * (1 + urand(1000));
 }
 
