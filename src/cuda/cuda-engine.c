@@ -33,7 +33,9 @@
  */
 #include "cuda/cuda-engine.h"
 
+#include <dlfcn.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +52,97 @@ _Static_assert(HR_CUDA_T_F32 == HR_GGML_F32 && HR_CUDA_T_F16 == HR_GGML_F16 &&
                    HR_CUDA_T_Q4_0 == HR_GGML_Q4_0 && HR_CUDA_T_Q4_K == HR_GGML_Q4_K &&
                    HR_CUDA_T_Q5_K == HR_GGML_Q5_K && HR_CUDA_T_Q6_K == HR_GGML_Q6_K,
                "the kernels' type ids are ggml's");
+
+/*
+ * cuBLASLt is opened at first use, not linked: the library is hundreds of
+ * MiB of kernels and relocations, and linking it cost every headroom
+ * process about half a second at start, GPU or not (the test suite starts
+ * hundreds). Only these entry points are used; the header's inline *Init
+ * helpers call the _internal ones with the struct's size.
+ */
+static struct {
+    cublasStatus_t (*create)(cublasLtHandle_t *);
+    cublasStatus_t (*destroy)(cublasLtHandle_t);
+    cublasStatus_t (*matmul)(cublasLtHandle_t, cublasLtMatmulDesc_t, const void *,
+                             const void *, cublasLtMatrixLayout_t, const void *,
+                             cublasLtMatrixLayout_t, const void *, const void *,
+                             cublasLtMatrixLayout_t, void *, cublasLtMatrixLayout_t,
+                             const cublasLtMatmulAlgo_t *, void *, size_t, cudaStream_t);
+    cublasStatus_t (*algo_check)(cublasLtHandle_t, cublasLtMatmulDesc_t,
+                                 cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                 cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                 const cublasLtMatmulAlgo_t *,
+                                 cublasLtMatmulHeuristicResult_t *);
+    cublasStatus_t (*algo_config_get)(const cublasLtMatmulAlgo_t *,
+                                      cublasLtMatmulAlgoConfigAttributes_t, void *, size_t,
+                                      size_t *);
+    cublasStatus_t (*heuristic)(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t,
+                                cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                cublasLtMatrixLayout_t, cublasLtMatmulPreference_t, int,
+                                cublasLtMatmulHeuristicResult_t *, int *);
+    cublasStatus_t (*desc_init)(cublasLtMatmulDesc_t, size_t, cublasComputeType_t,
+                                cudaDataType_t);
+    cublasStatus_t (*desc_set)(cublasLtMatmulDesc_t, cublasLtMatmulDescAttributes_t,
+                               const void *, size_t);
+    cublasStatus_t (*pref_init)(cublasLtMatmulPreference_t, size_t);
+    cublasStatus_t (*pref_set)(cublasLtMatmulPreference_t,
+                               cublasLtMatmulPreferenceAttributes_t, const void *, size_t);
+    cublasStatus_t (*layout_init)(cublasLtMatrixLayout_t, size_t, cudaDataType, uint64_t,
+                                  uint64_t, int64_t);
+    char error[512]; /* empty once every entry point resolved */
+} lt_api;
+
+#define LT_STR_(x) #x
+#define LT_STR(x) LT_STR_(x)
+#define LT_SONAME "libcublasLt.so." LT_STR(CUBLAS_VER_MAJOR)
+
+static void lt_api_open(void)
+{
+    void *h = dlopen(LT_SONAME, RTLD_NOW | RTLD_LOCAL);
+#ifdef HR_CUDA_LIBDIR
+    if (!h) /* the toolkit's own directory, when the loader's path lacks it */
+        h = dlopen(HR_CUDA_LIBDIR "/" LT_SONAME, RTLD_NOW | RTLD_LOCAL);
+#endif
+    if (!h) {
+        snprintf(lt_api.error, sizeof(lt_api.error), "cannot open %s: %s", LT_SONAME,
+                 dlerror());
+        return;
+    }
+    const struct {
+        void **fn;
+        const char *name;
+    } syms[] = {
+        {(void **)&lt_api.create, "cublasLtCreate"},
+        {(void **)&lt_api.destroy, "cublasLtDestroy"},
+        {(void **)&lt_api.matmul, "cublasLtMatmul"},
+        {(void **)&lt_api.algo_check, "cublasLtMatmulAlgoCheck"},
+        {(void **)&lt_api.algo_config_get, "cublasLtMatmulAlgoConfigGetAttribute"},
+        {(void **)&lt_api.heuristic, "cublasLtMatmulAlgoGetHeuristic"},
+        {(void **)&lt_api.desc_init, "cublasLtMatmulDescInit_internal"},
+        {(void **)&lt_api.desc_set, "cublasLtMatmulDescSetAttribute"},
+        {(void **)&lt_api.pref_init, "cublasLtMatmulPreferenceInit_internal"},
+        {(void **)&lt_api.pref_set, "cublasLtMatmulPreferenceSetAttribute"},
+        {(void **)&lt_api.layout_init, "cublasLtMatrixLayoutInit_internal"},
+    };
+    for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
+        *syms[i].fn = dlsym(h, syms[i].name); /* POSIX: object to function pointer is fine */
+        if (!*syms[i].fn) {
+            snprintf(lt_api.error, sizeof(lt_api.error), "%s lacks %s", LT_SONAME,
+                     syms[i].name);
+            return;
+        }
+    }
+}
+
+/* Opens cuBLASLt once per process; the error says what was missing. */
+static enum hr_status lt_api_load(struct hr_err *err)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, lt_api_open);
+    if (lt_api.error[0])
+        return hr_err_set(err, HR_ERR_DEVICE, "cuBLASLt: %s", lt_api.error);
+    return HR_OK;
+}
 
 
 /* A weight in device memory. */
@@ -650,7 +743,7 @@ void hr_cuda_engine_free(struct hr_cuda_engine *e)
     if (e->gexec)
         cudaGraphExecDestroy(e->gexec);
     if (e->lt)
-        cublasLtDestroy(e->lt);
+        lt_api.destroy(e->lt);
     cudaFree(e->d_weights);
     cudaFree(e->d_kv);
     cudaFree(e->d_arena);
@@ -788,9 +881,9 @@ static void lt_layouts(uint32_t n, uint32_t k, uint32_t m, uint32_t ldy, int bf1
                        cublasLtMatrixLayoutOpaque_t *c)
 {
     const cudaDataType_t t = bf16 ? CUDA_R_16BF : CUDA_R_16F;
-    cublasLtMatrixLayoutInit(a, t, k, n, k);
-    cublasLtMatrixLayoutInit(b, t, k, m, k);
-    cublasLtMatrixLayoutInit(c, CUDA_R_32F, n, m, ldy);
+    lt_api.layout_init(a, sizeof(*a), t, k, n, k);
+    lt_api.layout_init(b, sizeof(*b), t, k, m, k);
+    lt_api.layout_init(c, sizeof(*c), CUDA_R_32F, n, m, ldy);
 }
 
 static struct lt_shape *lt_find(struct hr_cuda_engine *e, uint32_t n, uint32_t k, int bf16)
@@ -811,7 +904,7 @@ static enum hr_status lt_matmul(struct hr_cuda_engine *e, const struct lt_shape 
     cublasLtMatrixLayoutOpaque_t la, lb, lc;
     lt_layouts(sh->n, sh->k, m, ldy, sh->bf16, &la, &lb, &lc);
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    LT(cublasLtMatmul(e->lt, &e->lt_desc, &alpha, w16, &la, a16, &lb, &beta, y, &lc, y, &lc,
+    LT(lt_api.matmul(e->lt, &e->lt_desc, &alpha, w16, &la, a16, &lb, &beta, y, &lc, y, &lc,
                       &sh->algo, NULL, 0, e->stream), "the tensor-core GEMM");
     return HR_OK;
 }
@@ -837,25 +930,25 @@ static enum hr_status lt_add_shape(struct hr_cuda_engine *e, uint32_t n, uint32_
     lt_layouts(n, k, m_max, n, bf16, &la, &lb, &lc);
     lt_layouts(n, k, m_min, n, bf16, &sa, &sb, &sc);
     cublasLtMatmulPreferenceOpaque_t pref;
-    LT(cublasLtMatmulPreferenceInit(&pref), "cublasLtMatmulPreferenceInit");
+    LT(lt_api.pref_init(&pref, sizeof(pref)), "cublasLtMatmulPreferenceInit");
     const uint64_t ws = 0;
-    LT(cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+    LT(lt_api.pref_set(&pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                             sizeof(ws)), "cublasLtMatmulPreferenceSetAttribute");
     cublasLtMatmulHeuristicResult_t res[16];
     int n_res = 0;
-    LT(cublasLtMatmulAlgoGetHeuristic(e->lt, &e->lt_desc, &la, &lb, &lc, &lc, &pref, 16, res,
+    LT(lt_api.heuristic(e->lt, &e->lt_desc, &la, &lb, &lc, &lc, &pref, 16, res,
                                       &n_res), "the cuBLASLt heuristic");
     for (int i = 0; i < n_res && !sh->ok; i++) {
         int32_t splitk = 1;
         size_t wr = 0;
         if (res[i].state != CUBLAS_STATUS_SUCCESS || res[i].workspaceSize)
             continue;
-        if (cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+        if (lt_api.algo_config_get(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
                                                  &splitk, sizeof(splitk), &wr) ==
                 CUBLAS_STATUS_SUCCESS && splitk > 1)
             continue;
         cublasLtMatmulHeuristicResult_t chk;
-        if (cublasLtMatmulAlgoCheck(e->lt, &e->lt_desc, &sa, &sb, &sc, &sc, &res[i].algo, &chk) !=
+        if (lt_api.algo_check(e->lt, &e->lt_desc, &sa, &sb, &sc, &sc, &res[i].algo, &chk) !=
                 CUBLAS_STATUS_SUCCESS || chk.workspaceSize)
             continue;
         sh->algo = res[i].algo;
@@ -908,13 +1001,16 @@ static enum hr_status lt_init(struct hr_cuda_engine *e, struct hr_err *err)
 {
     if (!e->dims.tc_gemm || e->cfg.max_step_tokens <= e->dims.gemv_max_tokens)
         return HR_OK;
-    LT(cublasLtCreate(&e->lt), "cublasLtCreate");
-    LT(cublasLtMatmulDescInit(&e->lt_desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+    enum hr_status ls = lt_api_load(err);
+    if (ls != HR_OK)
+        return ls;
+    LT(lt_api.create(&e->lt), "cublasLtCreate");
+    LT(lt_api.desc_init(&e->lt_desc, sizeof(e->lt_desc), CUBLAS_COMPUTE_32F, CUDA_R_32F),
        "cublasLtMatmulDescInit");
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    LT(cublasLtMatmulDescSetAttribute(&e->lt_desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)),
+    LT(lt_api.desc_set(&e->lt_desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)),
        "cublasLtMatmulDescSetAttribute");
-    LT(cublasLtMatmulDescSetAttribute(&e->lt_desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)),
+    LT(lt_api.desc_set(&e->lt_desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)),
        "cublasLtMatmulDescSetAttribute");
     enum hr_status st = HR_OK;
     for (uint32_t l = 0; l < e->m->hp.n_layer && st == HR_OK; l++) {
