@@ -2,9 +2,10 @@
  * cuda-backend.c - the CUDA engine behind engine/backend.h's vtable, and
  * the device-memory sizing under a ceiling.
  *
- * Sizing. The CUDA engine allocates everything at init (ONE allocation each
- * for weights, KV pool and step arena), so the device ceiling
- * (min(--vram-limit, the device's total)) is kept by choosing those sizes:
+ * Sizing. The CUDA engine allocates weights and the step arena at init (ONE
+ * allocation each) and reserves the KV pool's address space there, so the
+ * static device ceiling (min(--vram-limit, the device's total)) is kept by
+ * choosing those sizes:
  * hr_cuda_engine_init measures what the device holds once the context, the
  * kernels and the weights are there, and gives the KV pool and the arena
  * the rest (the pool cut first, then the step halved; see cuda-engine.h).
@@ -12,6 +13,12 @@
  * max_step_tokens) and chunks prefill to it: that is how the seed's
  * 32,768-token prompt runs under a limit a fixed 2048-token chunk would
  * cross. The device's use after init is checked against the ceiling here.
+ *
+ * The dynamic ceiling. The pool's memory is mapped as blocks are needed
+ * (kv_lazy: hr_cuda_engine_kv_ensure, between steps) and only while the
+ * device has room, so another process taking VRAM shrinks what the pool
+ * can grow into; kv_give_back unmaps free groups while the device is short
+ * (docs/memory.md, "The dynamic device ceiling").
  *
  * Threads: the CUDA runtime's current device is per thread and the
  * scheduler's engine thread is not the thread that ran init, so every entry
@@ -158,6 +165,27 @@ static enum hr_status cb_kv_copy(void *ctx, const int32_t *blocks, uint32_t n, v
     return hr_cuda_engine_kv_copy(c->e, blocks, n, host, to_host, err);
 }
 
+static uint32_t cb_kv_ensure(void *ctx, uint32_t n_free)
+{
+    struct cuda_backend *c = ctx;
+    select_device(c);
+    return hr_cuda_engine_kv_ensure(c->e, n_free);
+}
+
+static uint64_t cb_kv_give_back(void *ctx)
+{
+    struct cuda_backend *c = ctx;
+    select_device(c);
+    return hr_cuda_engine_kv_give_back(c->e);
+}
+
+static bool cb_kv_short(void *ctx)
+{
+    struct cuda_backend *c = ctx;
+    select_device(c);
+    return hr_cuda_engine_kv_short(c->e);
+}
+
 static const struct hr_backend_ops cuda_ops = {
     .free = cb_free,
     .kv_pool = cb_kv_pool,
@@ -174,6 +202,9 @@ static const struct hr_backend_ops cuda_ops = {
     .device_mem_info = cb_device_mem_info,
     .lost = cb_lost,
     .kv_copy = cb_kv_copy,
+    .kv_ensure = cb_kv_ensure,
+    .kv_give_back = cb_kv_give_back,
+    .kv_short = cb_kv_short,
 };
 
 int hr_cuda_backend_n_devices(void)
@@ -208,7 +239,8 @@ enum hr_status hr_cuda_backend_init(const struct hr_model *model, int ordinal,
                                  * holds is cut to fit rather than failing init. */
                                 .device_limit_bytes = cfg->device_limit_bytes
                                                           ? cfg->device_limit_bytes
-                                                          : UINT64_MAX};
+                                                          : UINT64_MAX,
+                                .kv_lazy = true};
     enum hr_status st;
     struct cuda_backend *c = calloc(1, sizeof(*c));
     if (!c) return hr_err_set(err, HR_ERR_NOMEM, "out of memory");
@@ -242,12 +274,13 @@ enum hr_status hr_cuda_backend_init(const struct hr_model *model, int ordinal,
     snprintf(b->info.description, sizeof(b->info.description), "%s",
              hr_cuda_engine_device_name(c->e));
     b->info.max_step_tokens = cc.max_step_tokens;
-    b->info.kv_budget_bytes = mem->kv_bytes;
+    b->info.kv_budget_bytes = mem->kv_reserved_bytes;
     hr_log_info("cuda",
                 "cuda:%d: %s; device ceiling %.1f MiB: context %.1f, library %.1f, "
-                "weights %.1f, KV pool %.1f, arena %.1f (steps of %u tokens) MiB",
+                "weights %.1f, KV pool up to %.1f (mapped as it is needed: %.1f now), arena "
+                "%.1f (steps of %u tokens) MiB",
                 ordinal, b->info.description, mib(limit), mib(mem->context_bytes),
-                mib(mem->library_bytes), mib(mem->weights_bytes), mib(mem->kv_bytes),
-                mib(mem->arena_bytes), cc.max_step_tokens);
+                mib(mem->library_bytes), mib(mem->weights_bytes), mib(mem->kv_reserved_bytes),
+                mib(mem->kv_bytes), mib(mem->arena_bytes), cc.max_step_tokens);
     return HR_OK;
 }

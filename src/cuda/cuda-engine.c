@@ -41,6 +41,7 @@
 #include <string.h>
 
 #include <cublasLt.h>
+#include <cuda.h> /* the driver API's types; its entry points come through cudart */
 #include <cuda_runtime_api.h>
 
 #include "base/log.h"
@@ -196,6 +197,12 @@ struct hr_cuda_engine {
 
     struct hr_kv_pool *kv; /* books only: which blocks are used; bytes in d_kv */
     uint8_t *d_kv;
+    /* cfg.kv_lazy: d_kv is reserved address space, groups [0, kv_mapped)
+     * of kv_group blocks (kv_chunk bytes) mapped (see kv_vmm_init). */
+    bool kv_vmm;
+    uint32_t kv_group, kv_n_groups, kv_mapped;
+    uint64_t kv_chunk;
+    CUmemGenericAllocationHandle *kv_handles;
 
     uint8_t *d_arena;
     uint64_t arena_cap, high_water;
@@ -288,6 +295,227 @@ static enum hr_status dev_alloc(struct hr_cuda_engine *e, void **p, uint64_t byt
     }
     CU(ce, what);
     return HR_OK;
+}
+
+/* ---- the KV pool on virtual memory (cfg.kv_lazy) -------------------------
+ *
+ * The pool's bytes as reserved address space (cuMemAddressReserve) with
+ * physical memory mapped a group of blocks at a time (cuMemCreate,
+ * cuMemMap): the pool's books hand out only blocks of mapped groups
+ * (hr_kv_pool_set_usable). hr_cuda_engine_kv_ensure maps groups, between
+ * steps, while the device has room for them; hr_cuda_engine_kv_give_back
+ * unmaps trailing groups whose blocks are all free when another process
+ * has left the device short. A group is the fewest blocks whose bytes are
+ * a multiple of the allocation granule, so the pool stays one contiguous
+ * range and block addressing is unchanged. The driver API comes through
+ * cudart (cudaGetDriverEntryPointByVersion): nothing links libcuda.
+ */
+static struct {
+    CUresult (*granularity)(size_t *, const CUmemAllocationProp *,
+                            CUmemAllocationGranularity_flags);
+    CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+    CUresult (*address_free)(CUdeviceptr, size_t);
+    CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                       unsigned long long);
+    CUresult (*release)(CUmemGenericAllocationHandle);
+    CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                    unsigned long long);
+    CUresult (*unmap)(CUdeviceptr, size_t);
+    CUresult (*set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+} vmm;
+
+static enum hr_status vmm_load(struct hr_err *err)
+{
+    const struct {
+        void **fn;
+        const char *name;
+    } syms[] = {
+        {(void **)&vmm.granularity, "cuMemGetAllocationGranularity"},
+        {(void **)&vmm.reserve, "cuMemAddressReserve"},
+        {(void **)&vmm.address_free, "cuMemAddressFree"},
+        {(void **)&vmm.create, "cuMemCreate"},
+        {(void **)&vmm.release, "cuMemRelease"},
+        {(void **)&vmm.map, "cuMemMap"},
+        {(void **)&vmm.unmap, "cuMemUnmap"},
+        {(void **)&vmm.set_access, "cuMemSetAccess"},
+    };
+    for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
+        enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+        if (cudaGetDriverEntryPointByVersion(syms[i].name, syms[i].fn, 12000, cudaEnableDefault,
+                                             &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess || !*syms[i].fn)
+            return hr_err_set(err, HR_ERR_DEVICE, "the CUDA driver lacks %s (virtual memory "
+                              "management, for the KV pool)", syms[i].name);
+    }
+    return HR_OK;
+}
+
+static CUmemAllocationProp vmm_prop(int device)
+{
+    CUmemAllocationProp p;
+    memset(&p, 0, sizeof(p));
+    p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p.location.id = device;
+    return p;
+}
+
+static uint64_t gcd64(uint64_t a, uint64_t b)
+{
+    while (b) {
+        const uint64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* Reserves the address space of a pool already made (its books), maps
+ * nothing; every block is unusable until hr_cuda_engine_kv_ensure. */
+static enum hr_status kv_vmm_init(struct hr_cuda_engine *e, struct hr_err *err)
+{
+    enum hr_status st = vmm_load(err);
+    if (st != HR_OK)
+        return st;
+    const CUmemAllocationProp prop = vmm_prop(e->cfg.device);
+    size_t gran = 0;
+    if (vmm.granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) != CUDA_SUCCESS ||
+        !gran)
+        gran = HR_CUDA_ALLOC_GRANULE;
+    const uint64_t bb = hr_kv_block_bytes(e->kv);
+    const uint32_t n = hr_kv_n_blocks(e->kv);
+    e->kv_group = (uint32_t)(gran / gcd64(gran, bb));
+    e->kv_chunk = (uint64_t)e->kv_group * bb;
+    e->kv_n_groups = (n + e->kv_group - 1) / e->kv_group;
+    e->kv_handles = calloc(e->kv_n_groups, sizeof(*e->kv_handles));
+    if (!e->kv_handles)
+        return hr_err_set(err, HR_ERR_NOMEM, "out of memory");
+    CUdeviceptr base = 0;
+    const uint64_t span = (uint64_t)e->kv_n_groups * e->kv_chunk;
+    if (vmm.reserve(&base, span, gran, 0, 0) != CUDA_SUCCESS)
+        return hr_err_set(err, HR_ERR_DEVICE, "cannot reserve %.1f MiB of device address "
+                          "space for the KV pool", (double)span / 1048576.0);
+    e->d_kv = (uint8_t *)(uintptr_t)base;
+    e->kv_vmm = true;
+    e->mem.kv_reserved_bytes = span;
+    e->mem.kv_bytes = 0;
+    hr_kv_pool_set_usable(e->kv, 0);
+    return HR_OK;
+}
+
+static void kv_vmm_free(struct hr_cuda_engine *e)
+{
+    if (!e->kv_vmm)
+        return;
+    for (uint32_t g = 0; g < e->kv_mapped; g++) {
+        vmm.unmap((CUdeviceptr)(uintptr_t)(e->d_kv + (uint64_t)g * e->kv_chunk), e->kv_chunk);
+        vmm.release(e->kv_handles[g]);
+    }
+    vmm.address_free((CUdeviceptr)(uintptr_t)e->d_kv, (uint64_t)e->kv_n_groups * e->kv_chunk);
+    free(e->kv_handles);
+    e->d_kv = NULL;
+    e->kv_vmm = false;
+}
+
+/* Maps group e->kv_mapped; false when the driver has no memory for it (or
+ * another error, logged: the pool simply does not grow). */
+static bool kv_map_group(struct hr_cuda_engine *e)
+{
+    const uint32_t g = e->kv_mapped;
+    const CUmemAllocationProp prop = vmm_prop(e->cfg.device);
+    const CUdeviceptr at = (CUdeviceptr)(uintptr_t)(e->d_kv + (uint64_t)g * e->kv_chunk);
+    CUmemGenericAllocationHandle h = 0;
+    CUresult r = vmm.create(&h, e->kv_chunk, &prop, 0);
+    if (r != CUDA_SUCCESS) {
+        if (r != CUDA_ERROR_OUT_OF_MEMORY)
+            hr_log_warn("cuda", "cuMemCreate for a KV group failed (%d)", (int)r);
+        return false;
+    }
+    CUmemAccessDesc acc;
+    memset(&acc, 0, sizeof(acc));
+    acc.location = prop.location;
+    acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    if ((r = vmm.map(at, e->kv_chunk, 0, h, 0)) != CUDA_SUCCESS) {
+        vmm.release(h);
+        hr_log_warn("cuda", "cuMemMap of a KV group failed (%d)", (int)r);
+        return false;
+    }
+    /* Zeroed: a block's bytes never hold another process's data, or NaN
+     * patterns, before they are first written. */
+    if ((r = vmm.set_access(at, e->kv_chunk, &acc, 1)) != CUDA_SUCCESS ||
+        cudaMemsetAsync((void *)(uintptr_t)at, 0, e->kv_chunk, e->stream) != cudaSuccess ||
+        cudaStreamSynchronize(e->stream) != cudaSuccess) {
+        cudaGetLastError();
+        vmm.unmap(at, e->kv_chunk);
+        vmm.release(h);
+        hr_log_warn("cuda", "making a KV group accessible failed (%d)", (int)r);
+        return false;
+    }
+    e->kv_handles[g] = h;
+    e->kv_mapped++;
+    e->mem.kv_bytes += e->kv_chunk;
+    const uint64_t usable = (uint64_t)e->kv_mapped * e->kv_group;
+    hr_kv_pool_set_usable(e->kv, (uint32_t)(usable < hr_kv_n_blocks(e->kv)
+                                                ? usable
+                                                : hr_kv_n_blocks(e->kv)));
+    return true;
+}
+
+uint32_t hr_cuda_engine_kv_ensure(struct hr_cuda_engine *e, uint32_t n_free)
+{
+    if (!e->kv_vmm || e->lost)
+        return hr_kv_n_free(e->kv);
+    while (hr_kv_n_free(e->kv) < n_free && e->kv_mapped < e->kv_n_groups) {
+        size_t fr = 0, tot = 0;
+        if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) {
+            cudaGetLastError();
+            break;
+        }
+        /* Only while another process would still find the low-water mark
+         * free afterwards: the room it took is not ours to take back. */
+        if ((uint64_t)fr < e->kv_chunk + HR_CUDA_KV_LOW_WATER)
+            break;
+        if (!kv_map_group(e))
+            break;
+    }
+    return hr_kv_n_free(e->kv);
+}
+
+bool hr_cuda_engine_kv_short(struct hr_cuda_engine *e)
+{
+    size_t fr = 0, tot = 0;
+    if (!e->kv_vmm || e->lost || !e->kv_mapped)
+        return false;
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return (uint64_t)fr < HR_CUDA_KV_LOW_WATER;
+}
+
+uint64_t hr_cuda_engine_kv_give_back(struct hr_cuda_engine *e)
+{
+    if (!e->kv_vmm || e->lost || !e->kv_mapped)
+        return 0;
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    uint64_t freed = 0;
+    while ((uint64_t)fr + freed < HR_CUDA_KV_LOW_WATER && e->kv_mapped > 0) {
+        const uint32_t g = e->kv_mapped - 1, first = g * e->kv_group;
+        if (hr_kv_n_used_from(e->kv, first))
+            break; /* the last group holds KV in use: it stays */
+        hr_kv_pool_set_usable(e->kv, first);
+        const CUdeviceptr at = (CUdeviceptr)(uintptr_t)(e->d_kv + (uint64_t)g * e->kv_chunk);
+        vmm.unmap(at, e->kv_chunk);
+        vmm.release(e->kv_handles[g]);
+        e->kv_mapped--;
+        e->mem.kv_bytes -= e->kv_chunk;
+        freed += e->kv_chunk;
+    }
+    return freed;
 }
 
 /* ---- init --------------------------------------------------------------- */
@@ -668,9 +896,14 @@ enum hr_status hr_cuda_engine_init(const struct hr_model *m, const struct hr_cud
     }
 
     TRY(hr_kv_pool_init(&kc, &e->kv, err));
-    e->mem.kv_bytes = (uint64_t)hr_kv_n_blocks(e->kv) * hr_kv_block_bytes(e->kv);
+    e->mem.kv_reserved_bytes = (uint64_t)hr_kv_n_blocks(e->kv) * hr_kv_block_bytes(e->kv);
     uint64_t alloc_before = dev_used();
-    TRY(dev_alloc(e, (void **)&e->d_kv, e->mem.kv_bytes, "KV pool", err));
+    if (cfg.kv_lazy) {
+        TRY(kv_vmm_init(e, err));
+    } else {
+        e->mem.kv_bytes = e->mem.kv_reserved_bytes;
+        TRY(dev_alloc(e, (void **)&e->d_kv, e->mem.kv_bytes, "KV pool", err));
+    }
 
     struct hr_cuda_plan max_plan;
     hr_cuda_engine_max_plan(d, &cfg, &max_plan);
@@ -699,6 +932,13 @@ enum hr_status hr_cuda_engine_init(const struct hr_model *m, const struct hr_cud
      * (and any memory the driver takes for it) happens here, not in a step. */
     const char *gv = getenv("HR_CUDA_GRAPH");
     e->graphs = !(gv && !strcmp(gv, "0"));
+    /* A lazy pool maps its first group now: the warm-up step needs a
+     * block, and an empty pool would refuse every request's first step. */
+    if (e->kv_vmm && hr_cuda_engine_kv_ensure(e, 1) == 0) {
+        hr_cuda_engine_free(e);
+        return hr_err_set(err, HR_ERR_NOMEM, "no device memory for the KV pool's first %.1f MiB",
+                          mib(e->kv_chunk));
+    }
     if (e->graphs) {
         const uint64_t g0 = dev_used();
         struct hr_kv_seq ws;
@@ -745,7 +985,10 @@ void hr_cuda_engine_free(struct hr_cuda_engine *e)
     if (e->lt)
         lt_api.destroy(e->lt);
     cudaFree(e->d_weights);
-    cudaFree(e->d_kv);
+    if (e->kv_vmm)
+        kv_vmm_free(e);
+    else
+        cudaFree(e->d_kv);
     cudaFree(e->d_arena);
     cudaFreeHost(e->h_stage);
     cudaFreeHost(e->h_logits);

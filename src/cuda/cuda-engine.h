@@ -24,11 +24,15 @@
  *   graph     the decode steps' CUDA graph, instantiated at init, measured
  *   weights   ONE allocation: every tensor as stored in the GGUF (quantized stays
  *             quantized), 256-byte aligned, uploaded once at init
- *   kv        ONE allocation: the pool's n_blocks x block bytes (f16 or f32)
+ *   kv        the pool's n_blocks x block bytes (f16 or f32): ONE allocation,
+ *             or (kv_lazy) reserved address space mapped in groups of
+ *             blocks between steps, as the device has room
+
  *   arena     ONE allocation: the plan of the largest step the config allows;
  *             a step uses the first hr_cuda_plan.arena_bytes of it
- * All of it is allocated in hr_cuda_engine_init; a step allocates nothing on
- * the device or the host (hr_cuda_engine_n_device_allocs counts our
+ * All of it is allocated in hr_cuda_engine_init, but for a lazy pool's
+ * groups, mapped by hr_cuda_engine_kv_ensure between steps; a step
+ * allocates nothing on the device or the host (hr_cuda_engine_n_device_allocs counts our
  * cudaMalloc calls; the tests also watch cudaMemGetInfo across steps).
  * Host: pinned staging for the step's metadata and the logits (one copy in,
  * one copy out per step).
@@ -84,7 +88,18 @@ struct hr_cuda_config {
      * with HR_ERR_LIMIT naming the bytes when nothing fits. The sizes
      * chosen are in hr_cuda_engine_config(). */
     uint64_t device_limit_bytes;
+    /* The KV pool on CUDA virtual memory: kv_budget_bytes of address space
+     * reserved at init, physical memory mapped a group of blocks at a time
+     * as hr_cuda_engine_kv_ensure asks (between steps) and given back by
+     * hr_cuda_engine_kv_give_back when another process leaves the device
+     * short. false: ONE allocation of the whole pool at init. */
+    bool kv_lazy;
 };
+
+/* The device's free memory a lazy KV pool leaves to others: it maps a
+ * group only while this much stays free after it, and gives trailing free
+ * groups back while less is free. */
+#define HR_CUDA_KV_LOW_WATER (64ull << 20)
 
 /* The driver rounds each allocation up to this (2 MiB pages). */
 #define HR_CUDA_ALLOC_GRANULE (2ull << 20)
@@ -94,7 +109,9 @@ struct hr_cuda_mem {
     uint64_t device_total;     /* cudaMemGetInfo total */
     uint64_t context_bytes;    /* in use once the context exists, before anything of ours */
     uint64_t library_bytes;    /* stream, events, kernel code (measured delta) */
-    uint64_t weights_bytes, kv_bytes, arena_bytes; /* our three allocations (requested) */
+    uint64_t weights_bytes, kv_bytes, arena_bytes; /* our three allocations (requested);
+                                                    * kv_bytes: mapped now (kv_lazy) */
+    uint64_t kv_reserved_bytes; /* the pool's capacity (n_blocks x block bytes) */
     uint64_t alloc_delta_bytes;    /* what the three allocations took from free memory */
     uint64_t graph_bytes;      /* what instantiating the decode graph took (measured) */
     uint64_t free_after_init;  /* cudaMemGetInfo free at the end of init */
@@ -161,6 +178,20 @@ float hr_cuda_engine_last_step_ms(const struct hr_cuda_engine *e);
  * HR_ERR_DEVICE on a CUDA error (a sticky one marks the engine lost). */
 enum hr_status hr_cuda_engine_kv_copy(struct hr_cuda_engine *e, const int32_t *blocks, uint32_t n,
                                       void *host, bool to_host, struct hr_err *err);
+
+/* A lazy pool (cfg.kv_lazy): maps groups of blocks until the pool has
+ * n_free free blocks, the pool is all mapped, or the device lacks room
+ * (HR_CUDA_KV_LOW_WATER must stay free after each group). Returns the free
+ * blocks now. Between steps. Without kv_lazy: hr_kv_n_free. */
+uint32_t hr_cuda_engine_kv_ensure(struct hr_cuda_engine *e, uint32_t n_free);
+/* A lazy pool, when the device's free memory is under
+ * HR_CUDA_KV_LOW_WATER (another process grew): unmaps trailing groups whose
+ * blocks are all free until it is not. Returns the bytes given back.
+ * Between steps. */
+uint64_t hr_cuda_engine_kv_give_back(struct hr_cuda_engine *e);
+/* Whether a lazy pool holds mapped memory while the device has less than
+ * HR_CUDA_KV_LOW_WATER free (false otherwise, or without kv_lazy). */
+bool hr_cuda_engine_kv_short(struct hr_cuda_engine *e);
 
 /* Whether a sticky CUDA error destroyed the context (every step now fails). */
 bool hr_cuda_engine_lost(const struct hr_cuda_engine *e);

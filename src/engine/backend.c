@@ -280,8 +280,40 @@ void hr_backend_free(struct hr_backend *b)
     free(b);
 }
 
+uint32_t hr_backend_kv_room(struct hr_backend *b, uint32_t n_free)
+{
+    if (b->ops->kv_ensure)
+        return b->ops->kv_ensure(b->ctx, n_free);
+    return hr_kv_n_free(hr_backend_kv_pool(b));
+}
+
+bool hr_backend_kv_squeezed(struct hr_backend *b, uint32_t n)
+{
+    struct hr_kv_pool *pool = hr_backend_kv_pool(b);
+    return b->ops->kv_ensure && hr_kv_n_used(pool) + (uint64_t)n <= hr_kv_n_blocks(pool) &&
+           hr_backend_kv_room(b, n) < n;
+}
+
+uint64_t hr_backend_kv_give_back(struct hr_backend *b)
+{
+    return b->ops->kv_give_back ? b->ops->kv_give_back(b->ctx) : 0;
+}
+
+bool hr_backend_kv_short(struct hr_backend *b)
+{
+    return b->ops->kv_short && b->ops->kv_short(b->ctx);
+}
+
 enum hr_status hr_backend_step(struct hr_backend *b, struct hr_step *step, struct hr_err *err)
 {
+    if (b->ops->kv_ensure) {
+        struct hr_kv_pool *pool = hr_backend_kv_pool(b);
+        uint32_t need = 0;
+        for (uint32_t i = 0; i < step->n_seqs; i++)
+            need += hr_kv_seq_new_blocks(step->seqs[i].kv, pool, step->seqs[i].n_tokens);
+        if (need)
+            b->ops->kv_ensure(b->ctx, need);
+    }
     enum hr_status st = b->ops->step(b->ctx, step, err);
     if (st == HR_ERR_DEVICE && b->ops->lost(b->ctx)) atomic_store(&b->lost, true);
     return st;
@@ -321,6 +353,7 @@ enum hr_status hr_backend_kv_unpark(struct hr_backend *b, struct hr_kv_seq *seq,
                           "tokens in %u blocks)",
                           seq->n_tokens, seq->n_blocks);
     struct hr_kv_pool *pool = hr_backend_kv_pool(b);
+    hr_backend_kv_room(b, hr_kv_seq_new_blocks(seq, pool, n_tokens));
     enum hr_status st = hr_kv_seq_reserve(seq, pool, n_tokens, err);
     if (st != HR_OK) return st;
     st = b->ops->kv_copy(b->ctx, seq->blocks, seq->n_blocks, (void *)host, false, err);

@@ -147,6 +147,16 @@ struct hr_backend_ops {
      * into `host`, or back from it (to_host false). Between steps only. */
     enum hr_status (*kv_copy)(void *ctx, const int32_t *blocks, uint32_t n, void *host,
                               bool to_host, struct hr_err *err);
+    /* A pool whose device bytes are mapped as needed (the CUDA engine's):
+     * grows toward n_free free blocks while the device has room; returns
+     * the free blocks now. NULL: the pool is whole (the CPU's). */
+    uint32_t (*kv_ensure)(void *ctx, uint32_t n_free);
+    /* Gives free pool bytes back while the device is short (another
+     * process grew); returns the bytes. NULL: nothing to give. */
+    uint64_t (*kv_give_back)(void *ctx);
+    /* Whether the device is short now (another process left less than the
+     * pool's low-water mark free). NULL: never. */
+    bool (*kv_short)(void *ctx);
 };
 
 struct hr_backend {
@@ -206,7 +216,10 @@ static inline void hr_backend_plan(const struct hr_backend *b, const struct hr_s
 {
     b->ops->plan(b->ctx, step, plan);
 }
-/* Runs the step (engine.h's contract). HR_ERR_DEVICE: the step's sequences
+/* Runs the step (engine.h's contract), after growing a lazily mapped pool
+ * to the blocks the step needs (hr_backend_kv_room). HR_ERR_NOMEM: the
+ * pool cannot hold it (hr_backend_kv_squeezed tells whether the device,
+ * not the pool's capacity, is short). HR_ERR_DEVICE: the step's sequences
  * must be freed; if hr_backend_lost() is now true, every later step fails. */
 enum hr_status hr_backend_step(struct hr_backend *b, struct hr_step *step, struct hr_err *err);
 static inline const float *hr_backend_logits(const struct hr_backend *b, uint32_t seq, uint32_t j)
@@ -234,6 +247,25 @@ static inline bool hr_backend_device_mem_info(struct hr_backend *b, uint64_t *fr
 {
     return b->ops->device_mem_info(b->ctx, free_bytes, total_bytes);
 }
+/*
+ * The KV pool's room (engine thread, between steps). On a GPU the pool's
+ * capacity is reserved at init under the static ceiling, but its memory is
+ * mapped as blocks are needed and only while the device has room: another
+ * process taking VRAM shrinks what the pool can grow to (the dynamic
+ * ceiling), and the scheduler throttles, parks or waits instead of failing.
+ *
+ * hr_backend_kv_room: free blocks after trying to grow to n_free of them.
+ * hr_backend_kv_squeezed: whether n more blocks would fit the pool's
+ * capacity but not the device now (the dynamic ceiling, not the static).
+ * hr_backend_kv_give_back: returns free pool bytes to a device that ran
+ * short (trailing groups whose blocks are all free); 0 on the CPU.
+ */
+uint32_t hr_backend_kv_room(struct hr_backend *b, uint32_t n_free);
+bool hr_backend_kv_squeezed(struct hr_backend *b, uint32_t n);
+uint64_t hr_backend_kv_give_back(struct hr_backend *b);
+/* Whether the device is short of memory now (false on the CPU). */
+bool hr_backend_kv_short(struct hr_backend *b);
+
 /* Any thread. */
 static inline bool hr_backend_lost(struct hr_backend *b)
 {

@@ -16,9 +16,15 @@ struct hr_kv_pool {
     uint8_t *base;          /* n_blocks * block_bytes of reserved address space */
     size_t map_bytes;
     uint32_t *refcount;     /* per block */
-    int32_t *free_stack;    /* ids of free blocks */
-    uint32_t n_free;
-    uint32_t used_peak;     /* high-water mark of n_blocks - n_free */
+    /* Bit b set: block b is free and below `usable`. Blocks go out lowest
+     * first, so a pool whose top is given back (a GPU's, in groups) keeps
+     * its used blocks low; first_word: no set bit below it. */
+    uint64_t *free_bits;
+    uint32_t n_words, first_word;
+    uint32_t n_free;        /* bits set */
+    uint32_t n_used;        /* blocks with references, wherever they lie */
+    uint32_t usable;        /* blocks [0, usable) may be handed out */
+    uint32_t used_peak;     /* high-water mark of n_used */
     uint8_t *dirty;         /* per block: pages may be committed */
 };
 
@@ -110,19 +116,20 @@ enum hr_status hr_kv_pool_init(const struct hr_kv_config *cfg, struct hr_kv_pool
     p->base = mmap(NULL, p->map_bytes, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     p->refcount = calloc(n, sizeof(*p->refcount));
-    p->free_stack = malloc(n * sizeof(*p->free_stack));
+    p->n_words = (uint32_t)((n + 63) / 64);
+    p->free_bits = calloc(p->n_words, sizeof(*p->free_bits));
     p->dirty = calloc(n, 1);
-    if (p->base == MAP_FAILED || !p->refcount || !p->free_stack || !p->dirty) {
+    if (p->base == MAP_FAILED || !p->refcount || !p->free_bits || !p->dirty) {
         if (p->base == MAP_FAILED)
             p->base = NULL;
         hr_kv_pool_free(p);
         return hr_err_set(err, HR_ERR_NOMEM, "cannot reserve %zu bytes for the KV cache",
                           (size_t)(n * p->block_bytes));
     }
-    /* Lowest ids on top, so a fresh pool hands out blocks in address order. */
-    for (uint32_t i = 0; i < p->n_blocks; i++)
-        p->free_stack[i] = (int32_t)(p->n_blocks - 1 - i);
+    for (uint32_t b = 0; b < p->n_blocks; b++)
+        p->free_bits[b / 64] |= 1ull << (b % 64);
     p->n_free = p->n_blocks;
+    p->usable = p->n_blocks;
     *out = p;
     return HR_OK;
 }
@@ -134,7 +141,7 @@ void hr_kv_pool_free(struct hr_kv_pool *p)
     if (p->base)
         munmap(p->base, p->map_bytes);
     free(p->refcount);
-    free(p->free_stack);
+    free(p->free_bits);
     free(p->dirty);
     free(p);
 }
@@ -143,22 +150,35 @@ uint64_t hr_kv_block_bytes(const struct hr_kv_pool *p) { return p->block_bytes; 
 uint32_t hr_kv_block_tokens(const struct hr_kv_pool *p) { return p->cfg.block_tokens; }
 uint32_t hr_kv_n_blocks(const struct hr_kv_pool *p) { return p->n_blocks; }
 uint32_t hr_kv_n_free(const struct hr_kv_pool *p) { return p->n_free; }
-uint32_t hr_kv_n_used(const struct hr_kv_pool *p) { return p->n_blocks - p->n_free; }
+uint32_t hr_kv_n_used(const struct hr_kv_pool *p) { return p->n_used; }
 uint32_t hr_kv_n_used_peak(const struct hr_kv_pool *p) { return p->used_peak; }
 enum hr_ggml_type hr_kv_type(const struct hr_kv_pool *p) { return p->cfg.type; }
 uint32_t hr_kv_window(const struct hr_kv_pool *p) { return p->cfg.window; }
 size_t hr_kv_head_bytes(const struct hr_kv_pool *p) { return p->head_bytes; }
 
+static void set_free(struct hr_kv_pool *p, uint32_t b)
+{
+    p->free_bits[b / 64] |= 1ull << (b % 64);
+    p->n_free++;
+    if (b / 64 < p->first_word)
+        p->first_word = b / 64;
+}
+
 int32_t hr_kv_alloc_block(struct hr_kv_pool *p)
 {
     if (p->n_free == 0)
         return -1;
-    int32_t b = p->free_stack[--p->n_free];
+    while (!p->free_bits[p->first_word])
+        p->first_word++;
+    const uint64_t w = p->free_bits[p->first_word];
+    const int32_t b = (int32_t)(p->first_word * 64 + (uint32_t)__builtin_ctzll(w));
+    p->free_bits[p->first_word] = w & (w - 1);
+    p->n_free--;
     HR_ASSERT(p->refcount[b] == 0);
     p->refcount[b] = 1;
     p->dirty[b] = 1;
-    if (p->n_blocks - p->n_free > p->used_peak)
-        p->used_peak = p->n_blocks - p->n_free;
+    if (++p->n_used > p->used_peak)
+        p->used_peak = p->n_used;
     return b;
 }
 
@@ -171,8 +191,39 @@ void hr_kv_ref_block(struct hr_kv_pool *p, int32_t b)
 void hr_kv_unref_block(struct hr_kv_pool *p, int32_t b)
 {
     HR_ASSERT(b >= 0 && (uint32_t)b < p->n_blocks && p->refcount[b] > 0);
-    if (--p->refcount[b] == 0)
-        p->free_stack[p->n_free++] = b;
+    if (--p->refcount[b] == 0) {
+        p->n_used--;
+        if ((uint32_t)b < p->usable) /* else it stays out, its bytes about to go */
+            set_free(p, (uint32_t)b);
+    }
+}
+
+void hr_kv_pool_set_usable(struct hr_kv_pool *p, uint32_t n)
+{
+    if (n > p->n_blocks)
+        n = p->n_blocks;
+    if (n < p->usable) {
+        for (uint32_t b = n; b < p->usable; b++)
+            if (p->free_bits[b / 64] & (1ull << (b % 64))) {
+                p->free_bits[b / 64] &= ~(1ull << (b % 64));
+                p->n_free--;
+            }
+    } else {
+        for (uint32_t b = p->usable; b < n; b++)
+            if (p->refcount[b] == 0)
+                set_free(p, b);
+    }
+    p->usable = n;
+}
+
+uint32_t hr_kv_pool_usable(const struct hr_kv_pool *p) { return p->usable; }
+
+uint32_t hr_kv_n_used_from(const struct hr_kv_pool *p, uint32_t from)
+{
+    uint32_t n = 0;
+    for (uint32_t b = from; b < p->n_blocks; b++)
+        n += p->refcount[b] > 0;
+    return n;
 }
 
 uint32_t hr_kv_refcount(const struct hr_kv_pool *p, int32_t b)
@@ -197,9 +248,8 @@ uint64_t hr_kv_pool_trim(struct hr_kv_pool *p)
      * much larger than a page; a block smaller than a page keeps its page. */
     long page = sysconf(_SC_PAGESIZE);
     uint64_t released = 0;
-    for (uint32_t i = 0; i < p->n_free; i++) {
-        int32_t b = p->free_stack[i];
-        if (!p->dirty[b])
+    for (uint32_t b = 0; b < p->n_blocks; b++) {
+        if (!p->dirty[b] || p->refcount[b])
             continue;
         uintptr_t lo = (uintptr_t)(p->base + (uint64_t)b * p->block_bytes);
         uintptr_t hi = lo + p->block_bytes;

@@ -146,6 +146,21 @@ enum hr_status hr_kv_type_parse(const char *name, enum hr_ggml_type *out, struct
 /* The CLI name of a cache type ("f16", ..., "q4_0"); "?" for another type. */
 const char *hr_kv_type_name(enum hr_ggml_type type);
 
+/*
+ * Usable blocks. A pool whose bytes come and go in groups (the CUDA
+ * engine's KV on virtual memory, mapped as it is needed and given back
+ * when another process needs the device) hands out only blocks
+ * [0, usable). Lowering it takes the free blocks at and above it out of
+ * circulation (blocks in use there leave as they are freed); raising it
+ * brings the free ones back. A new pool has usable == n_blocks;
+ * hr_kv_n_free counts free usable blocks, hr_kv_n_used every block with
+ * references wherever it lies.
+ */
+void hr_kv_pool_set_usable(struct hr_kv_pool *pool, uint32_t n);
+uint32_t hr_kv_pool_usable(const struct hr_kv_pool *pool);
+/* Blocks in use at or above `from`: what keeps the bytes from there up. */
+uint32_t hr_kv_n_used_from(const struct hr_kv_pool *pool, uint32_t from);
+
 /* Takes a free block with refcount 1; returns -1 when none is free. */
 int32_t hr_kv_alloc_block(struct hr_kv_pool *pool);
 void hr_kv_ref_block(struct hr_kv_pool *pool, int32_t block);

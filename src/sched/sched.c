@@ -95,6 +95,7 @@ struct hr_sched {
     uint64_t arena_committed;  /* the arena's largest high-water mark: resident pages */
     uint32_t n_step_prefill;   /* prefill tokens of the step being built */
     double wait_since;         /* when the running requests began to wait for memory; 0: not */
+    bool device_waiting;       /* a lone request waits for device memory (logged once) */
     bool alone_below_min;      /* this step may give a lone request a chunk under chunk_min */
     _Atomic uint64_t request_bytes; /* of every live request and the sampler scratch: the
                                      * requests category */
@@ -206,14 +207,17 @@ static void cache_lookup(struct hr_sched *s, struct request *r)
         r->n_cached = r->kv.n_tokens < r->n_prompt ? r->kv.n_tokens : r->n_prompt;
 }
 
-/* Gives cached blocks nobody uses back to the pool until `free_blocks` are
- * free (and their pages to the OS); returns how many were evicted. */
+/* Makes `free_blocks` free: first by growing a lazily mapped pool (a GPU's,
+ * while the device has room), then by giving cached blocks nobody uses
+ * back to the pool (and their pages to the OS); returns how many were
+ * evicted. */
 static uint32_t cache_make_room(struct hr_sched *s, uint32_t free_blocks)
 {
     struct hr_kv_pool *pool = hr_backend_kv_pool(s->engine);
-    if (!s->pc || hr_kv_n_free(pool) >= free_blocks)
+    const uint32_t have = hr_backend_kv_room(s->engine, free_blocks);
+    if (!s->pc || have >= free_blocks)
         return 0;
-    const uint32_t n = hr_pcache_evict(s->pc, free_blocks - hr_kv_n_free(pool));
+    const uint32_t n = hr_pcache_evict(s->pc, free_blocks - have);
     if (n)
         hr_kv_pool_trim(pool);
     return n;
@@ -360,6 +364,12 @@ static void publish(struct hr_sched *s)
     o.running = s->n_running;
     o.queued = s->n_queued;
     o.kv_block_bytes = hr_kv_block_bytes(hr_backend_kv_pool(s->engine));
+    if (hr_backend_info(s->engine)->kind == HR_DEVICE_CUDA) {
+        struct hr_backend_mem m;
+        hr_backend_mem(s->engine, &m);
+        o.device_kv_mapped_bytes = m.kv_bytes;
+        o.device_kv_reserved_bytes = hr_backend_info(s->engine)->kv_budget_bytes;
+    }
     const struct hr_state_pool *sp = hr_backend_state_pool(s->engine);
     /* slots used: the engine thread's copy in s->st; these two are fixed */
     o.state_slots_total = hr_state_n_slots(sp);
@@ -403,6 +413,31 @@ static void sched_unlock(struct hr_sched *s)
 {
     publish(s);
     pthread_mutex_unlock(&s->mu);
+}
+
+/* Free KV pool memory back to a device another process left short
+ * (engine thread, between steps; nothing on the CPU). Idle, the prefix
+ * cache's blocks go first: they are the memory nobody is using, and only
+ * whole free groups at the pool's top can be given back. */
+static void give_back(struct hr_sched *s, bool idle)
+{
+    if (idle && s->pc && hr_backend_kv_short(s->engine)) {
+        pthread_mutex_lock(&s->mu);
+        const uint32_t n = hr_pcache_evict(s->pc, hr_pcache_n_evictable(s->pc));
+        sched_unlock(s);
+        if (n)
+            hr_log_info("sched", "evicted %u cached KV blocks: the device is short of memory", n);
+    }
+    const uint64_t b = hr_backend_kv_give_back(s->engine);
+    if (!b)
+        return;
+    pthread_mutex_lock(&s->mu);
+    s->st.device_kv_given_back_bytes += b;
+    sched_unlock(s);
+    if (b)
+        hr_log_info("sched", "gave %.1f MiB of free KV pool back to the device: another process "
+                             "left it short",
+                    (double)b / 1048576.0);
 }
 
 /* Drops a parked copy (resumed, failed to restore, or the request ended). */
@@ -732,12 +767,17 @@ static void start_queued(struct hr_sched *s)
     while (s->q_head && s->n_running < s->cfg.parallel) {
         struct request *r = s->q_head;
         if (s->n_running > 0) {
-            uint32_t need = kv_blocks_for(s, r->n_tokens + 1), have = hr_kv_n_free(pool);
-            if (s->pc) { /* cached blocks it will share; cached blocks nobody uses */
+            uint32_t need = kv_blocks_for(s, r->n_tokens + 1);
+            if (s->pc) { /* cached blocks it will share */
                 const uint32_t hit = hr_pcache_peek(s->pc, r->tokens, r->n_tokens);
                 need -= hit < need ? hit : need;
-                have += hr_pcache_n_evictable(s->pc);
             }
+            /* Free blocks, growing a GPU's pool while the device has room
+             * (another process may have taken it: the request waits);
+             * cached blocks nobody uses */
+            uint32_t have = hr_backend_kv_room(s->engine, need);
+            if (s->pc)
+                have += hr_pcache_n_evictable(s->pc);
             if (need > have)
                 break;
             /* The same for memory: restarted under a squeeze without room
@@ -1076,7 +1116,22 @@ static void *engine_main(void *arg)
         while (!s->stop && !s->q_head && s->n_running == 0) {
             pthread_cond_broadcast(&s->idle);
             publish(s);
-            pthread_cond_wait(&s->wake, &s->mu);
+            if (hr_backend_info(s->engine)->kind != HR_DEVICE_CUDA) {
+                pthread_cond_wait(&s->wake, &s->mu);
+                continue;
+            }
+            /* A GPU: its KV pool gives memory back to another process
+             * that grew while we idle (sampled twice a second). */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 500 * 1000000L;
+            if (ts.tv_nsec >= 1000000000L)
+                ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+            if (pthread_cond_timedwait(&s->wake, &s->mu, &ts) != 0) {
+                pthread_mutex_unlock(&s->mu); /* the pool is the engine thread's */
+                give_back(s, true);
+                pthread_mutex_lock(&s->mu);
+            }
         }
         if (s->stop)
             break;
@@ -1168,6 +1223,7 @@ static void *engine_main(void *arg)
         }
 
         enum hr_status st = HR_OK;
+        bool device_wait = false;
         struct hr_backend_plan planned = {0};
         bool bracket = false;
         if (n_items) {
@@ -1188,12 +1244,25 @@ static void *engine_main(void *arg)
             st = hr_backend_step(s->engine, &step, &err);
             while (st == HR_ERR_NOMEM) {
                 /* The pool cannot hold this step. Preempt the youngest; a
-                 * request that alone outgrows the pool ends with `length`. */
+                 * request that alone outgrows the pool ends with `length`.
+                 * On a GPU whose pool could hold it but the device cannot
+                 * now (another process took the room), a lone request
+                 * waits instead: the room may come back. */
                 pthread_mutex_lock(&s->mu);
-                if (cache_make_room(s, step_new_blocks(s, n_items))) {
+                const uint32_t need = step_new_blocks(s, n_items);
+                const bool device_short = hr_backend_kv_squeezed(s->engine, need);
+                if (cache_make_room(s, need)) {
                     /* evicted cached blocks: retry before preempting anyone */
                 } else if (s->n_running > 1) {
-                    preempt_youngest(s, "KV pool full");
+                    preempt_youngest(s, device_short ? "device memory: another process holds "
+                                                       "the room the KV pool would grow into"
+                                                     : "KV pool full");
+                } else if (s->n_running == 1 && device_short) {
+                    sched_unlock(s);
+                    device_wait = true;
+                    st = HR_OK;
+                    n_items = 0;
+                    break;
                 } else if (s->n_running == 1) {
                     struct request *r = s->running[0];
                     running_remove(s, r);
@@ -1241,6 +1310,25 @@ static void *engine_main(void *arg)
         if (n_items) {
             uint64_t dfree, dtotal;
             sample_device(s, &dfree, &dtotal);
+            give_back(s, false);
+        }
+        if (device_wait != s->device_waiting) {
+            s->device_waiting = device_wait;
+            if (device_wait)
+                hr_log_info("sched", "a request waits for device memory: another process holds "
+                                     "the room its KV would grow into");
+            else
+                hr_log_info("sched", "the wait for device memory ended");
+        }
+        if (device_wait) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 20 * 1000000L;
+            if (ts.tv_nsec >= 1000000000L)
+                ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+            pthread_mutex_lock(&s->mu);
+            pthread_cond_timedwait(&s->wake, &s->mu, &ts);
+            sched_unlock(s);
         }
 
         /* Requests preempted while building or retrying this step. Only this

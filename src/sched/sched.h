@@ -227,6 +227,10 @@ struct hr_sched_stats {
      * thread after every step and while idle; used = total - free, every
      * process's bytes */
     uint64_t device_total_bytes, device_free_bytes, device_used_peak_bytes;
+    /* the KV pool's device memory mapped now (it grows as blocks are
+     * needed, while the device has room) and its capacity; bytes given
+     * back to a device another process left short, since start */
+    uint64_t device_kv_mapped_bytes, device_kv_reserved_bytes, device_kv_given_back_bytes;
     bool device_lost; /* a CUDA error destroyed the context: every step fails */
 };
 

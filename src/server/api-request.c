@@ -451,6 +451,9 @@ static enum hr_status parse_openai_sampling(const json_t *body, struct hr_api_re
     if (n && nv != 1)
         return hr_err_set(err, HR_ERR_RANGE, "n: only 1 choice per request is supported");
     if ((st = get_bool(body, "", "stream", &r->stream, err))) return st;
+    /* llama.cpp server's extension, for benchmarks and tests that need a
+     * fixed length from a model that would stop */
+    if ((st = get_bool(body, "", "ignore_eos", &r->ignore_eos, err))) return st;
     const json_t *so = member(body, "stream_options");
     if (so) {
         if (!json_is_object(so))

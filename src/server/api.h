@@ -70,6 +70,7 @@ struct hr_api_request {
     char *model; /* the name the client asked for; echoed in responses */
     bool stream;
     bool include_usage; /* OpenAI stream_options.include_usage */
+    bool ignore_eos;    /* llama.cpp's extension: generate max_tokens past end-of-generation */
 
     /* Chat kinds: messages in OpenAI chat form, ready for chat-render.h
      * (Anthropic system text first as a system message; tool_result blocks

@@ -554,6 +554,7 @@ static enum MHD_Result generate(struct hr_exchange *ex, enum hr_api_kind kind)
     p.n_prompt = g->n_prompt;
     p.max_tokens = g->req.max_tokens && g->req.max_tokens < room ? g->req.max_tokens : room;
     p.sampling = g->req.sampling;
+    p.ignore_eos = g->req.ignore_eos;
     p.stop_strings = (const char *const *)g->req.stop;
     p.n_stop_strings = g->req.n_stop;
     /* Tool-call markers may be control tokens (Mistral's [TOOL_CALLS]);
@@ -1046,9 +1047,22 @@ static enum MHD_Result r_metrics(struct hr_exchange *ex)
                 "# HELP headroom_device_memory_used_peak_bytes The highest device use sampled "
                 "(after every step and at every scrape).\n"
                 "# TYPE headroom_device_memory_used_peak_bytes gauge\n"
-                "headroom_device_memory_used_peak_bytes %" PRIu64 "\n",
+                "headroom_device_memory_used_peak_bytes %" PRIu64 "\n"
+                "# HELP headroom_device_kv_mapped_bytes The KV pool's device memory mapped now "
+                "(it grows as blocks are needed, while the device has room).\n"
+                "# TYPE headroom_device_kv_mapped_bytes gauge\n"
+                "headroom_device_kv_mapped_bytes %" PRIu64 "\n"
+                "# HELP headroom_device_kv_capacity_bytes The KV pool's capacity (sized at start "
+                "under --vram-limit).\n"
+                "# TYPE headroom_device_kv_capacity_bytes gauge\n"
+                "headroom_device_kv_capacity_bytes %" PRIu64 "\n"
+                "# HELP headroom_device_kv_given_back_bytes_total Free KV pool memory given back "
+                "to a device another process left short.\n"
+                "# TYPE headroom_device_kv_given_back_bytes_total counter\n"
+                "headroom_device_kv_given_back_bytes_total %" PRIu64 "\n",
                 s.device_total_bytes, s.device_total_bytes - s.device_free_bytes,
-                s.device_used_peak_bytes);
+                s.device_used_peak_bytes, s.device_kv_mapped_bytes, s.device_kv_reserved_bytes,
+                s.device_kv_given_back_bytes);
     }
     if (st == HR_OK && s.state_slots_total)
         st = hr_api_buf_printf(

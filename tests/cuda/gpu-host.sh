@@ -7,6 +7,14 @@
 # models made elsewhere (`tests/cuda/run.sh` makes them in build/cuda-models).
 #
 #   tests/cuda/gpu-host.sh MODELS_DIR
+#
+# The squeeze through `headroom serve` (tests/cuda/squeeze-serve.py) needs
+# the server, which cannot be built there: build it here and carry it, e.g.
+#   mkdir build-gpuserve && cp build/headroom build/gen-model \
+#     /lib/x86_64-linux-gnu/libmicrohttpd.so.12 build-gpuserve/
+# then on the GPU host: HR_SERVE_BIN=$PWD/build-gpuserve/headroom
+#   HR_GEN_MODEL=$PWD/build-gpuserve/gen-model LD_LIBRARY_PATH=$PWD/build-gpuserve
+#   tests/cuda/gpu-host.sh MODELS_DIR. Without it, run.sh says it skipped it.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 models=${1:?usage: tests/cuda/gpu-host.sh MODELS_DIR}

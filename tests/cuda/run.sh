@@ -55,4 +55,23 @@ rc=0
 if ((rc == 77)); then exit 77; fi
 "$build/tests/cuda/test-cuda-engine" "${files[@]}" || rc=1
 "$build/tests/cuda/test-cuda-backend" "${files[@]}" || rc=1
+
+# The external squeeze through `headroom serve`: a model whose token holds
+# 32 KiB of KV (8 layers, 8 KV heads of 128), so 4 streams' growth is tens
+# of MiB. It needs the server binary: an engine-only build (a bare GPU host)
+# names one made elsewhere with HR_SERVE_BIN, and gen-model with
+# HR_GEN_MODEL (LD_LIBRARY_PATH finding libmicrohttpd there; see
+# tests/cuda/gpu-host.sh).
+hr=${HR_SERVE_BIN:-$build/headroom}
+if [[ -x "$hr" ]] && command -v python3 >/dev/null; then
+  sq="$models/squeeze-kv32.gguf"
+  if [[ ! -f "$sq" ]]; then
+    "${HR_GEN_MODEL:-$build/gen-model}" --arch qwen3 --type f16 --n-embd 256 --n-layer 8 --n-head 8 \
+      --n-head-kv 8 --head-dim 128 --n-ff 512 --vocab builtin --out "$sq" >/dev/null || exit 1
+  fi
+  echo "squeeze-serve (4 streams through headroom serve, another process taking the GPU):"
+  python3 tests/cuda/squeeze-serve.py "$hr" "$build/tests/cuda/vram-hog" "$sq" || rc=1
+else
+  echo "squeeze-serve: skipped, no headroom binary ($hr) or no python3"
+fi
 exit $rc

@@ -16,7 +16,12 @@
  *  - parking on the device (every model): a 40-token sequence's KV copied
  *    to pinned host memory, its blocks overwritten by another sequence,
  *    restored: the next token's logits equal those of a sequence never
- *    parked, bit for bit.
+ *    parked, bit for bit;
+ *  - the dynamic ceiling (the first qwen3 F32 model): the KV pool maps its
+ *    memory as blocks are needed; an allocation that takes the device down
+ *    to 16 MiB free stops its growth (the step needing a block is refused,
+ *    nothing lost, and free groups go back), and once it is freed the
+ *    sequence goes on with the tokens of an unsqueezed run.
  *
  *   test-cuda-backend MODEL.gguf...
  */
@@ -111,6 +116,122 @@ static void run_tokens(struct hr_backend *b, struct hr_kv_seq *seq, const int32_
     struct hr_step st = {.seqs = &it, .n_seqs = 1};
     if (*rc == 0 && hr_backend_step(b, &st, err) != HR_OK) *rc = -1;
     if (*rc == 0 && out) memcpy(out, hr_backend_logits(b, 0, 0), nv * sizeof(float));
+}
+
+/* Takes device memory (cudaMalloc, largest pieces first) until at most
+ * `leave` bytes are free, as another process growing would; returns how
+ * many pieces it holds in ptrs (at most cap). */
+static uint32_t hog(uint64_t leave, void **ptrs, uint32_t cap)
+{
+    uint32_t n = 0;
+    for (uint64_t piece = 1ull << 30; piece >= (2ull << 20) && n < cap;) {
+        size_t fr = 0, tot = 0;
+        cudaMemGetInfo(&fr, &tot);
+        if ((uint64_t)fr < leave + piece || cudaMalloc(&ptrs[n], piece) != cudaSuccess) {
+            cudaGetLastError();
+            piece /= 2;
+            continue;
+        }
+        n++;
+    }
+    return n;
+}
+
+/*
+ * The dynamic device ceiling: the pool maps memory as blocks are needed;
+ * what another allocation takes (this process's own cudaMalloc here, which
+ * cudaMemGetInfo counts as any process's) stops its growth, so a step that
+ * needs a new block fails with HR_ERR_NOMEM, nothing lost, and
+ * hr_backend_kv_squeezed says the device, not the pool, is short; free
+ * trailing groups go back to the device; once the memory returns the
+ * sequence goes on, and its tokens equal an unsqueezed run's.
+ */
+static void test_squeeze(const char *path, const struct hr_model *m)
+{
+    enum { N_PRE = 4000, N_DEC = 200 };
+    const struct hr_kv_config kc = {.n_layer = m->hp.n_layer, .n_head_kv = m->hp.n_head_kv,
+                                    .head_dim = m->hp.head_dim_k, .block_tokens = 32,
+                                    .type = HR_GGML_F16};
+    const uint64_t bb = hr_kv_block_bytes_for(&kc);
+    const struct hr_backend_config cfg = {.kv_type = HR_GGML_F16,
+                                          .kv_budget_bytes = 512 * bb,
+                                          .kv_block_tokens = 32,
+                                          .max_step_tokens = 512,
+                                          .max_step_logits = 1,
+                                          .max_step_seqs = 1,
+                                          .max_seq_tokens = N_PRE + N_DEC + 1};
+    const struct hr_device dg = {.kind = HR_DEVICE_CUDA};
+    struct hr_backend *b = NULL;
+    struct hr_err err = {{0}};
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    if (hr_backend_init(m, &dg, &cfg, &b, &err) != HR_OK) {
+        printf("  FAIL  squeeze init: %s\n", err.msg);
+        ct_failed++;
+        return;
+    }
+    const uint32_t nv = m->hp.n_vocab;
+    struct hr_backend_mem mem;
+    hr_backend_mem(b, &mem);
+    const uint64_t mapped0 = mem.kv_bytes;
+    CT_CHECK(mapped0 > 0 && mapped0 < 512 * bb,
+             "%s: squeeze: the pool maps as it is needed (%.1f MiB mapped of %.1f at start)", base,
+             mapped0 / 1048576.0, 512 * bb / 1048576.0);
+    int32_t *prompt = malloc(N_PRE * sizeof(int32_t)), ref[N_DEC], got[N_DEC];
+    for (uint32_t i = 0; i < N_PRE; i++) prompt[i] = (int32_t)((i * 2654435761u >> 7) % nv);
+    struct hr_kv_seq seq = {0};
+    int rc = hr_backend_seq_init(b, &seq, N_PRE + N_DEC + 1, &err) == HR_OK ? 0 : -1;
+    /* The unsqueezed run. */
+    for (int pass = 0; pass < 2 && rc == 0; pass++) {
+        int32_t *out = pass ? got : ref;
+        void *held[256];
+        uint32_t n_held = 0, n_nomem = 0, at_nomem = 0;
+        bool squeezed_seen = false;
+        uint64_t given = 0;
+        hr_kv_seq_clear(&seq, hr_backend_kv_pool(b));
+        for (uint32_t done = 0; done < N_PRE && rc == 0; done += 500)
+            run_tokens(b, &seq, prompt + done, 500, NULL, nv, &err, &rc);
+        if (pass) { /* another allocation takes the device, down to 16 MiB free */
+            n_held = hog(16u << 20, held, 256);
+            given = hr_backend_kv_give_back(b);
+        }
+        int32_t tok = prompt[N_PRE - 1];
+        for (uint32_t g = 0; g < N_DEC && rc == 0;) {
+            struct hr_step_seq it = {.kv = &seq, .tokens = &tok, .n_tokens = 1, .n_logits = 1};
+            struct hr_step st = {.seqs = &it, .n_seqs = 1};
+            const enum hr_status s2 = hr_backend_step(b, &st, &err);
+            if (s2 == HR_ERR_NOMEM && n_held) {
+                n_nomem++;
+                at_nomem = seq.n_tokens;
+                squeezed_seen = hr_backend_kv_squeezed(b, 1);
+                for (uint32_t i = 0; i < n_held; i++) cudaFree(held[i]);
+                n_held = 0; /* the memory returns; the same step again */
+                continue;
+            }
+            if (s2 != HR_OK) {
+                rc = -1;
+                break;
+            }
+            out[g++] = tok = (int32_t)argmax(hr_backend_logits(b, 0, 0), nv);
+        }
+        for (uint32_t i = 0; i < n_held; i++) cudaFree(held[i]);
+        if (pass && rc == 0) {
+            CT_CHECK(given > 0, "%s: squeeze: free groups went back to the short device "
+                     "(%.1f MiB)", base, given / 1048576.0);
+            CT_CHECK(n_nomem == 1 && squeezed_seen,
+                     "%s: squeeze: the step needing a new block was refused (HR_ERR_NOMEM at %u "
+                     "tokens, nothing lost) and the backend said the device was short", base,
+                     at_nomem);
+        }
+    }
+    if (rc)
+        printf("  FAIL  %s: squeeze: %s\n", base, err.msg), ct_failed++;
+    else
+        CT_CHECK(memcmp(ref, got, sizeof(ref)) == 0,
+                 "%s: squeeze: after the memory returned, %u greedy tokens equal the unsqueezed "
+                 "run's", base, (unsigned)N_DEC);
+    free(prompt);
+    hr_kv_seq_free(&seq, hr_backend_kv_pool(b));
+    hr_backend_free(b);
 }
 
 static void test_park(const char *path, const struct hr_model *m)
@@ -288,6 +409,7 @@ int main(int argc, char **argv)
         test_tokens(argv[i], m);
         test_park(argv[i], m);
         if (!seeded && strstr(argv[i], "qwen3-f32")) {
+            test_squeeze(argv[i], m);
             test_seed(m);
             seeded = true;
         }

@@ -565,13 +565,16 @@ static void test_openai_completion(void **state)
     assert_true(r.echo);
     assert_true(r.stream);
     assert_false(r.include_usage);
+    assert_false(r.ignore_eos);
     assert_true(r.sampling.frequency_penalty == 1.0f);
     assert_int_equal(r.sampling.penalty_last_n, 64);
     hr_api_request_free(&r);
 
     parse_ok(HR_API_OPENAI_COMPLETION, false,
-             "{'model':'m','prompt':['one prompt'],'max_tokens':7,'top_p':0.5,'seed':-1}", &r);
+             "{'model':'m','prompt':['one prompt'],'max_tokens':7,'top_p':0.5,'seed':-1,"
+             " 'ignore_eos':true}", &r);
     assert_string_equal(r.prompt, "one prompt");
+    assert_true(r.ignore_eos);
     assert_int_equal(r.max_tokens, 7);
     assert_int_equal(r.sampling.seed, UINT64_MAX);
     hr_api_request_free(&r);
@@ -879,6 +882,8 @@ static void test_errors_openai(void **state)
                  "max_tokens: must be a positive integer");
     expect_error(T, false, "{'model':'m','prompt':'x','echo':1}", HR_ERR_TYPE,
                  "echo: expected a boolean");
+    expect_error(T, false, "{'model':'m','prompt':'x','ignore_eos':'yes'}", HR_ERR_TYPE,
+                 "ignore_eos: expected a boolean");
     expect_error(T, false, "{'model':'m','prompt':'x','temperature':-0.1}", HR_ERR_RANGE,
                  "temperature");
 #undef MSGS

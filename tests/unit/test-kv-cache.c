@@ -89,6 +89,47 @@ static void test_seq_reserve(void **state)
     hr_kv_pool_free(NULL);
 }
 
+/* Usable blocks (a GPU pool mapped in groups): only [0, usable) is handed
+ * out; a block in use above it leaves circulation when freed; raising the
+ * limit brings the free ones back; used counts every referenced block. */
+static void test_usable_limit(void **state)
+{
+    (void)state;
+    struct hr_kv_pool *p = pool_of(8);
+    hr_kv_pool_set_usable(p, 0);
+    assert_int_equal(hr_kv_n_free(p), 0);
+    assert_int_equal(hr_kv_alloc_block(p), -1);
+    hr_kv_pool_set_usable(p, 4);
+    assert_int_equal(hr_kv_pool_usable(p), 4);
+    assert_int_equal(hr_kv_n_free(p), 4);
+    int32_t b[4];
+    for (int i = 0; i < 4; i++)
+        b[i] = hr_kv_alloc_block(p);
+    assert_int_equal(b[0], 0); /* the lowest first */
+    assert_int_equal(hr_kv_alloc_block(p), -1);
+    assert_int_equal(hr_kv_n_used(p), 4);
+    hr_kv_pool_set_usable(p, 8);
+    assert_int_equal(hr_kv_n_free(p), 4);
+    int32_t hi = hr_kv_alloc_block(p);
+    assert_int_equal(hi, 4);
+    assert_int_equal(hr_kv_n_used_from(p, 4), 1);
+    /* Down to 2: blocks 2 and 3 are in use, 5..7 free; only 0..1 may serve. */
+    hr_kv_unref_block(p, b[0]);
+    hr_kv_pool_set_usable(p, 2);
+    assert_int_equal(hr_kv_n_free(p), 1);
+    assert_int_equal(hr_kv_n_used(p), 4);
+    hr_kv_unref_block(p, b[3]); /* above the limit: out of circulation */
+    assert_int_equal(hr_kv_n_free(p), 1);
+    assert_int_equal(hr_kv_n_used(p), 3);
+    assert_int_equal(hr_kv_n_used_from(p, 2), 2);
+    assert_int_equal(hr_kv_alloc_block(p), 0);
+    assert_int_equal(hr_kv_alloc_block(p), -1);
+    hr_kv_pool_set_usable(p, 8); /* 3, 5, 6, 7 come back */
+    assert_int_equal(hr_kv_n_free(p), 4);
+    assert_int_equal(hr_kv_n_used_peak(p), 5);
+    hr_kv_pool_free(p);
+}
+
 static void test_budget_too_small(void **state)
 {
     (void)state;
@@ -439,6 +480,7 @@ int main(void)
         cmocka_unit_test(test_blocks_and_refcounts),
         cmocka_unit_test(test_seq_reserve),
         cmocka_unit_test(test_budget_too_small),
+        cmocka_unit_test(test_usable_limit),
         cmocka_unit_test(test_threadpool),
         cmocka_unit_test(test_cache_types),
         cmocka_unit_test(test_quant_attention),

@@ -23,6 +23,7 @@
 
 #include <cmocka.h>
 
+#include "base/sys.h"
 #include "engine/engine.h"
 #include "engine/kv-cache.h"
 #include "mem/counters.h"
@@ -1126,7 +1127,15 @@ static void test_hybrid_governor_squeeze(void **state)
                                   .mem_total_bytes = 64ull << 30,
                                   .mem_available_bytes = 0};
     hr_mem_script_set(script, &tight);
-    usleep(100000);
+    /* Held until the scheduler has acted on it (or everything ended), not
+     * for a fixed time: under ThreadSanitizer on a loaded machine one step
+     * took longer than the 100 ms the squeeze once lasted, and it passed
+     * unseen (CI, session 12). */
+    const double t_sq = hr_now_seconds();
+    do {
+        usleep(10000);
+        hr_sched_stats(s, &st);
+    } while (st.preempted == 0 && st.running + st.queued > 0 && hr_now_seconds() - t_sq < 10.0);
     struct hr_mem_sample roomy = tight;
     roomy.mem_available_bytes = 32ull << 30;
     hr_mem_script_set(script, &roomy);
