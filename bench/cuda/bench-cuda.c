@@ -262,11 +262,12 @@ int main(int argc, char **argv)
     }
     const char *gm = getenv("HR_CUDA_GEMM"), *gv = getenv("HR_CUDA_GEMV");
     const char *ga = getenv("HR_CUDA_ATTN"), *gg = getenv("HR_CUDA_GRAPH");
+    const char *gp = getenv("HR_CUDA_PDL");
     const float pp512 = median(w_pp512, 5), pp4096 = median(w_pp4096, 3);
     const float tg128 = median(w_tg128, 3);
-    printf("bench-cuda-llama shape=%s type=%s gemm=%s gemv=%s attn=%s graph=%s pp512_tok_s=%.0f "
-           "pp4096_tok_s=%.0f tg128_tok_s=%.1f rounds=5/3/3\n", shape, tname, gm ? gm : "tc",
-           gv ? gv : "fast", ga ? ga : "tiled", gg ? gg : "1",
+    printf("bench-cuda-llama shape=%s type=%s gemm=%s gemv=%s attn=%s graph=%s pdl=%s "
+           "pp512_tok_s=%.0f pp4096_tok_s=%.0f tg128_tok_s=%.1f rounds=5/3/3\n", shape, tname,
+           gm ? gm : "tc", gv ? gv : "fast", ga ? ga : "tiled", gg ? gg : "1", gp ? gp : "1",
            512.0 / (pp512 / 1000.0), 4096.0 / (pp4096 / 1000.0), 128.0 / (tg128 / 1000.0));
     const float pre = median(t_pre, 5), dec = median(t_dec + 2, 30);
     const float b8 = median(t_b8, 8), b32 = median(t_b32, 8);

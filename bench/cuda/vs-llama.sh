@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# vs-llama.sh - issue 17's speed floor side by side on one GPU machine:
+# llama.cpp built for CUDA from the source node-llama-cpp ships, and ours
+# (bench-cuda), on the same random-weight shapes, in alternating rounds.
+# Two phases, so each fits a device call (run them back to back: the
+# machine keeps the build only while it stays warm):
+#
+#   bench/cuda/vs-llama.sh build SRC_TGZ BIN_DIR   # ~5 min on 16 cores
+#   bench/cuda/vs-llama.sh run [ROUNDS]             # ~3 min
+#
+# SRC_TGZ: llama.cpp's source as a tarball (made on a machine with the npm
+# tree: git clone tests/oracle/node_modules/node-llama-cpp/llama/
+# gitRelease.bundle, then git archive without models/ and docs/). BIN_DIR
+# holds our gen-model (it writes the GGUF files llama-bench reads). The build
+# phase also builds our engine-only tree (tests/cuda/gpu-host.sh's build).
+# The run phase prints one line per (engine, row, round) and the medians;
+# HR_CUDA_PDL=0 rows are ours without programmatic dependent launch.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+phase=${1:?usage: vs-llama.sh build SRC_TGZ BIN_DIR | run [ROUNDS]}
+W=build-vsllama
+mkdir -p "$W"
+if [[ $phase == build ]]; then
+  src=${2:?}
+  bin=${3:?}
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  t0=$(date +%s)
+  (
+    rm -rf "$W/src" && mkdir -p "$W/src" && tar xzf "$src" -C "$W/src" &&
+      cmake -S "$W/src" -B "$W/llama" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+        -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+        >"$W/llama-cmake.log" 2>&1 &&
+      cmake --build "$W/llama" -j 12 --target llama-bench >"$W/llama-build.log" 2>&1
+    echo "llama.cpp build: exit $? after $(($(date +%s) - t0)) s"
+  ) &
+  (
+    cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_C_FLAGS_RELEASE="-O2 -g -DNDEBUG" -DHR_ENGINE_ONLY=ON -DHR_CUDA=ON \
+      >"$W/ours-cmake.log" 2>&1 && cmake --build build-gpu -j 4 >"$W/ours-build.log" 2>&1
+    echo "our build: exit $? after $(($(date +%s) - t0)) s"
+  ) &
+  # The files llama-bench reads: the shapes bench-cuda builds in memory.
+  "$bin/gen-model" --arch llama --n-embd 4096 --n-layer 32 --n-head 32 --n-head-kv 8 \
+    --head-dim 128 --n-ff 14336 --vocab builtin --vocab-size 128256 --untied \
+    --rope-base 500000 --type f16 --out "$W/llama-3-8b-f16.gguf" >/dev/null &&
+    "$bin/gen-model" --shape qwen2.5-0.5b --vocab builtin --vocab-size 151936 --type q8_0 \
+      --out "$W/qwen2.5-0.5b-q8_0.gguf" >/dev/null
+  echo "models: exit $? after $(($(date +%s) - t0)) s"
+  wait
+  ls -la "$W"/*.gguf "$W/llama/bin/llama-bench" build-gpu/bench/bench-cuda 2>&1
+  tail -5 "$W/llama-build.log" "$W/ours-build.log"
+  exit 0
+fi
+rounds=${2:-3}
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader
+LB="$W/llama/bin/llama-bench"
+B=build-gpu/bench/bench-cuda
+out="$W/rows.txt"
+: >"$out"
+ours() { # shape type [env]
+  env "${@:3}" timeout 200 "$B" --shape "$1" --type "$2" 2>/dev/null | grep '^bench-cuda-llama' |
+    sed "s/^/ours /" >>"$out"
+}
+tests/cuda/run.sh build-gpu "${MODELS:-build/cuda-models}" >"$W/tests.log" 2>&1
+echo "GPU tests: exit $?; $(grep -cE '^  ok' "$W/tests.log") ok, $(grep -cE 'FAIL' "$W/tests.log") FAIL"
+grep -E 'FAIL' "$W/tests.log" | head
+for r in $(seq "$rounds"); do
+  ours llama-3-8b f16
+  ours llama-3-8b f16 HR_CUDA_PDL=0
+  ours qwen2.5-0.5b q8_0
+  ours qwen2.5-0.5b q8_0 HR_CUDA_PDL=0
+  "$LB" -m "$W/llama-3-8b-f16.gguf" -ngl 99 -fa 1 -r 3 -p 512,4096 -n 128 2>&1 | grep -E '^\|' | sed 's/^/llama 8b-f16 /' >>"$out"
+  "$LB" -m "$W/qwen2.5-0.5b-q8_0.gguf" -ngl 99 -fa 1 -r 3 -p 512 -n 128 2>&1 | grep -E '^\|' | sed 's/^/llama 0.5b-q8_0 /' >>"$out"
+done
+cat "$out"
