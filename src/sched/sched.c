@@ -1251,8 +1251,10 @@ static void *engine_main(void *arg)
                 pthread_mutex_lock(&s->mu);
                 const uint32_t need = step_new_blocks(s, n_items);
                 const bool device_short = hr_backend_kv_squeezed(s->engine, need);
-                if (cache_make_room(s, need)) {
-                    /* evicted cached blocks: retry before preempting anyone */
+                if (hr_kv_n_free(hr_backend_kv_pool(s->engine)) >= need ||
+                    cache_make_room(s, need)) {
+                    /* the device backed the pool's growth after all, or cached
+                     * blocks were evicted: retry before preempting anyone */
                 } else if (s->n_running > 1) {
                     preempt_youngest(s, device_short ? "device memory: another process holds "
                                                        "the room the KV pool would grow into"
