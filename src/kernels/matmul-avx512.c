@@ -869,6 +869,38 @@ T512 static void pack_k(struct panel_k *p, enum hr_ggml_type t, const uint8_t *w
     }
 }
 
+/* The same panel from packed Q4_K (hr_matmul_pack; layout in matmul-impl.h):
+ * the nibbles widened to bytes, the scales and mins to the panel's lanes.
+ * Rows past n_out are zero already. */
+T512 static void panel_from_q4kp(struct panel_k *p, const uint8_t *w, size_t nb, size_t r,
+                                 size_t kb0, size_t kbn)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (size_t b = 0; b < kbn; b++) {
+        for (size_t v = 0; v < 2; v++) {
+            const uint8_t *blk =
+                w + ((r / HR_MM_Q4KP_ROWS + v) * nb + kb0 + b) * HR_MM_Q4KP_BLOCK;
+            for (int j = 0; j < 32; j++) {
+                const __m512i q = _mm512_load_si512(blk + 64 * j);
+                const int s = 2 * (j / 8), g = j % 8; /* sub-blocks s (low), s + 1 (high) */
+                _mm512_store_si512(&p->w[b][8 * s + g][v], _mm512_and_si512(q, m4));
+                _mm512_store_si512(&p->w[b][8 * s + 8 + g][v],
+                                   _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
+            }
+            for (int s = 0; s < 8; s++)
+                _mm512_store_si512(p->sc[b][s][v], _mm512_cvtepu8_epi32(_mm_load_si128(
+                                                       (const __m128i *)(blk + HR_MM_Q4KP_SC + 16 * s))));
+            for (int j = 0; j < 4; j++)
+                _mm512_store_si512(p->mp[b][j][v], _mm512_cvtepu8_epi16(_mm256_load_si256(
+                                                       (const __m256i *)(blk + HR_MM_Q4KP_MN + 32 * j))));
+            _mm512_store_ps(p->d[b][v],
+                            _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(blk + HR_MM_Q4KP_D))));
+            _mm512_store_ps(p->dmin[b][v], _mm512_cvtph_ps(_mm256_load_si256(
+                                               (const __m256i *)(blk + HR_MM_Q4KP_DMIN))));
+        }
+    }
+}
+
 /* NS sub-blocks of 256 / NS values; Q6_K (NS = 16) starts each sub-block's
  * sum at -32 * bsum, Q4_K/Q5_K (NS = 8) subtract dmin * mins at the end. */
 INLINE T512 void tile_k(const struct panel_k *p, size_t kbn, size_t kb0, const struct hr_mm_layout *l,
@@ -969,8 +1001,15 @@ INLINE T512 void tile_k(const struct panel_k *p, size_t kbn, size_t kb0, const s
         }                                                                                          \
     } while (0)
 
-T512 static void gemm_k(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
-                        const void *act, float *y, size_t ldy)
+/*
+ * The K-quant GEMM: per 32 rows and KB_K super-blocks, one panel, then tile_k
+ * over every token. Only the panel's source differs between row-major weights
+ * and packed Q4_K (q4kp, a constant where it is called: one specialized copy
+ * each, as gemm_q8_0_t); the tiles, and so every float operation and its
+ * order, are the same.
+ */
+INLINE T512 void gemm_k_t(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
+                          const void *act, float *y, size_t ldy, const bool q4kp)
 {
     const enum hr_ggml_type t = l->wtype;
     const size_t nb = l->nb, m = l->m;
@@ -980,13 +1019,23 @@ T512 static void gemm_k(const struct hr_mm_layout *l, const void *w, size_t r0, 
         const size_t nr = min_sz(NR, r1 - r);
         for (size_t kb0 = 0; kb0 < nb; kb0 += KB_K) {
             const size_t kbn = min_sz(KB_K, nb - kb0);
-            pack_k(&p, t, (const uint8_t *)w + r * row_bytes, row_bytes, nr, kb0, kbn);
-            if (t == HR_GGML_Q6_K)
+            if (q4kp)
+                panel_from_q4kp(&p, (const uint8_t *)w, nb, r, kb0, kbn);
+            else
+                pack_k(&p, t, (const uint8_t *)w + r * row_bytes, row_bytes, nr, kb0, kbn);
+            if (!q4kp && t == HR_GGML_Q6_K)
                 TILE_K_SWITCH(16);
             else
                 TILE_K_SWITCH(8);
         }
     }
+}
+
+/* Prefill on row-major Q4_K, Q5_K and Q6_K. */
+T512 static void gemm_k(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
+                        const void *act, float *y, size_t ldy)
+{
+    gemm_k_t(l, w, r0, r1, act, y, ldy, false);
 }
 
 /* ---- packed Q4_K (hr_matmul_pack; layout in matmul-impl.h) ---- */
@@ -1099,52 +1148,12 @@ T512 static void gemv_q4kp(const struct hr_mm_layout *l, const void *w, size_t r
     }
 }
 
-/* tile_k's panel from packed Q4_K: the nibbles widened to bytes, the scales
- * and mins to the panel's lanes. Rows past n_out are zero already. */
-T512 static void panel_from_q4kp(struct panel_k *p, const uint8_t *w, size_t nb, size_t r,
-                                 size_t kb0, size_t kbn)
-{
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    for (size_t b = 0; b < kbn; b++) {
-        for (size_t v = 0; v < 2; v++) {
-            const uint8_t *blk =
-                w + ((r / HR_MM_Q4KP_ROWS + v) * nb + kb0 + b) * HR_MM_Q4KP_BLOCK;
-            for (int j = 0; j < 32; j++) {
-                const __m512i q = _mm512_load_si512(blk + 64 * j);
-                const int s = 2 * (j / 8), g = j % 8; /* sub-blocks s (low), s + 1 (high) */
-                _mm512_store_si512(&p->w[b][8 * s + g][v], _mm512_and_si512(q, m4));
-                _mm512_store_si512(&p->w[b][8 * s + 8 + g][v],
-                                   _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
-            }
-            for (int s = 0; s < 8; s++)
-                _mm512_store_si512(p->sc[b][s][v], _mm512_cvtepu8_epi32(_mm_load_si128(
-                                                       (const __m128i *)(blk + HR_MM_Q4KP_SC + 16 * s))));
-            for (int j = 0; j < 4; j++)
-                _mm512_store_si512(p->mp[b][j][v], _mm512_cvtepu8_epi16(_mm256_load_si256(
-                                                       (const __m256i *)(blk + HR_MM_Q4KP_MN + 32 * j))));
-            _mm512_store_ps(p->d[b][v],
-                            _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(blk + HR_MM_Q4KP_D))));
-            _mm512_store_ps(p->dmin[b][v], _mm512_cvtph_ps(_mm256_load_si256(
-                                               (const __m256i *)(blk + HR_MM_Q4KP_DMIN))));
-        }
-    }
-}
-
 /* Prefill on packed Q4_K: gemm_k's tiles on panels widened from the packed
  * groups (no transposes, no 6-bit scale unpacking). */
 T512 static void gemm_q4kp(const struct hr_mm_layout *l, const void *w, size_t r0, size_t r1,
                            const void *act, float *y, size_t ldy)
 {
-    const size_t nb = l->nb, m = l->m;
-    struct panel_k p __attribute__((aligned(64)));
-    for (size_t r = r0; r < r1; r += NR) {
-        const size_t nr = min_sz(NR, r1 - r);
-        for (size_t kb0 = 0; kb0 < nb; kb0 += KB_K) {
-            const size_t kbn = min_sz(KB_K, nb - kb0);
-            panel_from_q4kp(&p, (const uint8_t *)w, nb, r, kb0, kbn);
-            TILE_K_SWITCH(8);
-        }
-    }
+    gemm_k_t(l, w, r0, r1, act, y, ldy, true);
 }
 
 /* ---- Q2_K, Q3_K, IQ4_XS ---- */

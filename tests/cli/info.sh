@@ -1,16 +1,8 @@
 #!/usr/bin/env bash
 # info.sh - `headroom info` as a user runs it: on generated models (text and
 # JSON, checked field by field), and on bad input (one line, exit code 1).
-# Uses the release build (build/headroom, build/gen-model).
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-hr=build/headroom gen=build/gen-model
-dir=$(mktemp -d /tmp/hr-cli-info-XXXXXX)
-trap 'rm -rf "$dir"' EXIT
-passed=0 failed=0
-ok() { passed=$((passed + 1)); echo "ok   $1"; }
-bad() { failed=$((failed + 1)); echo "FAIL $1"; }
-expect() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
+# Uses the release build (build/headroom, build/gen-model; HR_BUILD: another dir).
+source "$(dirname "$0")/lib/common.sh" info
 
 $gen --shape tiny --arch qwen2 --type q8_0 --n-embd 64 --n-head 4 --n-head-kv 2 \
   --n-ff 128 --ctx 2048 --out "$dir/m.gguf" || bad "gen-model tiny"
@@ -78,5 +70,4 @@ expect "headroom --help lists info" "[[ $rc -eq 0 ]]"
 $hr frobnicate >/dev/null 2>&1; rc=$?
 expect "unknown command exits 2" "[[ $rc -eq 2 ]]"
 
-echo "$passed passed, $failed failed"
-((failed == 0))
+cli_done

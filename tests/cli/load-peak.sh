@@ -16,17 +16,7 @@
 #                    pages peaked at 79.5 MiB under a named minimum of 58.
 #
 # About 4 s. Uses build/headroom and build/gen-model (HR_BUILD: another dir).
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-hr=${HR_BUILD:-build}/headroom gen=${HR_BUILD:-build}/gen-model
-dir=$(mktemp -d /tmp/hr-cli-loadpeak-XXXXXX)
-pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$dir"' EXIT
-passed=0 failed=0
-ok() { passed=$((passed + 1)); echo "ok   $1"; }
-bad() { failed=$((failed + 1)); echo "FAIL $1"; }
-expect() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
-mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
+source "$(dirname "$0")/lib/common.sh" loadpeak
 
 $gen --shape tiny --arch qwen3 --type q8_0 --n-embd 512 --n-layer 1 --n-ff 512 --vocab builtin \
   --vocab-size 65536 --out "$dir/m.gguf" >/dev/null 2>&1 || bad "gen-model"
@@ -78,5 +68,4 @@ bound=$((threads * 320 * 1024 + 1048576))
 expect "loading's transient (VmHWM - VmRSS at rest) $(mib $((hwm - rss))) MiB <= $(mib $bound) MiB ($threads packing threads), not the 34 MiB tensor" \
   "(( rss > 0 && hwm - rss <= bound ))"
 
-echo "$passed passed, $failed failed"
-((failed == 0))
+cli_done

@@ -20,17 +20,7 @@
 #   no false refusal a prompt whose ungoverned run peaks at P completes
 #                    under a ceiling of 0.95 x P, in smaller chunks, with
 #                    the same tokens.
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-hr=${HR_BUILD:-build}/headroom gen=${HR_BUILD:-build}/gen-model
-dir=$(mktemp -d /tmp/hr-cli-memtruth-XXXXXX)
-pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$dir"' EXIT
-passed=0 failed=0
-ok() { passed=$((passed + 1)); echo "ok   $1"; }
-bad() { failed=$((failed + 1)); echo "FAIL $1"; }
-expect() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
-mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
+source "$(dirname "$0")/lib/common.sh" memtruth
 
 # ---- one footprint --------------------------------------------------------
 
@@ -182,5 +172,4 @@ expect "...in throttled chunks" "grep -q 'prefill chunk 2048 -> ' '$dir/gov.err'
 tok() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tokens"])' "$1" 2>/dev/null; }
 expect "...with the same tokens" "[[ -n \"\$(tok $dir/plain.json)\" && \"\$(tok $dir/plain.json)\" == \"\$(tok $dir/gov.json)\" ]]"
 
-echo "$passed passed, $failed failed"
-((failed == 0))
+cli_done

@@ -5,15 +5,7 @@
 # anything runs, --no-governor reporting its peak against the limit, and
 # usage errors (exit 2). Uses the release build and a tiny generated model
 # with the built-in vocabulary.
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-hr=${HR_BUILD:-build}/headroom gen=${HR_BUILD:-build}/gen-model
-dir=$(mktemp -d /tmp/hr-cli-run-XXXXXX)
-trap 'rm -rf "$dir"' EXIT
-passed=0 failed=0
-ok() { passed=$((passed + 1)); echo "ok   $1"; }
-bad() { failed=$((failed + 1)); echo "FAIL $1"; }
-expect() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
+source "$(dirname "$0")/lib/common.sh" run
 
 $gen --shape tiny --arch qwen3 --type q8_0 --n-embd 64 --n-head 4 --n-head-kv 2 --n-ff 96 \
   --n-layer 2 --out "$dir/m.gguf" >/dev/null 2>&1
@@ -100,5 +92,4 @@ gov=$($hr run --model "$dir/moe.gguf" -p "hello world, once more" -n 12 --temp 0
   --memory-limit 4G --batch 4 2>"$dir/err" | tokens)
 expect "MoE: --memory-limit gives the plain run's 12 tokens" "[[ -n \"\$plain\" && \"\$gov\" == \"\$plain\" && \$(echo \"\$plain\" | tr -cd , | wc -c) -eq 11 ]]"
 
-echo "$passed passed, $failed failed"
-((failed == 0))
+cli_done

@@ -6,16 +6,7 @@
 # --no-governor (benchmarks' "before") serves with a warning that memory is
 # not governed and says so in /metrics.
 # The protocol itself is tested by tests/e2e/ with the official clients.
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-hr=${HR_BUILD:-build}/headroom gen=${HR_BUILD:-build}/gen-model
-dir=$(mktemp -d /tmp/hr-cli-serve-XXXXXX)
-pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$dir"' EXIT
-passed=0 failed=0
-ok() { passed=$((passed + 1)); echo "ok   $1"; }
-bad() { failed=$((failed + 1)); echo "FAIL $1"; }
-expect() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
+source "$(dirname "$0")/lib/common.sh" serve
 
 help=$($hr serve --help; echo "|$?")
 for f in model host port api-key ctx threads parallel memory-limit memory-reserve max-queue \
@@ -141,5 +132,4 @@ kill -INT "${pids[1]}"
 wait "${pids[1]}"
 expect "--no-governor: SIGINT exit 0" "[[ $? -eq 0 ]]"
 
-echo "$passed passed, $failed failed"
-((failed == 0))
+cli_done

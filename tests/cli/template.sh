@@ -5,15 +5,7 @@
 # a model without a template (with its log line), and the errors (one line,
 # exit 1; usage errors exit 2). Uses the release build (build/headroom,
 # build/vocab-gguf) and the built-in vocabulary.
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-hr=${HR_BUILD:-build}/headroom vg=${HR_BUILD:-build}/vocab-gguf
-dir=$(mktemp -d /tmp/hr-cli-template-XXXXXX)
-trap 'rm -rf "$dir"' EXIT
-passed=0 failed=0
-ok() { passed=$((passed + 1)); echo "ok   $1"; }
-bad() { failed=$((failed + 1)); echo "FAIL $1"; }
-expect() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
+source "$(dirname "$0")/lib/common.sh" template
 
 printf '[{"role": "user", "content": "Hi"}]' >"$dir/m.json"
 cat >"$dir/t.jinja" <<'TEMPLATE'
@@ -63,5 +55,4 @@ expect "--help lists the options, exit 0" "[[ $rc -eq 0 ]]"
 $hr --help | grep -q '^  template'; rc=$?
 expect "headroom --help lists template" "[[ $rc -eq 0 ]]"
 
-echo "$passed passed, $failed failed"
-((failed == 0))
+cli_done

@@ -4,15 +4,7 @@
 # UTF-8, and the errors (one line, exit 1; usage errors exit 2). Uses the
 # release build (build/headroom, build/vocab-gguf) and the built-in
 # vocabulary, plus Llama 2's when the oracle packages are installed.
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-hr=${HR_BUILD:-build}/headroom vg=${HR_BUILD:-build}/vocab-gguf
-dir=$(mktemp -d /tmp/hr-cli-tokenize-XXXXXX)
-trap 'rm -rf "$dir"' EXIT
-passed=0 failed=0
-ok() { passed=$((passed + 1)); echo "ok   $1"; }
-bad() { failed=$((failed + 1)); echo "FAIL $1"; }
-expect() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
+source "$(dirname "$0")/lib/common.sh" tokenize
 py() { /usr/bin/python3 -c "$@"; }
 
 $vg builtin "$dir/b.gguf" >/dev/null || bad "vocab-gguf builtin"
@@ -112,5 +104,4 @@ expect "tokenize --help documents --special" "[[ $rc -eq 0 ]]"
 $hr --help | grep -q tokenize; rc=$?
 expect "headroom --help lists tokenize" "[[ $rc -eq 0 ]]"
 
-echo "$passed passed, $failed failed"
-((failed == 0))
+cli_done

@@ -15,15 +15,7 @@
 #   M             under one --memory-limit, admission's M (the longest prompt
 #                 it accepts) is at least 1.8x the unwindowed M;
 #   same tokens   greedy output is identical with and without the window.
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-hr=${HR_BUILD:-build}/headroom gen=${HR_BUILD:-build}/gen-model
-dir=$(mktemp -d /tmp/hr-cli-window-XXXXXX)
-trap 'rm -rf "$dir"' EXIT
-passed=0 failed=0
-ok() { passed=$((passed + 1)); echo "ok   $1"; }
-bad() { failed=$((failed + 1)); echo "FAIL $1"; }
-expect() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
+source "$(dirname "$0")/lib/common.sh" window
 toks() { python3 -c "import random; r = random.Random(7); print(','.join(str(r.randrange(3, 250)) for _ in range($1)))"; }
 field() { python3 -c "import json,sys; d = json.load(sys.stdin); print($1)"; }
 
@@ -84,5 +76,4 @@ echo "#    M under $limit: $mw tokens windowed, $mf full ($(awk -v a="${mw:-0}" 
 expect "M grows with the window ($mw >= 1.8 x $mf)" \
   "[[ -n '$mw' && -n '$mf' ]] && awk -v a=$mw -v b=$mf 'BEGIN { exit !(a >= 1.8 * b) }'"
 
-echo "$passed passed, $failed failed"
-((failed == 0))
+cli_done
