@@ -128,8 +128,9 @@ n_pre=$(sed -n 's/^headroom_prefill_tokens_total //p' <<<"$metrics")
 n_chunks=$(sed -n 's/^headroom_prefill_chunks_total //p' <<<"$metrics")
 expect "--no-governor: prefilled tokens == input_tokens ($n_pre == $n_in), fixed 64-token chunks ($n_chunks)" \
   "[[ -n \"\$n_in\" && \"\$n_pre\" == \"\$n_in\" && \"\$n_chunks\" == \$(( (n_in + 63) / 64 )) ]]"
-kill -INT "${pids[1]}"
-wait "${pids[1]}"
+# The last server started (the q8_0 one above is pids[1]).
+kill -INT "${pids[-1]}"
+wait "${pids[-1]}"
 expect "--no-governor: SIGINT exit 0" "[[ $? -eq 0 ]]"
 
 cli_done
