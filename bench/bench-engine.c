@@ -23,6 +23,13 @@
  *     [bytes_per_token=.. gbps=.. read_gbps=.. of_read=.. (tg)]
  * foreign_cpus: CPU time other processes used meanwhile, in cores.
  *
+ * --tg-plain: decode steps back to back, with no reads between them, as
+ * llama-bench's tg runs (the side-by-side row): the line has gbps but no
+ * read_gbps / of_read. The interleaved reads (default) measure bandwidth
+ * honestly but leave every cache cold for the next step (a MoE model's
+ * whole expert stacks, GBs, are read between two tokens), which llama-bench's
+ * numbers do not pay.
+ *
  * --depth D (llama-bench's -d): one sequence is first prefilled with D
  * tokens, timed once (test=ppD, runs=1: the long-prompt row), then every
  * ppN and tgN run starts at that depth (the sequence's length goes back to
@@ -60,6 +67,7 @@ struct reader {
     double secs;    /* spent reading, this run */
     uint64_t read;  /* bytes read, this run */
     uint64_t sum;   /* keeps the loads live */
+    bool plain;     /* --tg-plain: no reads between decode steps */
 };
 
 static void add_span(struct reader *rd, const struct hr_weight *w)
@@ -192,7 +200,8 @@ static double run_once(struct hr_engine *e, int is_pp, uint32_t n, uint32_t batc
             }
             next = bench_argmax(hr_engine_logits(e, 0, 0), n_vocab);
             t1 += hr_now_seconds() - a;
-            read_weights(rd);
+            if (!rd->plain)
+                read_weights(rd);
         }
     }
     if (!deep)
@@ -247,13 +256,20 @@ int main(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr, "usage: bench-engine MODEL [--threads N] [--pp 512,2048] [--tg 128] "
-                        "[--runs R] [--batch B] [--depth D]\n");
+                        "[--runs R] [--batch B] [--depth D] [--tg-plain]\n");
         return 2;
     }
     const char *path = argv[1], *pp_list = "512,2048";
     int threads = 2, runs = 3;
     uint32_t tg = 128, batch = 512, depth = 0;
-    for (int i = 2; i + 1 < argc; i += 2) {
+    bool plain = false;
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--tg-plain") == 0) {
+            plain = true;
+            continue;
+        }
+        if (i + 1 >= argc)
+            break;
         if (strcmp(argv[i], "--threads") == 0)
             threads = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--pp") == 0)
@@ -266,6 +282,7 @@ int main(int argc, char **argv)
             batch = (uint32_t)atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--depth") == 0)
             depth = (uint32_t)atoi(argv[i + 1]);
+        i++;
     }
     struct hr_err err;
     struct hr_model *m = NULL;
@@ -294,6 +311,7 @@ int main(int argc, char **argv)
     }
     struct reader rd;
     reader_init(&rd, m, threads);
+    rd.plain = plain;
     double *t = malloc(sizeof(double) * (size_t)runs), *rg = malloc(sizeof(double) * (size_t)runs),
            *of = malloc(sizeof(double) * (size_t)runs);
     char list[256];
@@ -363,7 +381,9 @@ int main(int argc, char **argv)
             const double fl = prefill_flops_per_token(m, tests[k].n + 2 * depth);
             printf(" flops_per_token=%.0f gflops=%.1f", fl, fl * t[runs / 2] / 1e9);
         }
-        if (!tests[k].is_pp)
+        if (!tests[k].is_pp && plain)
+            printf(" mode=plain bytes_per_token=%.0f gbps=%.1f", bpt, bpt * t[runs / 2] / 1e9);
+        else if (!tests[k].is_pp)
             printf(" bytes_per_token=%.0f gbps=%.1f read_gbps=%.1f of_read=%.2f", bpt,
                    bpt * t[runs / 2] / 1e9, rg[runs / 2], of[runs / 2]);
         printf("\n");
