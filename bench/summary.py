@@ -13,7 +13,10 @@ the share of the FMA peak (bench-flops) each prefill row uses and DESIGN's
 would need, and the fraction of the read bandwidth our decode reaches: of_read, the
 read of the same weights taking turns with the decode token by token
 (bench-engine), or else the separate 2-thread bench-membw read. Every number is the median of the medians the benchmark
-lines report when a test ran more than once.
+lines report when a test ran more than once. Decode (tg) is compared with
+llama-bench in llama-bench's conditions, steps back to back (bench-engine
+--tg-plain, mode=plain) when such a line exists; the run with reads between
+steps gives the bandwidth share.
 """
 import re
 import statistics
@@ -31,7 +34,7 @@ def fields(line):
     return dict(re.findall(r'(\w+)=("[^"]*"|\S+)', line))
 
 ours, theirs, native, gbps, foreign, membw, of_read, read = {}, {}, {}, {}, {}, {}, {}, {}
-flops, fpt = {}, {}
+flops, fpt, plain = {}, {}, {}
 for line in sys.stdin:
     f = fields(line)
     if line.startswith("bench flops") and "gflops" in f:
@@ -47,6 +50,10 @@ for line in sys.stdin:
         continue
     key = (m.group(1), f["test"])
     tps = float(f["tokens_per_s"])
+    if line.startswith("bench engine") and f.get("mode") == "plain":
+        # decode back to back, as llama-bench: the side-by-side row
+        plain.setdefault(key, []).append(tps)
+        continue
     if line.startswith("bench engine"):
         ours.setdefault(key, []).append(tps)
         foreign.setdefault(key, []).append(float(f.get("foreign_cpus", "0")))
@@ -63,6 +70,14 @@ for line in sys.stdin:
         theirs.setdefault(key, []).append(tps)
 
 med = lambda v: statistics.median(v) if v else None
+# The tg row compares decode in llama-bench's conditions (back to back)
+# where a plain run exists; the run with reads between steps keeps its
+# bandwidth share in the notes.
+with_reads = {}
+for key, v in plain.items():
+    if key in ours:
+        with_reads[key] = ours[key]
+    ours[key] = v
 bw2 = med(membw.get(2, []))
 models = sorted({k[0] for k in ours})
 print("\n%-24s %-7s %9s %9s %6s %8s %6s   %s" % ("model", "test", "headroom", "llama.cpp", "ratio",
@@ -91,6 +106,9 @@ for model in models:
             if g is not None and fr is not None:
                 note += "; %.1f GB/s = %.0f%% of the %.1f GB/s read taking turns with it" % (
                     g, 100 * fr, med(read[(model, test)]))
+                if (model, test) in with_reads:
+                    note += " (%.1f tokens/s that way; back to back as llama-bench above)" % (
+                        med(with_reads[(model, test)]))
             elif g is not None and bw2:
                 note += "; %.1f GB/s = %.0f%% of %.1f GB/s read bandwidth" % (g, 100 * g / bw2, bw2)
         fl = max(foreign.get((model, test), [0]))
