@@ -392,9 +392,12 @@ static enum hr_status kv_vmm_init(struct hr_cuda_engine *e, struct hr_err *err)
         return hr_err_set(err, HR_ERR_NOMEM, "out of memory");
     CUdeviceptr base = 0;
     const uint64_t span = (uint64_t)e->kv_n_groups * e->kv_chunk;
-    if (vmm.reserve(&base, span, gran, 0, 0) != CUDA_SUCCESS)
+    if (vmm.reserve(&base, span, gran, 0, 0) != CUDA_SUCCESS) {
+        free(e->kv_handles);
+        e->kv_handles = NULL;
         return hr_err_set(err, HR_ERR_DEVICE, "cannot reserve %.1f MiB of device address "
                           "space for the KV pool", (double)span / 1048576.0);
+    }
     e->d_kv = (uint8_t *)(uintptr_t)base;
     e->kv_vmm = true;
     e->mem.kv_reserved_bytes = span;

@@ -1104,6 +1104,18 @@ static void note_memory_wait(struct hr_sched *s, bool waiting)
     }
 }
 
+/* Waits on s->wake (a new request, a cancellation, the governor's sampler)
+ * for at most ms milliseconds; s->mu held. 0 when woken. */
+static int wake_wait(struct hr_sched *s, long ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += ms * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    return pthread_cond_timedwait(&s->wake, &s->mu, &ts);
+}
+
 static void *engine_main(void *arg)
 {
     struct hr_sched *s = arg;
@@ -1122,12 +1134,7 @@ static void *engine_main(void *arg)
             }
             /* A GPU: its KV pool gives memory back to another process
              * that grew while we idle (sampled twice a second). */
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 500 * 1000000L;
-            if (ts.tv_nsec >= 1000000000L)
-                ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-            if (pthread_cond_timedwait(&s->wake, &s->mu, &ts) != 0) {
+            if (wake_wait(s, 500) != 0) {
                 pthread_mutex_unlock(&s->mu); /* the pool is the engine thread's */
                 give_back(s, true);
                 pthread_mutex_lock(&s->mu);
@@ -1210,13 +1217,8 @@ static void *engine_main(void *arg)
         if (wait_memory) {
             /* Running requests, but nothing fits: wait for headroom (the
              * governor's sampler, a cancellation or a new request wakes us). */
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 20 * 1000000L;
-            if (ts.tv_nsec >= 1000000000L)
-                ts.tv_sec++, ts.tv_nsec -= 1000000000L;
             pthread_mutex_lock(&s->mu);
-            pthread_cond_timedwait(&s->wake, &s->mu, &ts);
+            wake_wait(s, 20);
             sched_unlock(s);
             if (s->cfg.gov)
                 hr_gov_sample(s->cfg.gov, NULL);
@@ -1323,13 +1325,8 @@ static void *engine_main(void *arg)
                 hr_log_info("sched", "the wait for device memory ended");
         }
         if (device_wait) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 20 * 1000000L;
-            if (ts.tv_nsec >= 1000000000L)
-                ts.tv_sec++, ts.tv_nsec -= 1000000000L;
             pthread_mutex_lock(&s->mu);
-            pthread_cond_timedwait(&s->wake, &s->mu, &ts);
+            wake_wait(s, 20);
             sched_unlock(s);
         }
 
