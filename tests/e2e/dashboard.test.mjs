@@ -56,16 +56,17 @@ await test("the vendored uPlot is npm's uplot, byte for byte", async () => {
 });
 
 // The resident size at rest sets the ceiling, as in memory.test.mjs: the
-// hard watermark (0.95 of the ceiling) sits 13 MiB above rest, which holds
-// the long prompt's KV (4,000 tokens, 8 MiB) but not 2048-token chunks, so
+// hard watermark (0.95 of the ceiling) sits 21 MiB above rest, which holds
+// the long prompt's KV (8,000 tokens, 16 MiB) but not 2048-token chunks, so
 // the chunks are throttled and the prefill takes long enough for the page
-// to show its progress. (It was rest + 25 MiB, which put the watermark
-// 0.95 x 25 - 0.05 x rest above rest: 13 MiB when the rest was 220 MiB,
-// 19 MiB once it fell to 91 MiB, and the prefill then ended between two
-// polls in 2 of 3 CI runs.)
+// (polling every 250 ms) to show its progress. It was 4,000 tokens under
+// rest + 25 MiB, which put the watermark 0.95 x 25 - 0.05 x rest above
+// rest: 13 MiB when the rest was 220 MiB, 19 MiB once it fell to 91 MiB
+// (session 12), and then the prefill could end between two of the page's
+// polls (3 of 4 CI runs); independent of the rest now, and twice as long.
 const probe = await startServer(["--batch-tokens", "2048"]);
 await probe.anthropic().messages.create({ model: "m", max_tokens: 2, messages: [{ role: "user", content: "hi" }] });
-const limitMiB = Math.ceil((rss(probe.pid) / MiB + 13) / 0.95);
+const limitMiB = Math.ceil((rss(probe.pid) / MiB + 21) / 0.95);
 await probe.stop();
 const server = await startServer(["--batch-tokens", "2048", "--memory-limit", `${limitMiB}M`]);
 console.log(`# --memory-limit ${limitMiB}M`);
@@ -80,7 +81,7 @@ await test("the dashboard loads and draws under a governed long prompt and two s
   // The load: one long prompt (throttled) and two short streams beside it.
   const client = server.anthropic({ timeout: 120_000 });
   const long = client.messages.stream({ model: "long-one", max_tokens: 4,
-    messages: [{ role: "user", content: prompt(4000) }] }).finalMessage();
+    messages: [{ role: "user", content: prompt(8000) }] }).finalMessage();
   const streams = [1, 2].map((i) => client.messages.stream({ model: `short-${i}`, max_tokens: 48,
     messages: [{ role: "user", content: `stream ${i}: count to ten` }] }).finalMessage());
 
@@ -97,7 +98,7 @@ await test("the dashboard loads and draws under a governed long prompt and two s
       const rows = [...document.querySelectorAll("#req-body tr[data-id]")];
       for (const r of rows) {
         const b = r.querySelector(".bar");
-        if (b && Number(b.dataset.total) >= 4000) return { done: Number(b.dataset.done), total: Number(b.dataset.total) };
+        if (b && Number(b.dataset.total) >= 8000) return { done: Number(b.dataset.done), total: Number(b.dataset.total) };
       }
       return null;
     });
@@ -124,7 +125,7 @@ await test("the dashboard loads and draws under a governed long prompt and two s
   }
   const final = await long;
   await Promise.all(streams);
-  check(final.usage.input_tokens + final.usage.cache_read_input_tokens >= 4000, "the long prompt was read whole");
+  check(final.usage.input_tokens + final.usage.cache_read_input_tokens >= 8000, "the long prompt was read whole");
 
   // The server's log: a prefill chunk that ends 5 s or more after the
   // request started logs a progress line. The page showed the bar no
