@@ -30,6 +30,23 @@ if [[ ! -x $bin ]]; then
 fi
 model=$1
 shift
+# A virtual machine may advertise AMX (so -march=native compiles ggml's AMX
+# kernels) without letting a process use it: prefill then dies of SIGILL
+# (seen on a 2-core Xeon guest, 2026-12-06). Then llama.cpp is built again
+# with AMX off, the best build that runs here, and that one is used.
+if "$bin" -m "$model" -t 2 -r 1 -p 32 -n 0 >/dev/null 2>&1; [[ $? -eq 132 ]]; then
+  noamx=build/llama-native-noamx
+  flags="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+  if [[ ! -x $noamx/build/bin/llama-bench ]]; then
+    cmake -S "$out/src" -B "$noamx/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+      -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" -DBUILD_SHARED_LIBS=OFF \
+      -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF \
+      >"$out/cmake-noamx.log" 2>&1
+    cmake --build "$noamx/build" -j"$(nproc)" --target llama-bench >"$out/build-noamx.log" 2>&1
+  fi
+  echo "llama-native: AMX is advertised but not usable here; llama.cpp built without it" >&2
+  bin=$noamx/build/bin/llama-bench
+fi
 (($#)) || set -- -p 512,2048 -n 128
 "$bin" -m "$model" -t 2 -fa 1 -r 3 -o jsonl "$@" 2>/dev/null | python3 -c '
 import json, statistics, sys
