@@ -49,7 +49,7 @@ if [[ $phase == build ]]; then
   echo "models: exit $? after $(($(date +%s) - t0)) s"
   wait
   ls -la "$W"/*.gguf "$W/llama/bin/llama-bench" build-gpu/bench/bench-cuda 2>&1
-  tail -5 "$W/llama-build.log" "$W/ours-build.log"
+  tail -n 5 "$W/llama-build.log" "$W/ours-build.log"
   exit 0
 fi
 rounds=${2:-3}
