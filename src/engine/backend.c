@@ -280,6 +280,15 @@ void hr_backend_free(struct hr_backend *b)
     free(b);
 }
 
+uint32_t hr_backend_step_new_blocks(struct hr_backend *b, const struct hr_step *step)
+{
+    struct hr_kv_pool *pool = hr_backend_kv_pool(b);
+    uint32_t need = 0;
+    for (uint32_t i = 0; i < step->n_seqs; i++)
+        need += hr_kv_seq_new_blocks(step->seqs[i].kv, pool, step->seqs[i].n_tokens);
+    return need;
+}
+
 uint32_t hr_backend_kv_room(struct hr_backend *b, uint32_t n_free)
 {
     if (b->ops->kv_ensure)
@@ -307,10 +316,7 @@ bool hr_backend_kv_short(struct hr_backend *b)
 enum hr_status hr_backend_step(struct hr_backend *b, struct hr_step *step, struct hr_err *err)
 {
     if (b->ops->kv_ensure) {
-        struct hr_kv_pool *pool = hr_backend_kv_pool(b);
-        uint32_t need = 0;
-        for (uint32_t i = 0; i < step->n_seqs; i++)
-            need += hr_kv_seq_new_blocks(step->seqs[i].kv, pool, step->seqs[i].n_tokens);
+        const uint32_t need = hr_backend_step_new_blocks(b, step);
         if (need)
             b->ops->kv_ensure(b->ctx, need);
     }

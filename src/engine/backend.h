@@ -261,6 +261,8 @@ static inline bool hr_backend_device_mem_info(struct hr_backend *b, uint64_t *fr
  * short (trailing groups whose blocks are all free); 0 on the CPU.
  */
 uint32_t hr_backend_kv_room(struct hr_backend *b, uint32_t n_free);
+/* KV blocks `step` needs beyond what its sequences hold (both kinds). */
+uint32_t hr_backend_step_new_blocks(struct hr_backend *b, const struct hr_step *step);
 bool hr_backend_kv_squeezed(struct hr_backend *b, uint32_t n);
 uint64_t hr_backend_kv_give_back(struct hr_backend *b);
 /* Whether the device is short of memory now (false on the CPU). */

@@ -291,11 +291,8 @@ static void trim_cache_under_pressure(struct hr_sched *s)
 /* Blocks the step in s->items needs beyond what its sequences hold. */
 static uint32_t step_new_blocks(const struct hr_sched *s, uint32_t n_items)
 {
-    struct hr_kv_pool *pool = hr_backend_kv_pool(s->engine);
-    uint32_t need = 0;
-    for (uint32_t i = 0; i < n_items; i++)
-        need += hr_kv_seq_new_blocks(s->items[i].kv, pool, s->items[i].n_tokens);
-    return need;
+    const struct hr_step st = {.seqs = s->items, .n_seqs = n_items};
+    return hr_backend_step_new_blocks(s->engine, &st);
 }
 
 /*
