@@ -5,16 +5,18 @@
 # Two phases, so each fits a device call (run them back to back: the
 # machine keeps the build only while it stays warm):
 #
-#   bench/cuda/vs-llama.sh build SRC_TGZ BIN_DIR   # ~5 min on 16 cores
-#   bench/cuda/vs-llama.sh run [ROUNDS]             # ~3 min
+#   bench/cuda/vs-llama.sh build SRC_TGZ BIN_DIR   # ~6 min on 16 cores
+#   bench/cuda/vs-llama.sh run [ROUNDS]             # ~2 min a round
 #
 # SRC_TGZ: llama.cpp's source as a tarball (made on a machine with the npm
 # tree: git clone tests/oracle/node_modules/node-llama-cpp/llama/
 # gitRelease.bundle, then git archive without models/ and docs/). BIN_DIR
 # holds our gen-model (it writes the GGUF files llama-bench reads). The build
 # phase also builds our engine-only tree (tests/cuda/gpu-host.sh's build).
-# The run phase prints one line per (engine, row, round) and the medians;
-# HR_CUDA_PDL=0 rows are ours without programmatic dependent launch.
+# The run phase prints one line per (engine, model, round), then the
+# medians and ratios: the 8B shape in F16, Q8_0 and Q4_K (pp512, pp4096,
+# tg128; HR_VS_TYPES picks a subset) and Qwen2.5-0.5B in Q8_0 (pp512,
+# tg128).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 phase=${1:?usage: vs-llama.sh build SRC_TGZ BIN_DIR | run [ROUNDS]}
@@ -40,12 +42,16 @@ if [[ $phase == build ]]; then
       >"$W/ours-cmake.log" 2>&1 && cmake --build build-gpu -j 4 >"$W/ours-build.log" 2>&1
     echo "our build: exit $? after $(($(date +%s) - t0)) s"
   ) &
-  # The files llama-bench reads: the shapes bench-cuda builds in memory.
-  "$bin/gen-model" --arch llama --n-embd 4096 --n-layer 32 --n-head 32 --n-head-kv 8 \
-    --head-dim 128 --n-ff 14336 --vocab builtin --vocab-size 128256 --untied \
-    --rope-base 500000 --type f16 --out "$W/llama-3-8b-f16.gguf" >/dev/null &&
-    "$bin/gen-model" --shape qwen2.5-0.5b --vocab builtin --vocab-size 151936 --type q8_0 \
-      --out "$W/qwen2.5-0.5b-q8_0.gguf" >/dev/null
+  # The files llama-bench reads: the shapes bench-cuda builds in memory
+  # (the 8B shape in F16, Q8_0 and Q4_K, written side by side).
+  l8=(--arch llama --n-embd 4096 --n-layer 32 --n-head 32 --n-head-kv 8 --head-dim 128
+    --n-ff 14336 --vocab builtin --vocab-size 128256 --untied --rope-base 500000)
+  for t in f16 q8_0 q4_k; do
+    "$bin/gen-model" "${l8[@]}" --type $t --out "$W/llama-3-8b-$t.gguf" >/dev/null &
+  done
+  "$bin/gen-model" --shape qwen2.5-0.5b --vocab builtin --vocab-size 151936 --type q8_0 \
+    --out "$W/qwen2.5-0.5b-q8_0.gguf" >/dev/null
+  wait -n && wait -n && wait -n
   echo "models: exit $? after $(($(date +%s) - t0)) s"
   wait
   ls -la "$W"/*.gguf "$W/llama/bin/llama-bench" build-gpu/bench/bench-cuda 2>&1
@@ -66,11 +72,33 @@ tests/cuda/run.sh build-gpu "${MODELS:-build/cuda-models}" >"$W/tests.log" 2>&1
 echo "GPU tests: exit $?; $(grep -cE '^  ok' "$W/tests.log") ok, $(grep -cE 'FAIL' "$W/tests.log") FAIL"
 grep -E 'FAIL' "$W/tests.log" | head
 for r in $(seq "$rounds"); do
-  ours llama-3-8b f16
-  ours llama-3-8b f16 HR_CUDA_PDL=0
+  for t in ${HR_VS_TYPES:-f16 q8_0 q4_k}; do
+    ours llama-3-8b $t
+    "$LB" -m "$W/llama-3-8b-$t.gguf" -ngl 99 -fa 1 -r 3 -p 512,4096 -n 128 2>&1 | grep -E '^\|' |
+      sed "s/^/llama 8b-$t /" >>"$out"
+  done
   ours qwen2.5-0.5b q8_0
-  ours qwen2.5-0.5b q8_0 HR_CUDA_PDL=0
-  "$LB" -m "$W/llama-3-8b-f16.gguf" -ngl 99 -fa 1 -r 3 -p 512,4096 -n 128 2>&1 | grep -E '^\|' | sed 's/^/llama 8b-f16 /' >>"$out"
   "$LB" -m "$W/qwen2.5-0.5b-q8_0.gguf" -ngl 99 -fa 1 -r 3 -p 512 -n 128 2>&1 | grep -E '^\|' | sed 's/^/llama 0.5b-q8_0 /' >>"$out"
 done
 cat "$out"
+# Medians per (model, test) and the ratio ours / llama.cpp.
+python3 - "$out" <<'PY'
+import re, sys, statistics as st
+rows = {}
+for line in open(sys.argv[1]):
+    if line.startswith("ours "):
+        kv = dict(f.split("=", 1) for f in line.split()[1:] if "=" in f)
+        name = ("8b-" if kv["shape"] == "llama-3-8b" else "0.5b-") + kv["type"]
+        for t in ("pp512", "pp4096", "tg128"):
+            rows.setdefault((name, t), ([], []))[0].append(float(kv[t + "_tok_s"]))
+    elif line.startswith("llama "):
+        name = line.split()[1]
+        cells = [c.strip() for c in line.split("|")]
+        m = re.match(r"(pp\d+|tg\d+)", cells[-3]) if len(cells) > 3 else None
+        if m:
+            rows.setdefault((name, m.group(1)), ([], []))[1].append(float(cells[-2].split()[0]))
+print("%-10s %-7s %10s %10s %6s" % ("model", "test", "ours", "llama.cpp", "ratio"))
+for (name, t), (o, l) in sorted(rows.items()):
+    if o and l:
+        print("%-10s %-7s %10.1f %10.1f %6.2f" % (name, t, st.median(o), st.median(l), st.median(o) / st.median(l)))
+PY

@@ -9,8 +9,11 @@
  *                   also the bias and accumulate forms
  *   RMSNorm         with the fused residual add and a row index
  *   SwiGLU, RoPE table
- * Attention, the Q/K post-processing and the KV store are checked through
- * whole models in test-cuda-engine.c (against the CPU engine).
+ *   attention       the tiled (prefill) and one-warp kernels over paged f16
+ *                   KV, head_dim 64 and 128, against a double-precision
+ *                   softmax of the same f16 values
+ * The Q/K post-processing and the KV store are checked through whole models
+ * in test-cuda-engine.c (against the CPU engine).
  */
 #include <stdint.h>
 #include <string.h>
@@ -388,6 +391,95 @@ static void test_small(void)
     free(x), free(add), free(w), free(y);
 }
 
+/* Causal attention over a paged f16 KV: two sequences in one step, one
+ * prefilling from position 0 (tiles 64, 64, 64, 8) and one continuing after
+ * 300 cached positions (64, 7), blocks of 16 tokens in a shuffled order,
+ * 8 query heads over 2 KV heads. The tiled kernel rounds Q and P to f16, so
+ * it is held to 2e-3 of a double-precision softmax over the same f16 K, V
+ * and Q; the one-warp kernel (f32 throughout) to 1e-5 of one over f32 Q. */
+static void test_attention(uint32_t hd)
+{
+    enum { NH = 8, NKV = 2, BT = 16, T0 = 200, C1 = 300, T1 = 71, T = T0 + T1 };
+    const uint32_t nb0 = (T0 + BT - 1) / BT, nb1 = (C1 + T1 + BT - 1) / BT, nb = nb0 + nb1;
+    const uint64_t block_bytes = 2ull * NKV * BT * hd * 2;
+    uint16_t *pool = malloc(block_bytes * nb);
+    for (size_t i = 0; i < block_bytes * nb / 2; i++)
+        pool[i] = hr_f32_to_f16(frand());
+    int32_t tables[64], pos[T], seq_of[T], tab_off[2] = {0, (int32_t)nb0};
+    for (uint32_t i = 0; i < nb; i++)
+        tables[i] = (int32_t)((i * 7 + 3) % nb); /* 7 is prime to nb: a permutation */
+    for (int t = 0; t < T; t++) {
+        seq_of[t] = t >= T0;
+        pos[t] = t < T0 ? t : C1 + (t - T0);
+    }
+    const uint32_t qd = NH * hd;
+    float *q = malloc(sizeof(float) * T * qd), *out = malloc(sizeof(float) * T * qd);
+    for (size_t i = 0; i < (size_t)T * qd; i++)
+        q[i] = frand();
+    int32_t tiles[] = {0, 64, 64, 64, 128, 64, 192, 8, T0, 64, T0 + 64, 7}, seq_fa[2] = {1, 1};
+    struct hr_cuda_attn_args a = {0};
+    a.q = to_dev(q, sizeof(float) * T * qd);
+    CT_CUDA(cudaMalloc((void **)&a.out, sizeof(float) * T * qd));
+    a.n_tokens = T, a.n_head = NH, a.scale = 1.0f / sqrtf((float)hd);
+    a.kv.pool = to_dev(pool, block_bytes * nb);
+    a.kv.block_bytes = block_bytes, a.kv.block_tokens = BT, a.kv.n_head_kv = NKV;
+    a.kv.head_dim = hd, a.kv.layer = 0, a.kv.f16 = 1;
+    a.kv.pos = to_dev(pos, sizeof(pos)), a.kv.seq_of = to_dev(seq_of, sizeof(seq_of));
+    a.kv.tab_off = to_dev(tab_off, sizeof(tab_off)), a.kv.tables = to_dev(tables, sizeof(tables));
+    a.seq_fa = to_dev(seq_fa, sizeof(seq_fa)), a.tiles = to_dev(tiles, sizeof(tiles));
+    a.n_tiles = sizeof(tiles) / sizeof(tiles[0]) / 2;
+    CT_CUDA(hr_cuda_kernels_preload());
+    for (int tiled = 1; tiled >= 0; tiled--) {
+        struct hr_cuda_attn_args b = a;
+        if (!tiled)
+            b.seq_fa = NULL, b.tiles = NULL, b.n_tiles = 0;
+        CT_CUDA(cudaMemset(a.out, 0xff, sizeof(float) * T * qd)); /* NaN: rows not written show */
+        CT_CUDA(hr_cuda_attention(&b, 0));
+        from_dev(out, a.out, sizeof(float) * T * qd);
+        double worst = 0;
+        for (int t = 0; t < T; t++) {
+            const int32_t tab0 = tab_off[seq_of[t]];
+            for (uint32_t h = 0; h < NH; h++) {
+                const uint32_t g = h / (NH / NKV);
+                double qv[128], acc[128] = {0}, mx = -1e300, l = 0, sc[400];
+                for (uint32_t d = 0; d < hd; d++) {
+                    const float x = q[(size_t)t * qd + h * hd + d];
+                    qv[d] = tiled ? hr_f16_to_f32(hr_f32_to_f16(x)) : x;
+                }
+                for (int32_t j = 0; j <= pos[t]; j++) {
+                    const uint16_t *k = pool + (tables[tab0 + j / BT] * block_bytes +
+                                                ((0ull * NKV + g) * BT + j % BT) * hd * 2) / 2;
+                    double dot = 0;
+                    for (uint32_t d = 0; d < hd; d++)
+                        dot += qv[d] * hr_f16_to_f32(k[d]);
+                    sc[j] = dot * a.scale;
+                    mx = sc[j] > mx ? sc[j] : mx;
+                }
+                for (int32_t j = 0; j <= pos[t]; j++) {
+                    const uint16_t *v = pool + (tables[tab0 + j / BT] * block_bytes +
+                                                ((1ull * NKV + g) * BT + j % BT) * hd * 2) / 2;
+                    const double p = exp(sc[j] - mx);
+                    l += p;
+                    for (uint32_t d = 0; d < hd; d++)
+                        acc[d] += p * hr_f16_to_f32(v[d]);
+                }
+                for (uint32_t d = 0; d < hd; d++) {
+                    const double e = fabs(out[(size_t)t * qd + h * hd + d] - acc[d] / l);
+                    worst = e > worst || e != e ? e : worst;
+                }
+            }
+        }
+        CT_CHECK(worst <= (tiled ? 2e-3 : 1e-5),
+                 "attention head_dim %u, %s, 2 sequences (200 from 0, 71 after 300): worst abs "
+                 "error %.2e",
+                 hd, tiled ? "tiled (f16 MMA)" : "one warp per token (f32)", worst);
+    }
+    cudaFree((void *)a.q), cudaFree(a.out), cudaFree(a.kv.pool), cudaFree((void *)a.kv.pos);
+    cudaFree((void *)a.kv.seq_of), cudaFree((void *)a.kv.tab_off), cudaFree((void *)a.kv.tables);
+    cudaFree((void *)a.seq_fa), cudaFree((void *)a.tiles);
+    free(pool), free(q), free(out);
+}
+
 int main(int argc, char **argv)
 {
     ct_require_device("test-cuda-kernels");
@@ -397,6 +489,8 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
         test_type(types[i]);
     test_small();
+    test_attention(64);
+    test_attention(128);
     printf("test-cuda-kernels: %.1f s\n", ct_now() - t0);
     return ct_finish("test-cuda-kernels");
 }
