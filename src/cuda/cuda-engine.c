@@ -51,7 +51,11 @@
 _Static_assert(HR_CUDA_T_F32 == HR_GGML_F32 && HR_CUDA_T_F16 == HR_GGML_F16 &&
                    HR_CUDA_T_BF16 == HR_GGML_BF16 && HR_CUDA_T_Q8_0 == HR_GGML_Q8_0 &&
                    HR_CUDA_T_Q4_0 == HR_GGML_Q4_0 && HR_CUDA_T_Q4_K == HR_GGML_Q4_K &&
-                   HR_CUDA_T_Q5_K == HR_GGML_Q5_K && HR_CUDA_T_Q6_K == HR_GGML_Q6_K,
+                   HR_CUDA_T_Q5_K == HR_GGML_Q5_K && HR_CUDA_T_Q6_K == HR_GGML_Q6_K &&
+                   HR_CUDA_T_Q4_1 == HR_GGML_Q4_1 && HR_CUDA_T_Q5_0 == HR_GGML_Q5_0 &&
+                   HR_CUDA_T_Q5_1 == HR_GGML_Q5_1 && HR_CUDA_T_Q2_K == HR_GGML_Q2_K &&
+                   HR_CUDA_T_Q3_K == HR_GGML_Q3_K && HR_CUDA_T_IQ4_NL == HR_GGML_IQ4_NL &&
+                   HR_CUDA_T_IQ4_XS == HR_GGML_IQ4_XS && HR_CUDA_T_MXFP4 == HR_GGML_MXFP4,
                "the kernels' type ids are ggml's");
 
 /*
@@ -538,7 +542,9 @@ static enum hr_cuda_act act_of(enum hr_ggml_type t)
     switch (hr_matmul_vec_dot_type(t)) {
     case HR_GGML_F16: return HR_CUDA_ACT_F16;
     case HR_GGML_BF16: return HR_CUDA_ACT_BF16;
-    case HR_GGML_Q8_0: return HR_CUDA_ACT_Q8_0;
+    /* Q8_1 (Q4_1, Q5_1) holds Q8_0's quants and scale, plus a sum the
+     * CPU's dot uses for the offset term; the inputs' values are Q8_0's */
+    case HR_GGML_Q8_0: case HR_GGML_Q8_1: return HR_CUDA_ACT_Q8_0;
     case HR_GGML_Q8_K: return HR_CUDA_ACT_Q8_K;
     default: return HR_CUDA_ACT_F32;
     }
@@ -548,7 +554,9 @@ static bool kernel_type(enum hr_ggml_type t)
 {
     switch (t) {
     case HR_GGML_F32: case HR_GGML_F16: case HR_GGML_BF16: case HR_GGML_Q8_0:
-    case HR_GGML_Q4_0: case HR_GGML_Q4_K: case HR_GGML_Q5_K: case HR_GGML_Q6_K:
+    case HR_GGML_Q4_0: case HR_GGML_Q4_1: case HR_GGML_Q5_0: case HR_GGML_Q5_1:
+    case HR_GGML_IQ4_NL: case HR_GGML_MXFP4: case HR_GGML_Q2_K: case HR_GGML_Q3_K:
+    case HR_GGML_Q4_K: case HR_GGML_Q5_K: case HR_GGML_Q6_K: case HR_GGML_IQ4_XS:
         return true;
     default:
         return false;

@@ -109,6 +109,26 @@ __device__ __forceinline__ void scale_min_k4(int j, const uint8_t *q, float *sc,
     }
 }
 
+/* kernels/quant-block32.c's tables: IQ4_NL's (IQ4_XS's too) and MXFP4's
+ * E2M1 values doubled */
+__constant__ int8_t iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                        1,    13,   25,  38,  53,  69,  89,  113};
+__constant__ int8_t mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* MXFP4's E8M0 scale halved, 2^(e - 128) (hr_e8m0_to_f32_half) */
+__device__ __forceinline__ float e8m0_half(uint8_t e)
+{
+    return __uint_as_float(e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23);
+}
+
+__device__ __forceinline__ uint32_t u32_at(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Every product below is exact in f32 (a scale of at most 17 significant
+ * bits times a quant of at most 7), so contracting "d * q + m" into an FMA
+ * rounds the same as the CPU's multiply-then-add. */
 template <int TYPE>
 __device__ __forceinline__ void dequant_chunk(const uint8_t *row, uint32_t c, float v[32])
 {
@@ -159,6 +179,96 @@ __device__ __forceinline__ void dequant_chunk(const uint8_t *row, uint32_t c, fl
             v[i] = (float)((b[2 + i] & 0x0F) - 8) * d;
             v[i + 16] = (float)((b[2 + i] >> 4) - 8) * d;
         }
+    } else if constexpr (TYPE == HR_CUDA_T_Q4_1) {
+        const uint8_t *b = row + (size_t)c * 20;
+        const float d = f16_at(b), m = f16_at(b + 2);
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            v[i] = (float)(b[4 + i] & 0x0F) * d + m;
+            v[i + 16] = (float)(b[4 + i] >> 4) * d + m;
+        }
+    } else if constexpr (TYPE == HR_CUDA_T_Q5_0 || TYPE == HR_CUDA_T_Q5_1) {
+        /* Q5_0: d, qh, qs, x = d (q - 16); Q5_1: d, m, qh, qs, x = d q + m */
+        constexpr int off = TYPE == HR_CUDA_T_Q5_0 ? 2 : 4;
+        const uint8_t *b = row + (size_t)c * (TYPE == HR_CUDA_T_Q5_0 ? 22 : 24);
+        const float d = f16_at(b);
+        const uint32_t h = u32_at(b + off);
+        const uint8_t *qs = b + off + 4;
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            const int lo = (qs[i] & 0x0F) | (int)((h >> i) & 1) << 4;
+            const int hi = (qs[i] >> 4) | (int)((h >> (i + 16)) & 1) << 4;
+            if constexpr (TYPE == HR_CUDA_T_Q5_0) {
+                v[i] = (float)(lo - 16) * d;
+                v[i + 16] = (float)(hi - 16) * d;
+            } else {
+                const float m = f16_at(b + 2);
+                v[i] = (float)lo * d + m;
+                v[i + 16] = (float)hi * d + m;
+            }
+        }
+    } else if constexpr (TYPE == HR_CUDA_T_IQ4_NL) {
+        const uint8_t *b = row + (size_t)c * 18;
+        const float d = f16_at(b);
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            v[i] = d * (float)iq4nl_values[b[2 + i] & 0x0F];
+            v[i + 16] = d * (float)iq4nl_values[b[2 + i] >> 4];
+        }
+    } else if constexpr (TYPE == HR_CUDA_T_MXFP4) {
+        const uint8_t *b = row + (size_t)c * 17;
+        const float d = e8m0_half(b[0]);
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            v[i] = (float)mxfp4_values[b[1 + i] & 0x0F] * d;
+            v[i + 16] = (float)mxfp4_values[b[1 + i] >> 4] * d;
+        }
+    } else if constexpr (TYPE == HR_CUDA_T_Q2_K) {
+        /* chunk s of a super-block: quants at 2s' bits of qs[32 (s / 4) ..],
+         * two sub-blocks of 16, each its scale and min (kernels/quant-k2k3.c) */
+        const uint32_t sb = c / 8, s = c % 8;
+        const uint8_t *b = row + (size_t)sb * 84;
+        const float d = f16_at(b + 80), dmin = f16_at(b + 82);
+        const uint8_t *q = b + 16 + 32 * (s / 4);
+        const int shift = 2 * (int)(s % 4);
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const uint8_t sc = b[2 * s + half];
+            const float dl = d * (float)(sc & 0xF), ml = dmin * (float)(sc >> 4);
+#pragma unroll
+            for (int l = 0; l < 16; l++)
+                v[16 * half + l] = dl * (float)((q[l + 16 * half] >> shift) & 3) - ml;
+        }
+    } else if constexpr (TYPE == HR_CUDA_T_Q3_K) {
+        const uint32_t sb = c / 8, s = c % 8;
+        const uint8_t *b = row + (size_t)sb * 110;
+        const float d = f16_at(b + 108);
+        const uint8_t *hm = b, *q = b + 32 + 32 * (s / 4), *scales = b + 96;
+        const int shift = 2 * (int)(s % 4);
+        const uint8_t mbit = (uint8_t)(1u << s);
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int j = 2 * (int)s + half;
+            const int sc6 = (j < 8 ? scales[j] & 0xF : scales[j - 8] >> 4) |
+                            (((scales[8 + j % 4] >> (2 * (j / 4))) & 3) << 4);
+            const float dl = d * (float)(sc6 - 32);
+#pragma unroll
+            for (int l = 16 * half; l < 16 * half + 16; l++)
+                v[l] = dl * (float)(((q[l] >> shift) & 3) - ((hm[l] & mbit) ? 0 : 4));
+        }
+    } else if constexpr (TYPE == HR_CUDA_T_IQ4_XS) {
+        const uint32_t sb = c / 8, ib = c % 8;
+        const uint8_t *b = row + (size_t)sb * 136;
+        const float d = f16_at(b);
+        const uint32_t sh = (uint32_t)b[2] | (uint32_t)b[3] << 8;
+        const int sc6 = ((b[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | (int)((sh >> (2 * ib)) & 3) << 4;
+        const float dl = d * (float)(sc6 - 32);
+        const uint8_t *qs = b + 8 + 16 * ib;
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            v[i] = dl * (float)iq4nl_values[qs[i] & 0x0F];
+            v[i + 16] = dl * (float)iq4nl_values[qs[i] >> 4];
+        }
     } else if constexpr (TYPE == HR_CUDA_T_Q4_K || TYPE == HR_CUDA_T_Q5_K) {
         const uint32_t sb = c / 8, s = c % 8;
         const uint8_t *b = row + (size_t)sb * (TYPE == HR_CUDA_T_Q4_K ? 144 : 176);
@@ -206,6 +316,14 @@ __device__ __forceinline__ void dequant_chunk(const uint8_t *row, uint32_t c, fl
     case HR_CUDA_T_Q4_K: CALL(HR_CUDA_T_Q4_K); break;                                                \
     case HR_CUDA_T_Q5_K: CALL(HR_CUDA_T_Q5_K); break;                                                \
     case HR_CUDA_T_Q6_K: CALL(HR_CUDA_T_Q6_K); break;                                                \
+    case HR_CUDA_T_Q4_1: CALL(HR_CUDA_T_Q4_1); break;                                                \
+    case HR_CUDA_T_Q5_0: CALL(HR_CUDA_T_Q5_0); break;                                                \
+    case HR_CUDA_T_Q5_1: CALL(HR_CUDA_T_Q5_1); break;                                                \
+    case HR_CUDA_T_IQ4_NL: CALL(HR_CUDA_T_IQ4_NL); break;                                            \
+    case HR_CUDA_T_MXFP4: CALL(HR_CUDA_T_MXFP4); break;                                              \
+    case HR_CUDA_T_Q2_K: CALL(HR_CUDA_T_Q2_K); break;                                                \
+    case HR_CUDA_T_Q3_K: CALL(HR_CUDA_T_Q3_K); break;                                                \
+    case HR_CUDA_T_IQ4_XS: CALL(HR_CUDA_T_IQ4_XS); break;                                            \
     default: return cudaErrorInvalidValue;                                                        \
     }
 
@@ -1945,7 +2063,15 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
         (ce = preload_type<HR_CUDA_T_Q4_0>()) != cudaSuccess ||
         (ce = preload_type<HR_CUDA_T_Q4_K>()) != cudaSuccess ||
         (ce = preload_type<HR_CUDA_T_Q5_K>()) != cudaSuccess ||
-        (ce = preload_type<HR_CUDA_T_Q6_K>()) != cudaSuccess)
+        (ce = preload_type<HR_CUDA_T_Q6_K>()) != cudaSuccess ||
+        (ce = preload_type<HR_CUDA_T_Q4_1>()) != cudaSuccess ||
+        (ce = preload_type<HR_CUDA_T_Q5_0>()) != cudaSuccess ||
+        (ce = preload_type<HR_CUDA_T_Q5_1>()) != cudaSuccess ||
+        (ce = preload_type<HR_CUDA_T_IQ4_NL>()) != cudaSuccess ||
+        (ce = preload_type<HR_CUDA_T_MXFP4>()) != cudaSuccess ||
+        (ce = preload_type<HR_CUDA_T_Q2_K>()) != cudaSuccess ||
+        (ce = preload_type<HR_CUDA_T_Q3_K>()) != cudaSuccess ||
+        (ce = preload_type<HR_CUDA_T_IQ4_XS>()) != cudaSuccess)
         return ce;
     const void *k[] = {(const void *)gemv_q4k_kernel, (const void *)gemv_q4k_q8_kernel,
                        (const void *)gemv_q80_q8_kernel, (const void *)quant_q80_kernel,

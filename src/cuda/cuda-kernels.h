@@ -43,11 +43,19 @@ extern "C" {
 #define HR_CUDA_T_F32 0
 #define HR_CUDA_T_F16 1
 #define HR_CUDA_T_Q4_0 2
+#define HR_CUDA_T_Q4_1 3
+#define HR_CUDA_T_Q5_0 6
+#define HR_CUDA_T_Q5_1 7
 #define HR_CUDA_T_Q8_0 8
+#define HR_CUDA_T_Q2_K 10
+#define HR_CUDA_T_Q3_K 11
 #define HR_CUDA_T_Q4_K 12
 #define HR_CUDA_T_Q5_K 13
 #define HR_CUDA_T_Q6_K 14
+#define HR_CUDA_T_IQ4_NL 20
+#define HR_CUDA_T_IQ4_XS 23
 #define HR_CUDA_T_BF16 30
+#define HR_CUDA_T_MXFP4 39
 
 /* The rounding a matmul input gets before the product (the vec-dot type). */
 enum hr_cuda_act { HR_CUDA_ACT_F32, HR_CUDA_ACT_F16, HR_CUDA_ACT_BF16, HR_CUDA_ACT_Q8_0,

@@ -50,15 +50,17 @@ static void from_dev(void *h, const void *d, size_t n)
     CT_CUDA(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
 }
 
-static const enum hr_ggml_type types[] = {HR_GGML_F32, HR_GGML_F16, HR_GGML_BF16, HR_GGML_Q8_0,
-                                          HR_GGML_Q4_0, HR_GGML_Q4_K, HR_GGML_Q5_K, HR_GGML_Q6_K};
+static const enum hr_ggml_type types[] = {
+    HR_GGML_F32,  HR_GGML_F16,    HR_GGML_BF16,  HR_GGML_Q8_0, HR_GGML_Q4_0, HR_GGML_Q4_1,
+    HR_GGML_Q5_0, HR_GGML_Q5_1,   HR_GGML_IQ4_NL, HR_GGML_MXFP4, HR_GGML_Q2_K, HR_GGML_Q3_K,
+    HR_GGML_Q4_K, HR_GGML_Q5_K,   HR_GGML_Q6_K,  HR_GGML_IQ4_XS};
 
 static enum hr_cuda_act act_of(enum hr_ggml_type t)
 {
     switch (hr_matmul_vec_dot_type(t)) {
     case HR_GGML_F16: return HR_CUDA_ACT_F16;
     case HR_GGML_BF16: return HR_CUDA_ACT_BF16;
-    case HR_GGML_Q8_0: return HR_CUDA_ACT_Q8_0;
+    case HR_GGML_Q8_0: case HR_GGML_Q8_1: return HR_CUDA_ACT_Q8_0;
     case HR_GGML_Q8_K: return HR_CUDA_ACT_Q8_K;
     default: return HR_CUDA_ACT_F32;
     }
