@@ -1753,7 +1753,7 @@ template <bool TRANS>
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *p)
 {
     const uint32_t s = (uint32_t)__cvta_generic_to_shared(p);
-    if (TRANS)
+    if constexpr (TRANS)
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                      : "r"(s));
@@ -1787,6 +1787,8 @@ struct fa_layout {
     /* stage s holds K at 2s tiles and V after it; Q is staged in stage 1's
      * K before the first tile needs it */
     static constexpr size_t bytes = 4 * tile;
+    static_assert(FA_BQ == FA_BK && FA_BQ == 4 * 16,
+                  "a tile's Q fits one K stage, and its 4 warps take 16 rows each");
 };
 
 template <int HD>
@@ -1959,21 +1961,15 @@ __global__ void __launch_bounds__(128) fa_prefill_kernel(hr_cuda_attn_args a)
     }
 }
 
-/* HR_CUDA_ATTN=warp: one warp per (token, head) for every token, no tiles
- * (the A/B switch). */
-static int attn_mode(void)
-{
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("HR_CUDA_ATTN");
-        v = e && !strcmp(e, "warp") ? 0 : 2;
-    }
-    return v;
-}
-
 extern "C" int hr_cuda_attention_tiled_ok(uint32_t head_dim, int kv_f16)
 {
-    return attn_mode() != 0 && kv_f16 && (head_dim == 64 || head_dim == 128);
+    /* HR_CUDA_ATTN=warp: one warp per (token, head) for every token (the A/B switch) */
+    static int off = -1;
+    if (off < 0) {
+        const char *e = getenv("HR_CUDA_ATTN");
+        off = e && !strcmp(e, "warp");
+    }
+    return !off && kv_f16 && (head_dim == 64 || head_dim == 128);
 }
 
 extern "C" cudaError_t hr_cuda_attention(const struct hr_cuda_attn_args *a, cudaStream_t s)

@@ -30,17 +30,17 @@
 #include "model-gen.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "gguf/gguf.h"
 #include "hf-vocab.h"
 #include "kernels/quant.h"
 #include "base/rand.h"
 #include "base/sys.h"
+#include "engine/threadpool.h"
 
 const char *const hr_gen_shape_names[] = {"tiny",       "demo",          "qwen2.5-0.5b",
                                           "llama-3.2-1b", "qwen3-0.6b", "qwen3-30b-a3b",
@@ -187,63 +187,44 @@ static float llama3_rope_factor(const struct hr_gen_params *p, uint32_t head_dim
     return (float)(1.0 / ((1.0 - smooth) / p->rope_factor + smooth));
 }
 
+struct gen {
+    struct hr_gen_params p;
+    struct hr_gguf_writer *w;
+    struct hr_pool *pool; /* quantizes the rows of fill_tensor's batches */
+    struct tensor_src *tensors;
+    size_t n_tensors;
+    /* progress: bytes of tensor data written of the total, since t0 */
+    uint64_t total_bytes, done_bytes;
+    double t0, t_last;
+};
+
 static void note_written(struct gen *g, uint64_t n_bytes);
 
 /* Quantizing is most of a big file's time (Q4_K's scale search: 71% of a
  * qwen3.5-35b-a3b write, 4.6 MB/s on one thread), so rows are quantized a
- * batch at a time on every core. The values are drawn first, in order, on
- * one thread, and a row's bytes depend on that row alone: the file is the
- * same whatever the thread count. */
-enum { GEN_BATCH_FLOATS = 1 << 20, GEN_MAX_THREADS = 32 };
+ * batch at a time on the generator's thread pool (one thread per physical
+ * core). The values are drawn first, in order, on one thread, and a row's
+ * bytes depend on that row alone: the file is the same whatever the thread
+ * count. */
+enum { GEN_BATCH_FLOATS = 1 << 20 };
 
-struct quant_part {
+struct quant_batch {
     enum hr_ggml_type type;
     const float *src;
     uint8_t *dst;
     uint64_t row, row_bytes, n_rows;
-    int rc;
+    atomic_int failed;
 };
 
-static void *quant_part_run(void *arg)
+static void quant_batch_run(void *ctx, int ith, int nth)
 {
-    struct quant_part *q = arg;
-    for (uint64_t r = 0; r < q->n_rows && q->rc == 0; r++)
-        q->rc = hr_quantize_row(q->type, q->src + r * q->row, q->dst + r * q->row_bytes, q->row);
-    return NULL;
-}
-
-static int gen_threads(void)
-{
-    const long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > GEN_MAX_THREADS ? GEN_MAX_THREADS : (int)n;
-}
-
-/* n_rows rows of src quantized into dst, split over up to gen_threads()
- * threads (this one among them); 0 or hr_quantize_row's failure. */
-static int quantize_rows(enum hr_ggml_type type, const float *src, uint8_t *dst, uint64_t row,
-                         uint64_t row_bytes, uint64_t n_rows)
-{
-    struct quant_part part[GEN_MAX_THREADS];
-    pthread_t tid[GEN_MAX_THREADS];
-    bool started[GEN_MAX_THREADS] = {false};
-    const uint64_t n = (uint64_t)gen_threads() < n_rows ? (uint64_t)gen_threads() : n_rows;
-    uint64_t r0 = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        const uint64_t cnt = n_rows / n + (i < n_rows % n);
-        part[i] = (struct quant_part){type, src + r0 * row, dst + r0 * row_bytes, row, row_bytes, cnt, 0};
-        r0 += cnt;
-        if (i > 0)
-            started[i] = pthread_create(&tid[i], NULL, quant_part_run, &part[i]) == 0;
-    }
-    int rc = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        if (i == 0 || !started[i])
-            quant_part_run(&part[i]); /* this thread's share, or a thread that did not start */
-        else
-            pthread_join(tid[i], NULL);
-        rc |= part[i].rc;
-    }
-    return rc;
+    struct quant_batch *q = ctx;
+    const uint64_t r1 = q->n_rows * (uint64_t)(ith + 1) / (uint64_t)nth;
+    for (uint64_t r = q->n_rows * (uint64_t)ith / (uint64_t)nth; r < r1; r++)
+        if (hr_quantize_row(q->type, q->src + r * q->row, q->dst + r * q->row_bytes, q->row) != 0) {
+            atomic_store(&q->failed, 1);
+            return;
+        }
 }
 
 static enum hr_status fill_tensor(void *ctx, void *dst, uint64_t n_bytes, struct hr_err *err)
@@ -283,9 +264,13 @@ static enum hr_status fill_tensor(void *ctx, void *dst, uint64_t n_bytes, struct
             case INIT_DT_BIAS: v[i] = (float)(-2.0 + 0.5 * hr_rng_normal(rng)); break;
             }
         }
-        const uint64_t n = r % batch + 1, first = r + 1 - n;
-        if ((n == batch || r + 1 == rows) &&
-            quantize_rows(t->type, buf, (uint8_t *)dst + first * row_bytes, row, row_bytes, n) != 0) {
+        const uint64_t n = r % batch + 1;
+        if (n < batch && r + 1 < rows)
+            continue;
+        struct quant_batch q = {t->type, buf, (uint8_t *)dst + (r + 1 - n) * row_bytes, row,
+                                row_bytes, n, 0};
+        hr_pool_run(t->gen->pool, quant_batch_run, &q);
+        if (atomic_load(&q.failed)) {
             free(buf);
             return hr_err_set(err, HR_ERR_UNSUPPORTED, "cannot write type %s",
                               hr_ggml_type_name(t->type));
@@ -297,16 +282,6 @@ static enum hr_status fill_tensor(void *ctx, void *dst, uint64_t n_bytes, struct
 }
 
 /* ---- the model --------------------------------------------------------- */
-
-struct gen {
-    struct hr_gen_params p;
-    struct hr_gguf_writer *w;
-    struct tensor_src *tensors;
-    size_t n_tensors;
-    /* progress: bytes of tensor data written of the total, since t0 */
-    uint64_t total_bytes, done_bytes;
-    double t0, t_last;
-};
 
 /* A line a second once the write has taken a second: a model of several
  * GiB takes minutes to generate, and silence looks like a hang. */
@@ -757,6 +732,9 @@ enum hr_status hr_gen_model(const struct hr_gen_params *params, const char *path
     if (!p->tied)
         add(&g, "output.weight", p->n_embd, n_vocab, INIT_MATRIX);
 
+    st = hr_pool_init(hr_physical_cores(), &g.pool, err);
+    if (st != HR_OK)
+        goto out;
     g.t0 = hr_now_seconds();
     for (size_t i = 0; i < g.n_tensors; i++) {
         struct tensor_src *t = &g.tensors[i];
@@ -767,6 +745,8 @@ enum hr_status hr_gen_model(const struct hr_gen_params *params, const char *path
     }
     st = hr_gguf_writer_write_file(g.w, path, err);
 out:
+    if (g.pool)
+        hr_pool_free(g.pool);
     hr_gguf_writer_free(g.w);
     free(g.tensors);
     hr_hf_vocab_free(vocab);
