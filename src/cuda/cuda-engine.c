@@ -43,6 +43,7 @@
 #include <cublasLt.h>
 #include <cuda.h> /* the driver API's types; its entry points come through cudart */
 #include <cuda_runtime_api.h>
+#include <stddef.h>
 
 #include "base/log.h"
 #include "cuda/cuda-kernels.h"
@@ -57,6 +58,13 @@ _Static_assert(HR_CUDA_T_F32 == HR_GGML_F32 && HR_CUDA_T_F16 == HR_GGML_F16 &&
                    HR_CUDA_T_Q3_K == HR_GGML_Q3_K && HR_CUDA_T_IQ4_NL == HR_GGML_IQ4_NL &&
                    HR_CUDA_T_IQ4_XS == HR_GGML_IQ4_XS && HR_CUDA_T_MXFP4 == HR_GGML_MXFP4,
                "the kernels' type ids are ggml's");
+_Static_assert(sizeof(struct hr_cuda_rope) == sizeof(struct hr_rope) &&
+                   offsetof(struct hr_cuda_rope, theta_scale) == offsetof(struct hr_rope, theta_scale) &&
+                   offsetof(struct hr_cuda_rope, freq_scale) == offsetof(struct hr_rope, freq_scale) &&
+                   offsetof(struct hr_cuda_rope, ext_factor) == offsetof(struct hr_rope, ext_factor) &&
+                   offsetof(struct hr_cuda_rope, attn_factor) == offsetof(struct hr_rope, attn_factor) &&
+                   offsetof(struct hr_cuda_rope, corr_dims) == offsetof(struct hr_rope, corr_dims),
+               "the kernels' RoPE constants are engine.h's");
 
 /*
  * cuBLASLt is opened at first use, not linked: the library is hundreds of
@@ -155,12 +163,19 @@ struct dweight {
     enum hr_ggml_type type;
     const uint8_t *d;       /* NULL when absent */
     uint64_t ne0, ne1, row_bytes;
+    uint64_t n_mat, mat_bytes; /* stacked experts: n_mat matrices, mat_bytes apart */
     enum hr_cuda_act act;   /* how its inputs are rounded (the vec-dot type) */
 };
 
 struct dlayer {
-    struct dweight attn_norm, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, ffn_norm;
+    struct dweight attn_norm, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, bo, sinks, ffn_norm;
+    uint32_t window;        /* sliding window (gpt-oss); 0: full causal */
     struct dweight w_gate, w_up, w_down;
+    /* MoE (model.h's hr_layer names) */
+    bool moe;
+    struct dweight gate_inp, gate_inp_b, exp_probs_b, gate_exps, up_exps, down_exps;
+    struct dweight gate_exps_b, up_exps_b, down_exps_b;
+    struct dweight gate_inp_shexp, gate_shexp, up_shexp, down_shexp;
 };
 
 /* What a captured decode graph is valid for (see run_graph). */
@@ -213,6 +228,7 @@ struct hr_cuda_engine {
     uint8_t *h_stage;      /* pinned: the plan's meta prefix of the largest step */
     uint64_t stage_cap;
     float *h_logits;       /* pinned: max_step_logits x n_vocab */
+    int32_t *h_moe_off;    /* pinned: a MoE layer's group ends (n_expert) */
     uint64_t n_allocs_init, n_allocs;
 
     /* the prepared matmul input (see prep_have) */
@@ -233,7 +249,7 @@ struct hr_cuda_engine {
     struct lt_shape lt_shapes[LT_MAX_SHAPES];
     uint32_t n_lt_shapes;
 
-    float theta_scale, freq_scale;
+    struct hr_cuda_rope rope;
     struct seq_info *seqs; /* max_step_seqs */
     uint32_t n_seqs;
     float last_ms;
@@ -534,7 +550,24 @@ static uint64_t align256(uint64_t x)
 
 static uint64_t weight_bytes(const struct hr_weight *w)
 {
-    return w->data ? hr_row_bytes(w->type, w->ne0) * w->ne1 : 0;
+    return w->data ? hr_row_bytes(w->type, w->ne0) * w->ne1 * (w->n_mat ? w->n_mat : 1) : 0;
+}
+
+/* The matrices of layer L a forward pass multiplies by (the stacked
+ * experts once: their slices share a shape); returns how many. */
+#define LAYER_MATS 12
+static size_t layer_mats(const struct hr_layer *L, const struct hr_weight **out)
+{
+    const struct hr_weight *all[LAYER_MATS] = {
+        &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->gate_inp,
+        &L->gate_exps, &L->up_exps, &L->down_exps, &L->gate_shexp};
+    size_t n = 0;
+    for (size_t i = 0; i < LAYER_MATS; i++)
+        if (all[i]->data)
+            out[n++] = all[i];
+    if (L->up_shexp.data)
+        out[n++] = &L->up_shexp, out[n++] = &L->down_shexp;
+    return n;
 }
 
 static enum hr_cuda_act act_of(enum hr_ggml_type t)
@@ -592,10 +625,27 @@ static size_t list_uploads(struct hr_cuda_engine *e, struct upload *u)
         ADD(L->q_norm, D->q_norm, false);
         ADD(L->k_norm, D->k_norm, false);
         ADD(L->wo, D->wo, true);
+        ADD(L->bo, D->bo, false);
+        ADD(L->sinks, D->sinks, false);
         ADD(L->ffn_norm, D->ffn_norm, false);
         ADD(L->w_gate, D->w_gate, true);
         ADD(L->w_up, D->w_up, true);
         ADD(L->w_down, D->w_down, true);
+        ADD(L->gate_inp, D->gate_inp, true);
+        ADD(L->gate_inp_b, D->gate_inp_b, false);
+        ADD(L->exp_probs_b, D->exp_probs_b, false);
+        ADD(L->gate_exps, D->gate_exps, true);
+        ADD(L->up_exps, D->up_exps, true);
+        ADD(L->down_exps, D->down_exps, true);
+        ADD(L->gate_exps_b, D->gate_exps_b, false);
+        ADD(L->up_exps_b, D->up_exps_b, false);
+        ADD(L->down_exps_b, D->down_exps_b, false);
+        ADD(L->gate_inp_shexp, D->gate_inp_shexp, false);
+        ADD(L->gate_shexp, D->gate_shexp, true);
+        ADD(L->up_shexp, D->up_shexp, true);
+        ADD(L->down_shexp, D->down_shexp, true);
+        D->moe = L->ffn_kind == HR_FFN_MOE;
+        D->window = L->window;
     }
 #undef ADD
     return n;
@@ -605,7 +655,7 @@ static size_t list_uploads(struct hr_cuda_engine *e, struct upload *u)
  * embedding's bytes, shared). */
 static enum hr_status upload_weights(struct hr_cuda_engine *e, struct hr_err *err)
 {
-    const size_t cap = 4 + (size_t)14 * e->m->hp.n_layer;
+    const size_t cap = 4 + (size_t)29 * e->m->hp.n_layer;
     struct upload *u = calloc(cap, sizeof(*u));
     uint64_t *off = calloc(cap, sizeof(*off));
     if (!u || !off) {
@@ -647,6 +697,8 @@ static enum hr_status upload_weights(struct hr_cuda_engine *e, struct hr_err *er
         d->ne0 = w->ne0;
         d->ne1 = w->ne1;
         d->row_bytes = hr_row_bytes(w->type, w->ne0);
+        d->n_mat = w->n_mat ? w->n_mat : 1;
+        d->mat_bytes = d->row_bytes * w->ne1;
         d->act = act_of(w->type);
         d->d = e->d_weights + off[i];
         bool first = true;
@@ -704,7 +756,16 @@ void hr_cuda_engine_dims(const struct hr_model *m, const struct hr_cuda_config *
     d->n_head_kv = hp->n_head_kv;
     d->head_dim = hp->head_dim_k;
     d->n_rot = hp->n_rot;
-    d->n_ff = hp->n_ff;
+    d->n_ff = 0;
+    for (uint32_t l = 0; l < hp->n_layer; l++)
+        if (m->layers[l].ffn_kind == HR_FFN_DENSE)
+            d->n_ff = hp->n_ff;
+    if (m->moe.n_expert) {
+        d->n_ff = d->n_ff > m->moe.n_ff_shexp ? d->n_ff : m->moe.n_ff_shexp;
+        d->n_expert = m->moe.n_expert;
+        d->n_expert_used = m->moe.n_expert_used;
+        d->n_ff_exp = m->moe.n_ff_exp;
+    }
     d->n_vocab = hp->n_vocab;
     d->gemv_max_tokens = HR_CUDA_GEMV_MAX_ROWS;
     /* Tensor-core GEMMs for every matrix not in F32; the scratch holds the
@@ -714,12 +775,11 @@ void hr_cuda_engine_dims(const struct hr_model *m, const struct hr_cuda_config *
     const bool simt = g && !strcmp(g, "simt");
     uint64_t wdq = 0;
     bool tc = false;
+    const struct hr_weight *ws[LAYER_MATS + 2];
     for (uint32_t l = 0; l < hp->n_layer && !simt; l++) {
-        const struct hr_layer *L = &m->layers[l];
-        const struct hr_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
-                                        &L->w_down};
-        for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++) {
-            if (!ws[i]->data || ws[i]->type == HR_GGML_F32)
+        const size_t n = layer_mats(&m->layers[l], ws);
+        for (size_t i = 0; i < n; i++) {
+            if (ws[i]->type == HR_GGML_F32)
                 continue;
             tc = true;
             if (ws[i]->type != HR_GGML_F16 && ws[i]->type != HR_GGML_BF16)
@@ -737,11 +797,9 @@ void hr_cuda_engine_dims(const struct hr_model *m, const struct hr_cuda_config *
     /* The integer GEMV's quantized inputs, when a matrix has one. */
     bool ig = out->data && hr_cuda_gemv_int_type((int)out->type, act_of(out->type));
     for (uint32_t l = 0; l < hp->n_layer && !ig; l++) {
-        const struct hr_layer *L = &m->layers[l];
-        const struct hr_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
-                                        &L->w_down};
-        for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
-            if (ws[i]->data && hr_cuda_gemv_int_type((int)ws[i]->type, act_of(ws[i]->type)))
+        const size_t n = layer_mats(&m->layers[l], ws);
+        for (size_t i = 0; i < n; i++)
+            if (hr_cuda_gemv_int_type((int)ws[i]->type, act_of(ws[i]->type)))
                 ig = true;
     }
     d->int_gemv = ig;
@@ -822,9 +880,13 @@ enum hr_status hr_cuda_engine_init(const struct hr_model *m, const struct hr_cud
     hr_cuda_config_defaults(&cfg);
 
     const struct hr_hparams *hp = &m->hp;
-    if (m->arch != HR_ARCH_LLAMA && m->arch != HR_ARCH_QWEN2 && m->arch != HR_ARCH_QWEN3)
+    if (m->arch != HR_ARCH_LLAMA && m->arch != HR_ARCH_QWEN2 && m->arch != HR_ARCH_QWEN3 &&
+        m->arch != HR_ARCH_QWEN2MOE && m->arch != HR_ARCH_QWEN3MOE && m->arch != HR_ARCH_GPTOSS)
         return hr_err_set(err, HR_ERR_UNSUPPORTED, "the CUDA engine cannot run architecture %s",
                           hr_arch_name(m->arch));
+    if (m->moe.n_expert > HR_CUDA_MOE_MAX_EXPERTS)
+        return hr_err_set(err, HR_ERR_UNSUPPORTED, "the CUDA engine routes at most %d experts, "
+                          "not %u", HR_CUDA_MOE_MAX_EXPERTS, m->moe.n_expert);
     if (hp->head_dim_k != hp->head_dim_v || hp->head_dim_k % 32 ||
         hp->head_dim_k > HR_CUDA_MAX_HEAD_DIM || hp->n_rot > hp->head_dim_k || hp->n_rot % 2)
         return hr_err_set(err, HR_ERR_UNSUPPORTED, "the CUDA engine needs head_dim (key %u, value "
@@ -929,20 +991,24 @@ enum hr_status hr_cuda_engine_init(const struct hr_model *m, const struct hr_cud
     const uint64_t logits_bytes = (uint64_t)cfg.max_step_logits * hp->n_vocab * sizeof(float);
     TRY_CU(cudaMallocHost((void **)&e->h_stage, e->stage_cap ? e->stage_cap : 1), "pinned staging");
     TRY_CU(cudaMallocHost((void **)&e->h_logits, logits_bytes), "pinned logits");
-    e->mem.host_pinned_bytes = e->stage_cap + logits_bytes;
+    const uint64_t moe_bytes = (uint64_t)(m->moe.n_expert ? m->moe.n_expert : 1) * sizeof(int32_t);
+    TRY_CU(cudaMallocHost((void **)&e->h_moe_off, moe_bytes), "pinned MoE groups");
+    e->mem.host_pinned_bytes = e->stage_cap + logits_bytes + moe_bytes;
 
     /* The library category: everything the device gained that is not ours. */
     e->mem.library_bytes = dev_used() - before - e->mem.weights_bytes - e->mem.alloc_delta_bytes;
     TRY_CU(cudaMemGetInfo(&fr, &tot), "cudaMemGetInfo");
     e->mem.free_after_init = fr;
 
-    e->theta_scale = powf(hp->rope_base, -2.0f / (float)hp->n_rot);
-    e->freq_scale = hp->rope_scaling == HR_ROPE_SCALING_LINEAR ? 1.0f / hp->rope_factor : 1.0f;
+    struct hr_rope rope;
+    hr_rope_init(m, &rope);
+    memcpy(&e->rope, &rope, sizeof(e->rope));
 
     /* A one-token warm-up step: the decode graph's first instantiation
      * (and any memory the driver takes for it) happens here, not in a step. */
     const char *gv = getenv("HR_CUDA_GRAPH");
-    e->graphs = !(gv && !strcmp(gv, "0"));
+    /* MoE layers wait for their routing mid-step (moe_ffn): no graphs. */
+    e->graphs = !(gv && !strcmp(gv, "0")) && !m->moe.n_expert;
     /* A lazy pool maps its first group now: the warm-up step needs a
      * block, and an empty pool would refuse every request's first step. */
     if (e->kv_vmm && hr_cuda_engine_kv_ensure(e, 1) == 0) {
@@ -1003,6 +1069,7 @@ void hr_cuda_engine_free(struct hr_cuda_engine *e)
     cudaFree(e->d_arena);
     cudaFreeHost(e->h_stage);
     cudaFreeHost(e->h_logits);
+    cudaFreeHost(e->h_moe_off);
     if (e->ev0)
         cudaEventDestroy(e->ev0);
     if (e->ev1)
@@ -1167,7 +1234,8 @@ static enum hr_status lt_matmul(struct hr_cuda_engine *e, const struct lt_shape 
  * Chooses the algorithm of shape (n, k): cuBLASLt's heuristic for the
  * largest step (m = max_step_tokens rows), no workspace; the first
  * candidate without split-K that also runs the smallest GEMM step (m =
- * gemv_max + 1) is kept. None: the shape stays on the f32 GEMM kernel.
+ * gemv_max + 1; in a MoE model 1, an expert's group of one row) is kept.
+ * None: the shape stays on the f32 GEMM kernel.
  */
 static enum hr_status lt_add_shape(struct hr_cuda_engine *e, uint32_t n, uint32_t k, int bf16,
                                    const void *sample_w, struct hr_err *err)
@@ -1179,7 +1247,9 @@ static enum hr_status lt_add_shape(struct hr_cuda_engine *e, uint32_t n, uint32_
     struct lt_shape *sh = &e->lt_shapes[e->n_lt_shapes++];
     memset(sh, 0, sizeof(*sh));
     sh->n = n, sh->k = k, sh->bf16 = bf16, sh->sample_w = sample_w;
-    const uint32_t m_max = e->cfg.max_step_tokens, m_min = e->dims.gemv_max_tokens + 1;
+    /* an expert's group may be one row of a larger step (moe_ffn) */
+    const uint32_t m_max = e->cfg.max_step_tokens;
+    const uint32_t m_min = e->dims.n_expert ? 1 : e->dims.gemv_max_tokens + 1;
     cublasLtMatrixLayoutOpaque_t la, lb, lc, sa, sb, sc;
     lt_layouts(n, k, m_max, n, bf16, &la, &lb, &lc);
     lt_layouts(n, k, m_min, n, bf16, &sa, &sb, &sc);
@@ -1270,7 +1340,9 @@ static enum hr_status lt_init(struct hr_cuda_engine *e, struct hr_err *err)
     for (uint32_t l = 0; l < e->m->hp.n_layer && st == HR_OK; l++) {
         const struct dlayer *D = &e->layers[l];
         const struct dweight *mats[] = {&D->wq, &D->wk, &D->wv, &D->wo, &D->w_gate, &D->w_up,
-                                        &D->w_down};
+                                        &D->w_down, &D->gate_inp, &D->gate_exps, &D->up_exps,
+                                        &D->down_exps, &D->gate_shexp, &D->up_shexp,
+                                        &D->down_shexp};
         for (size_t i = 0; i < sizeof(mats) / sizeof(mats[0]) && st == HR_OK; i++)
             if (tc_type(mats[i]))
                 st = lt_add_matrix(e, mats[i], err);
@@ -1318,6 +1390,9 @@ struct fwd {
     int32_t *tokens, *pos, *seq_of, *rows, *tab_off, *tables, *seq_fa, *tiles;
     uint32_t n_tiles;
     float *rope, *x, *xn, *act, *q, *k, *v, *attn, *gate, *up, *out_x, *logits;
+    /* MoE (cuda-plan.h); NULL in dense models */
+    float *moe_logits, *moe_w, *moe_shg, *moe_x, *moe_gu, *moe_h;
+    int32_t *moe_sel, *moe_row, *moe_tok, *moe_rx, *moe_off;
     void *act16, *wdq; /* NULL in steps without tensor-core GEMMs */
     struct hr_cuda_q8_act actq; /* q NULL in models without integer GEMVs */
 };
@@ -1385,15 +1460,18 @@ static enum hr_status matmul_tc(struct hr_cuda_engine *e, const struct fwd *f,
     return HR_OK;
 }
 
-/* y (+)= round(x) W^T (+ bias) over m rows. */
-static enum hr_status matmul(struct hr_cuda_engine *e, const struct fwd *f,
-                             const struct dweight *w, const float *x, uint32_t m, float *y,
-                             uint32_t ldy, const struct dweight *bias, int accumulate,
-                             struct hr_err *err)
+/* y (+)= round(x) W^T (+ bias) over m rows, on the GEMV kernels when the
+ * step has at most gemv_max_tokens rows (step_rows), else the GEMM. */
+static enum hr_status matmul_in_step(struct hr_cuda_engine *e, const struct fwd *f,
+                                     const struct dweight *w, const float *x, uint32_t m,
+                                     uint32_t step_rows, float *y, uint32_t ldy,
+                                     const struct dweight *bias, int accumulate,
+                                     struct hr_err *err)
 {
     const uint32_t k = (uint32_t)w->ne0, n = (uint32_t)w->ne1;
     const float *b = bias && bias->d ? (const float *)bias->d : NULL;
-    if (m <= e->dims.gemv_max_tokens) {
+    HR_ASSERT(m <= step_rows);
+    if (step_rows <= e->dims.gemv_max_tokens) {
         if (f->actq.q && hr_cuda_gemv_int_type((int)w->type, w->act)) {
             if (!prep_have(e, x, m, k, w->act, PREP_INT))
                 CU(hr_cuda_quant_act(w->act, x, m, k, &f->actq, e->stream),
@@ -1433,19 +1511,142 @@ static enum hr_status matmul(struct hr_cuda_engine *e, const struct fwd *f,
     return HR_OK;
 }
 
+/* y (+)= round(x) W^T (+ bias): all m rows of the step. */
+static enum hr_status matmul(struct hr_cuda_engine *e, const struct fwd *f,
+                             const struct dweight *w, const float *x, uint32_t m, float *y,
+                             uint32_t ldy, const struct dweight *bias, int accumulate,
+                             struct hr_err *err)
+{
+    return matmul_in_step(e, f, w, x, m, m, y, ldy, bias, accumulate, err);
+}
+
+/* Expert x of a stacked weight as a plain matrix. */
+static struct dweight expert_of(const struct dweight *w, uint32_t x)
+{
+    struct dweight s = *w;
+    s.d = w->d + (uint64_t)x * w->mat_bytes;
+    s.n_mat = 1;
+    return s;
+}
+
+/* gate (T x F) = silu(xn Wg^T) * (xn Wu^T); y (+)= gate Wd^T. */
+static enum hr_status dense_ffn(struct hr_cuda_engine *e, const struct fwd *f,
+                                const struct dweight *wg, const struct dweight *wu,
+                                const struct dweight *wd, uint32_t T, float *y, int accumulate,
+                                struct hr_err *err)
+{
+    const uint32_t F = (uint32_t)wg->ne1, E = e->dims.n_embd;
+    prep_forget(e);
+    TRY(matmul(e, f, wg, f->xn, T, f->gate, F, NULL, 0, err));
+    TRY(matmul(e, f, wu, f->xn, T, f->up, F, NULL, 0, err));
+    CU(hr_cuda_swiglu(f->gate, f->up, (uint64_t)T * F, e->stream), "SwiGLU");
+    prep_forget(e);
+    TRY(matmul(e, f, wd, f->gate, T, y, E, NULL, accumulate, err));
+    prep_forget(e);
+    return HR_OK;
+}
+
+/*
+ * The MoE FFN (engine.c's moe_ffn, the same steps): x += sum over each
+ * token's k experts of weight x expert(xn) [+ the shared expert].
+ *
+ * Routing and the grouping of the T k (token, slot) pairs by expert run on
+ * the device; the groups' ends come back to the host (one small copy and a
+ * wait per layer), which then runs each expert that has rows as one matmul
+ * over them, on the kernels the step's size picks for every matrix (the
+ * GEMV for up to gemv_max_tokens tokens, else the tensor-core GEMM, even
+ * for a group of one row): a token's result depends only on its own rows
+ * and on that threshold, as with dense matrices, never on how many other
+ * tokens chose its experts. The
+ * wait keeps MoE steps out of CUDA graphs; a device-side grouped GEMV would
+ * put them back (issue 21).
+ */
+static enum hr_status moe_ffn(struct hr_cuda_engine *e, const struct fwd *f,
+                              const struct dlayer *D, uint32_t T, struct hr_err *err)
+{
+    const struct hr_moe *mo = &e->m->moe;
+    const uint32_t E = e->dims.n_embd, K = mo->n_expert_used, NX = mo->n_expert;
+    const uint32_t FX = mo->n_ff_exp, TK = T * K;
+    cudaStream_t s = e->stream;
+
+    /* 1. The router's logits, each token's experts and weights. */
+    prep_forget(e);
+    TRY(matmul(e, f, &D->gate_inp, f->xn, T, f->moe_logits, NX, NULL, 0, err));
+    struct hr_cuda_moe_route_args ra = {
+        .logits = f->moe_logits, .logit_b = (const float *)D->gate_inp_b.d,
+        .sel_b = (const float *)D->exp_probs_b.d,
+        .shexp_gate = mo->shexp == HR_SHEXP_SIGMOID ? (const float *)D->gate_inp_shexp.d : NULL,
+        .xn = f->xn, .n_tokens = T, .n_expert = NX, .k = K, .n_embd = E,
+        .gating = (int)mo->gating, .norm_w = mo->norm_w, .w_scale = mo->w_scale,
+        .sel = f->moe_sel, .w = f->moe_w, .shg = f->moe_shg};
+    CU(hr_cuda_moe_route(&ra, s), "the MoE router");
+    /* 2. The pairs grouped by expert; the groups' ends to the host. */
+    CU(hr_cuda_moe_group(f->moe_sel, T, K, NX, f->moe_row, f->moe_tok, f->moe_rx, f->moe_off, s),
+       "grouping the MoE rows");
+    CU(cudaMemcpyAsync(e->h_moe_off, f->moe_off, NX * sizeof(int32_t), cudaMemcpyDeviceToHost, s),
+       "copying the MoE groups back");
+    /* 3. Each group's input rows, gathered. */
+    CU(hr_cuda_moe_gather(f->xn, f->moe_tok, TK, E, f->moe_x, s), "gathering the MoE rows");
+    CU(cudaStreamSynchronize(s), "the MoE routing");
+    const int32_t *off = e->h_moe_off;
+    /* 4. Gate and up, per expert with rows (fused: one matrix, gate rows
+     * then up rows). */
+    prep_forget(e);
+    for (uint32_t x = 0, start = 0; x < NX; start = (uint32_t)off[x], x++) {
+        const uint32_t n = (uint32_t)off[x] - start;
+        if (!n)
+            continue;
+        const float *in = f->moe_x + (uint64_t)start * E;
+        float *y = f->moe_gu + (uint64_t)start * 2 * FX;
+        const struct dweight wg = expert_of(&D->gate_exps, x);
+        TRY(matmul_in_step(e, f, &wg, in, n, T, y, 2 * FX, NULL, 0, err));
+        if (D->up_exps.d) {
+            const struct dweight wu = expert_of(&D->up_exps, x);
+            TRY(matmul_in_step(e, f, &wu, in, n, T, y + FX, 2 * FX, NULL, 0, err));
+        }
+    }
+    /* 5. The activation. */
+    CU(hr_cuda_moe_act(f->moe_gu, f->moe_rx, TK, FX, (const float *)D->gate_exps_b.d,
+                       (const float *)D->up_exps_b.d, mo->act == HR_FFN_ACT_SWIGLU_OAI,
+                       f->moe_h, s), "the MoE activation");
+    /* 6. Down, into moe_x (its inputs are dead). */
+    prep_forget(e);
+    for (uint32_t x = 0, start = 0; x < NX; start = (uint32_t)off[x], x++) {
+        const uint32_t n = (uint32_t)off[x] - start;
+        if (!n)
+            continue;
+        const struct dweight wd = expert_of(&D->down_exps, x);
+        TRY(matmul_in_step(e, f, &wd, f->moe_h + (uint64_t)start * FX, n, T,
+                           f->moe_x + (uint64_t)start * E, E, NULL, 0, err));
+    }
+    prep_forget(e);
+    /* 7. The shared expert, on xn, into xn. */
+    if (mo->shexp != HR_SHEXP_NONE)
+        TRY(dense_ffn(e, f, &D->gate_shexp, &D->up_shexp, &D->down_shexp, T, f->xn, 0, err));
+    /* 8. Per token: the weighted experts in slot order, the shared expert,
+     * the residual. */
+    struct hr_cuda_moe_combine_args ca = {
+        .x = f->x, .y = f->moe_x, .down_b = (const float *)D->down_exps_b.d,
+        .shx = mo->shexp != HR_SHEXP_NONE ? f->xn : NULL,
+        .shg = mo->shexp == HR_SHEXP_SIGMOID ? f->moe_shg : NULL, .row = f->moe_row,
+        .sel = f->moe_sel, .w = f->moe_w, .n_tokens = T, .k = K, .n_embd = E};
+    CU(hr_cuda_moe_combine(&ca, s), "combining the experts");
+    return HR_OK;
+}
+
 static enum hr_status forward(struct hr_cuda_engine *e, const struct fwd *f, uint32_t T,
                               uint32_t L, struct hr_err *err)
 {
     const struct hr_model *m = e->m;
     const struct hr_hparams *hp = &m->hp;
     const uint32_t E = hp->n_embd, hd = hp->head_dim_k;
-    const uint32_t q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd, F = hp->n_ff;
+    const uint32_t q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd;
     cudaStream_t s = e->stream;
 
     prep_forget(e);
     CU(hr_cuda_embed((int)e->tok_embd.type, e->tok_embd.d, e->tok_embd.row_bytes, E, f->tokens,
                      T, f->x, s), "the embedding lookup");
-    CU(hr_cuda_rope_table(f->pos, T, hp->n_rot, e->theta_scale, e->freq_scale,
+    CU(hr_cuda_rope_table(f->pos, T, hp->n_rot, &e->rope,
                           (const float *)e->rope_freqs.d, f->rope, s), "the RoPE table");
     struct hr_cuda_kv_view kv = {.pool = e->d_kv, .block_bytes = hr_kv_block_bytes(e->kv),
                                  .block_tokens = e->cfg.kv_block_tokens,
@@ -1471,19 +1672,18 @@ static enum hr_status forward(struct hr_cuda_engine *e, const struct fwd *f, uin
         struct hr_cuda_attn_args aa = {.q = f->q, .out = f->attn, .n_tokens = T,
                                        .n_head = hp->n_head, .scale = 1.0f / sqrtf((float)hd),
                                        .kv = kv, .seq_fa = f->n_tiles ? f->seq_fa : NULL,
-                                       .tiles = f->tiles, .n_tiles = f->n_tiles};
+                                       .tiles = f->tiles, .n_tiles = f->n_tiles,
+                                       .window = D->window, .sinks = (const float *)D->sinks.d};
         CU(hr_cuda_attention(&aa, s), "attention");
         prep_forget(e);
         /* x += attn Wo^T, then xn = norm(x) */
-        TRY(matmul(e, f, &D->wo, f->attn, T, f->x, E, NULL, 1, err));
+        TRY(matmul(e, f, &D->wo, f->attn, T, f->x, E, &D->bo, 1, err));
         CU(hr_cuda_rms_norm(f->x, NULL, NULL, T, E, (const float *)D->ffn_norm.d, hp->rms_eps,
                             f->xn, s), "the FFN norm");
-        prep_forget(e);
-        TRY(matmul(e, f, &D->w_gate, f->xn, T, f->gate, F, NULL, 0, err));
-        TRY(matmul(e, f, &D->w_up, f->xn, T, f->up, F, NULL, 0, err));
-        CU(hr_cuda_swiglu(f->gate, f->up, (uint64_t)T * F, s), "SwiGLU");
-        prep_forget(e);
-        TRY(matmul(e, f, &D->w_down, f->gate, T, f->x, E, NULL, 1, err));
+        if (D->moe)
+            TRY(moe_ffn(e, f, D, T, err));
+        else
+            TRY(dense_ffn(e, f, &D->w_gate, &D->w_up, &D->w_down, T, f->x, 1, err));
     }
     if (!L)
         return HR_OK;
@@ -1612,7 +1812,7 @@ enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *ste
     const uint64_t fz = sizeof(float), iz = sizeof(int32_t);
     const uint64_t q_dim = (uint64_t)e->dims.n_head * e->dims.head_dim;
     const uint64_t kv_dim = (uint64_t)e->dims.n_head_kv * e->dims.head_dim;
-    const uint64_t max_in = max64(max64(e->dims.n_embd, q_dim), e->dims.n_ff);
+    const uint64_t max_in = hr_cuda_plan_max_in(&e->dims);
     struct fwd f;
     f.tokens = view(e, p.off_tokens, T * iz);
     f.pos = view(e, p.off_pos, T * iz);
@@ -1632,6 +1832,19 @@ enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *ste
     f.attn = view(e, p.off_attn, T * q_dim * fz);
     f.gate = view(e, p.off_gate, T * e->dims.n_ff * fz);
     f.up = view(e, p.off_up, T * e->dims.n_ff * fz);
+    const uint64_t NX = e->dims.n_expert, TK = (uint64_t)T * e->dims.n_expert_used;
+    const uint64_t FX = e->dims.n_ff_exp;
+    f.moe_logits = NX ? view(e, p.off_moe_logits, T * NX * fz) : NULL;
+    f.moe_sel = NX ? view(e, p.off_moe_sel, TK * iz) : NULL;
+    f.moe_w = NX ? view(e, p.off_moe_w, TK * fz) : NULL;
+    f.moe_row = NX ? view(e, p.off_moe_row, TK * iz) : NULL;
+    f.moe_tok = NX ? view(e, p.off_moe_tok, TK * iz) : NULL;
+    f.moe_rx = NX ? view(e, p.off_moe_rx, TK * iz) : NULL;
+    f.moe_off = NX ? view(e, p.off_moe_off, NX * iz) : NULL;
+    f.moe_shg = NX ? view(e, p.off_moe_shg, T * fz) : NULL;
+    f.moe_x = NX ? view(e, p.off_moe_x, TK * e->dims.n_embd * fz) : NULL;
+    f.moe_gu = NX ? view(e, p.off_moe_gu, TK * 2 * FX * fz) : NULL;
+    f.moe_h = NX ? view(e, p.off_moe_h, TK * FX * fz) : NULL;
     const uint64_t R = T > L ? T : L;
     memset(&f.actq, 0, sizeof(f.actq));
     if (e->dims.int_gemv) {
@@ -1693,7 +1906,7 @@ enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *ste
     if (p.meta_bytes)
         CU(cudaMemcpyAsync(e->d_arena, h, p.meta_bytes, cudaMemcpyHostToDevice, e->stream),
            "uploading the step's metadata");
-    if (e->graphs && T <= e->dims.gemv_max_tokens && L && !f.n_tiles) {
+    if (e->graphs && T <= e->dims.gemv_max_tokens && L && !f.n_tiles && !NX) {
         TRY(run_graph(e, &f, &p, T, L, step->n_seqs, err));
     } else {
         TRY(forward(e, &f, T, L, err));

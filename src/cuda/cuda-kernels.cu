@@ -467,8 +467,7 @@ extern "C" cudaError_t hr_cuda_dequant_half(int type, const void *w, uint64_t ro
 /* One thread per token: the multiply chain is sequential by definition
  * (ggml_rope_cache_init), n_rot / 2 steps. */
 __global__ void rope_table_kernel(const int32_t *pos, uint32_t n_tokens, uint32_t n_rot,
-                                  float theta_scale, float freq_scale, const float *freqs,
-                                  float *rope)
+                                  hr_cuda_rope r, const float *freqs, float *rope)
 {
     pdl_begin();
     const uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
@@ -478,19 +477,28 @@ __global__ void rope_table_kernel(const int32_t *pos, uint32_t n_tokens, uint32_
     float *c = rope + (size_t)t * n_rot;
     for (uint32_t i0 = 0; i0 < n_rot; i0 += 2) {
         const float f = freqs ? freqs[i0 / 2] : 1.0f;
-        const float a = freq_scale * (theta / f);
-        c[i0] = cosf(a);
-        c[i0 + 1] = sinf(a);
-        theta *= theta_scale;
+        const float extrap = theta / f;
+        float a = r.freq_scale * extrap, mscale = r.attn_factor;
+        if (r.ext_factor != 0.0f) {
+            const float lo = r.corr_dims[0], hi = r.corr_dims[1];
+            float y = ((float)(i0 / 2) - lo) / (hi - lo > 0.001f ? hi - lo : 0.001f);
+            y = y < 0.0f ? 0.0f : y > 1.0f ? 1.0f : y;
+            const float ramp_mix = (1 - y) * r.ext_factor;
+            a = a * (1 - ramp_mix) + extrap * ramp_mix;
+            mscale *= 1.0f + 0.1f * logf(1.0f / r.freq_scale);
+        }
+        c[i0] = cosf(a) * mscale;
+        c[i0 + 1] = sinf(a) * mscale;
+        theta *= r.theta_scale;
     }
 }
 
 extern "C" cudaError_t hr_cuda_rope_table(const int32_t *pos, uint32_t n_tokens, uint32_t n_rot,
-                                          float theta_scale, float freq_scale, const float *freqs,
+                                          const struct hr_cuda_rope *r, const float *freqs,
                                           float *rope, cudaStream_t s)
 {
-    hr_launch(rope_table_kernel, (n_tokens + 63) / 64, 64, 0, s, pos, n_tokens, n_rot, theta_scale,
-                                                          freq_scale, freqs, rope);
+    hr_launch(rope_table_kernel, (n_tokens + 63) / 64, 64, 0, s, pos, n_tokens, n_rot, *r, freqs,
+              rope);
     return cudaGetLastError();
 }
 
@@ -1618,11 +1626,14 @@ __global__ void attention_kernel(hr_cuda_attn_args a)
     for (uint32_t i = lane; i < hd; i += 32)
         qs[i] = q[i];
     const int32_t pos = a.kv.pos[t], tab0 = a.kv.tab_off[a.kv.seq_of[t]];
-    float m = -INFINITY, l = 0.0f, acc[MAXD];
+    /* keys lo..pos (a sliding window: the last `window`); a sink starts the
+     * softmax at m = sink, l = 1 */
+    const int32_t lo = a.window && pos >= (int32_t)a.window ? pos - (int32_t)a.window + 1 : 0;
+    float m = a.sinks ? a.sinks[h] : -INFINITY, l = a.sinks ? 1.0f : 0.0f, acc[MAXD];
 #pragma unroll
     for (int i = 0; i < MAXD; i++)
         acc[i] = 0.0f;
-    for (int32_t j0 = 0; j0 <= pos; j0 += 32) {
+    for (int32_t j0 = lo / 32 * 32; j0 <= pos; j0 += 32) {
         const int32_t n_keys = min(32, pos - j0 + 1);
         unsigned long long koff = 0, voff = 0;
         if ((int32_t)lane < n_keys) {
@@ -1676,7 +1687,7 @@ __global__ void attention_kernel(hr_cuda_attn_args a)
         }
         __syncwarp();
         float sc = -INFINITY;
-        if ((int32_t)lane < n_keys) {
+        if ((int32_t)lane < n_keys && j0 + (int32_t)lane >= lo) {
             const float *kk = ks + lane * kst;
             float dot = 0.0f;
             for (uint32_t d = 0; d < hd; d++)
@@ -1685,7 +1696,7 @@ __global__ void attention_kernel(hr_cuda_attn_args a)
         }
         const float m_new = fmaxf(m, warp_max(sc));
         const float corr = expf(m - m_new); /* 0 on the first tile: m = -inf */
-        const float p = (int32_t)lane < n_keys ? expf(sc - m_new) : 0.0f;
+        const float p = sc != -INFINITY ? expf(sc - m_new) : 0.0f;
         l = l * corr + warp_sum(p);
 #pragma unroll
         for (int i = 0; i < MAXD; i++)
@@ -1807,9 +1818,15 @@ __global__ void __launch_bounds__(128) fa_prefill_kernel(hr_cuda_attn_args a)
     const int32_t pos0 = a.kv.pos[t0], pos_last = pos0 + nq - 1;
     const int32_t tab0 = a.kv.tab_off[a.kv.seq_of[t0]];
     const int32_t n_kt = pos_last / FA_BK + 1;
+    /* a sliding window: row r sees keys pos_r - window + 1 .. pos_r; the
+     * tile's first row reaches back furthest */
+    const int32_t win = (int32_t)a.window;
+    const int32_t kt0 = win && pos0 >= win ? (pos0 - win + 1) / FA_BK : 0;
 
     auto load_kv = [&](int32_t kt) {
-        __half *Ks = (__half *)(fa_sm + 2 * (kt & 1) * Ly::tile), *Vs = Ks + FA_BK * LDH;
+        /* stages alternate from the first tile: kt0 goes to stage 0, whose
+         * K is not where Q is staged */
+        __half *Ks = (__half *)(fa_sm + 2 * ((kt - kt0) & 1) * Ly::tile), *Vs = Ks + FA_BK * LDH;
         for (int i = tid; i < FA_BK * (HD / 8); i += 128) {
             const int r = i / (HD / 8), ch = i % (HD / 8);
             const int32_t p = kt * FA_BK + r;
@@ -1824,7 +1841,7 @@ __global__ void __launch_bounds__(128) fa_prefill_kernel(hr_cuda_attn_args a)
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
     };
-    load_kv(0);
+    load_kv(kt0);
 
     /* Q rounded to f16, then the warp's 16 rows as A fragments */
     __half *Qs = (__half *)(fa_sm + 2 * Ly::tile);
@@ -1854,13 +1871,18 @@ __global__ void __launch_bounds__(128) fa_prefill_kernel(hr_cuda_attn_args a)
 #pragma unroll
     for (int n = 0; n < HD / 8; n++)
         o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    /* this lane's two rows: r0 + g and r0 + g + 8 */
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+    /* this lane's two rows: r0 + g and r0 + g + 8. A sink starts each row's
+     * softmax at m = sink (in base 2 here) and l = 1 (counted once: l is
+     * summed over the row's quad at the end). */
     const float sl2 = a.scale * 1.4426950408889634f; /* exp(x s) = 2^(x s log2 e) */
+    const float sink2 = a.sinks ? a.sinks[h] * 1.4426950408889634f : -INFINITY;
+    float m0 = sink2, m1 = sink2;
+    float l0 = a.sinks && c == 0 ? 1.0f : 0.0f, l1 = l0;
     const int32_t pr0 = r0 + g < nq ? pos0 + r0 + g : -1, pr1 = r0 + g + 8 < nq ? pos0 + r0 + g + 8 : -1;
+    const int32_t lo0 = win ? pr0 - win + 1 : INT32_MIN, lo1 = win ? pr1 - win + 1 : INT32_MIN;
     const int32_t warp_last = r0 < nq ? pos0 + min(r0 + 15, nq - 1) : -1;
 
-    for (int32_t kt = 0; kt < n_kt; kt++) {
+    for (int32_t kt = kt0; kt < n_kt; kt++) {
         if (kt + 1 < n_kt) {
             load_kv(kt + 1);
             asm volatile("cp.async.wait_group 1;" ::: "memory");
@@ -1868,7 +1890,8 @@ __global__ void __launch_bounds__(128) fa_prefill_kernel(hr_cuda_attn_args a)
             asm volatile("cp.async.wait_group 0;" ::: "memory");
         }
         __syncthreads();
-        const __half *Ks = (const __half *)(fa_sm + 2 * (kt & 1) * Ly::tile), *Vs = Ks + FA_BK * LDH;
+        const __half *Ks = (const __half *)(fa_sm + 2 * ((kt - kt0) & 1) * Ly::tile);
+        const __half *Vs = Ks + FA_BK * LDH;
         const int32_t j0 = kt * FA_BK;
         if (j0 <= warp_last) {
             float s[FA_BK / 8][4];
@@ -1892,8 +1915,8 @@ __global__ void __launch_bounds__(128) fa_prefill_kernel(hr_cuda_attn_args a)
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     const int32_t key = j0 + n * 8 + c * 2 + e;
-                    s[n][e] = key <= pr0 ? s[n][e] * sl2 : -INFINITY;
-                    s[n][2 + e] = key <= pr1 ? s[n][2 + e] * sl2 : -INFINITY;
+                    s[n][e] = key <= pr0 && key >= lo0 ? s[n][e] * sl2 : -INFINITY;
+                    s[n][2 + e] = key <= pr1 && key >= lo1 ? s[n][2 + e] * sl2 : -INFINITY;
                     mx0 = fmaxf(mx0, s[n][e]);
                     mx1 = fmaxf(mx1, s[n][2 + e]);
                 }
@@ -2020,6 +2043,235 @@ extern "C" cudaError_t hr_cuda_swiglu(float *gate, const float *up, uint64_t n, 
     return cudaGetLastError();
 }
 
+/* ---- mixture of experts ------------------------------------------------------ */
+
+/* One warp per token: the router's logits to k experts and their weights
+ * (engine.c's moe_route, the same expressions; the sums in double), and
+ * the shared expert's gate. Shared memory: probs and scores of n_expert. */
+__global__ void __launch_bounds__(32) moe_route_kernel(hr_cuda_moe_route_args a)
+{
+    pdl_begin();
+    extern __shared__ float sm_route[];
+    float *probs = sm_route, *score = sm_route + a.n_expert;
+    const uint32_t t = blockIdx.x, lane = threadIdx.x, NX = a.n_expert, K = a.k;
+    const float *lg = a.logits + (uint64_t)t * NX;
+    float mx = -INFINITY;
+    for (uint32_t i = lane; i < NX; i += 32) {
+        const float v = lg[i] + (a.logit_b ? a.logit_b[i] : 0.0f);
+        probs[i] = v;
+        mx = fmaxf(mx, v);
+    }
+    mx = warp_max(mx);
+    if (a.gating == 1) { /* softmax over all experts */
+        double sum = 0.0;
+        for (uint32_t i = lane; i < NX; i += 32) {
+            probs[i] = expf(probs[i] - mx);
+            sum += (double)probs[i];
+        }
+        for (int o = 16; o; o >>= 1)
+            sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
+        const float inv = (float)(1.0 / sum);
+        for (uint32_t i = lane; i < NX; i += 32)
+            probs[i] *= inv;
+    } else if (a.gating == 2) { /* sigmoid */
+        for (uint32_t i = lane; i < NX; i += 32)
+            probs[i] = 1.0f / (1.0f + expf(-probs[i]));
+    }
+    for (uint32_t i = lane; i < NX; i += 32)
+        score[i] = probs[i] + (a.sel_b ? a.sel_b[i] : 0.0f);
+    __syncwarp();
+    int32_t *sel = a.sel + (uint64_t)t * K;
+    float *w = a.w + (uint64_t)t * K;
+    for (uint32_t j = 0; j < K; j++) {
+        /* the best score not yet taken; ties to the lower index */
+        float bv = -INFINITY;
+        int bi = -1;
+        for (uint32_t i = lane; i < NX; i += 32)
+            if (score[i] != -INFINITY && (bi < 0 || score[i] > bv))
+                bv = score[i], bi = (int)i;
+        for (int o = 16; o; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xFFFFFFFFu, bv, o);
+            const int oi = __shfl_xor_sync(0xFFFFFFFFu, bi, o);
+            if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi)))
+                bv = ov, bi = oi;
+        }
+        if (lane == 0) {
+            sel[j] = bi;
+            w[j] = probs[bi];
+            score[bi] = -INFINITY;
+        }
+        __syncwarp();
+    }
+    if (lane == 0) {
+        if (a.gating == 3) { /* a softmax over the k */
+            float m = -INFINITY;
+            for (uint32_t j = 0; j < K; j++)
+                m = w[j] > m ? w[j] : m;
+            double sum = 0.0;
+            for (uint32_t j = 0; j < K; j++) {
+                w[j] = expf(w[j] - m);
+                sum += (double)w[j];
+            }
+            const float inv = (float)(1.0 / sum);
+            for (uint32_t j = 0; j < K; j++)
+                w[j] *= inv;
+        }
+        if (a.norm_w) {
+            float sum = 0.0f;
+            for (uint32_t j = 0; j < K; j++)
+                sum += w[j];
+            if (sum < 6.103515625e-5f)
+                sum = 6.103515625e-5f;
+            for (uint32_t j = 0; j < K; j++)
+                w[j] /= sum;
+        }
+        if (a.w_scale != 0.0f && a.w_scale != 1.0f)
+            for (uint32_t j = 0; j < K; j++)
+                w[j] *= a.w_scale;
+    }
+    if (a.shexp_gate) { /* llama.cpp's sigmoid as silu(g) / g */
+        const float *xn = a.xn + (uint64_t)t * a.n_embd;
+        float g = 0.0f;
+        for (uint32_t i = lane; i < a.n_embd; i += 32)
+            g += a.shexp_gate[i] * xn[i];
+        for (int o = 16; o; o >>= 1)
+            g += __shfl_xor_sync(0xFFFFFFFFu, g, o);
+        if (lane == 0)
+            a.shg[t] = g / (1.0f + expf(-g)) / g;
+    }
+}
+
+/* One block, a thread per expert: the (token, slot) pairs grouped by
+ * expert in pair order (a counting sort; each thread scans the pairs). */
+__global__ void moe_group_kernel(const int32_t *sel, uint32_t tk, uint32_t k, uint32_t nx,
+                                 int32_t *row, int32_t *tok, int32_t *rx, int32_t *off)
+{
+    pdl_begin();
+    __shared__ uint32_t cnt[HR_CUDA_MOE_MAX_EXPERTS];
+    const uint32_t x = threadIdx.x;
+    uint32_t c = 0;
+    if (x < nx)
+        for (uint32_t i = 0; i < tk; i++)
+            c += sel[i] == (int32_t)x;
+    cnt[x] = c;
+    __syncthreads();
+    if (x >= nx)
+        return;
+    uint32_t r = 0;
+    for (uint32_t y = 0; y < x; y++)
+        r += cnt[y];
+    for (uint32_t i = 0; i < tk; i++)
+        if (sel[i] == (int32_t)x) {
+            row[i] = (int32_t)r;
+            tok[r] = (int32_t)(i / k);
+            rx[r] = (int32_t)x;
+            r++;
+        }
+    off[x] = (int32_t)r;
+}
+
+__global__ void moe_gather_kernel(const float *xn, const int32_t *tok, uint32_t n, float *out)
+{
+    pdl_begin();
+    const float *src = xn + (uint64_t)tok[blockIdx.x] * n;
+    float *dst = out + (uint64_t)blockIdx.x * n;
+    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
+        dst[i] = src[i];
+}
+
+__global__ void moe_act_kernel(const float *gu, const int32_t *rx, uint32_t rows, uint32_t fx,
+                               const float *gb, const float *ub, int oai, float *h)
+{
+    pdl_begin();
+    const uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (uint64_t)rows * fx)
+        return;
+    const uint64_t r = i / fx, c = i % fx, ex = (uint64_t)rx[r];
+    float g = gu[r * 2 * fx + c], u = gu[r * 2 * fx + fx + c];
+    if (!oai) {
+        h[i] = g / (1.0f + expf(-g)) * u;
+        return;
+    }
+    if (gb)
+        g += gb[ex * fx + c];
+    if (ub)
+        u += ub[ex * fx + c];
+    const float alpha = 1.702f, limit = 7.0f;
+    const float xg = g < limit ? g : limit;
+    const float yu = u < -limit ? -limit : u > limit ? limit : u;
+    h[i] = xg / (1.f + expf(alpha * (-xg))) * (yu + 1.f);
+}
+
+__global__ void moe_combine_kernel(hr_cuda_moe_combine_args a)
+{
+    pdl_begin();
+    const uint32_t t = blockIdx.x, K = a.k, E = a.n_embd;
+    const int32_t *row = a.row + (uint64_t)t * K, *sel = a.sel + (uint64_t)t * K;
+    const float *w = a.w + (uint64_t)t * K;
+    const float sg = a.shg ? a.shg[t] : 1.0f;
+    for (uint32_t i = threadIdx.x; i < E; i += blockDim.x) {
+        float o = 0.0f;
+        for (uint32_t j = 0; j < K; j++) {
+            float v = a.y[(uint64_t)row[j] * E + i];
+            if (a.down_b)
+                v += a.down_b[(uint64_t)sel[j] * E + i];
+            o = j ? o + v * w[j] : v * w[j];
+        }
+        if (a.shx)
+            o += a.shx[(uint64_t)t * E + i] * sg;
+        a.x[(uint64_t)t * E + i] += o;
+    }
+}
+
+extern "C" cudaError_t hr_cuda_moe_route(const struct hr_cuda_moe_route_args *a, cudaStream_t s)
+{
+    if (!a->n_tokens)
+        return cudaSuccess;
+    hr_launch(moe_route_kernel, a->n_tokens, 32, 2 * a->n_expert * sizeof(float), s, *a);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t hr_cuda_moe_group(const int32_t *sel, uint32_t n_tokens, uint32_t k,
+                                         uint32_t n_expert, int32_t *row, int32_t *tok,
+                                         int32_t *rx, int32_t *off, cudaStream_t s)
+{
+    if (n_expert > HR_CUDA_MOE_MAX_EXPERTS)
+        return cudaErrorInvalidValue;
+    hr_launch(moe_group_kernel, 1, (n_expert + 31) / 32 * 32, 0, s, sel, n_tokens * k, k,
+              n_expert, row, tok, rx, off);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t hr_cuda_moe_gather(const float *xn, const int32_t *tok, uint32_t rows,
+                                          uint32_t n, float *out, cudaStream_t s)
+{
+    if (!rows)
+        return cudaSuccess;
+    hr_launch(moe_gather_kernel, rows, 256, 0, s, xn, tok, n, out);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t hr_cuda_moe_act(const float *gu, const int32_t *rx, uint32_t rows,
+                                       uint32_t n_ff_exp, const float *gate_b, const float *up_b,
+                                       int oai, float *h, cudaStream_t s)
+{
+    const uint64_t n = (uint64_t)rows * n_ff_exp;
+    if (!n)
+        return cudaSuccess;
+    hr_launch(moe_act_kernel, (unsigned)((n + 255) / 256), 256, 0, s, gu, rx, rows, n_ff_exp,
+              gate_b, up_b, oai, h);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t hr_cuda_moe_combine(const struct hr_cuda_moe_combine_args *a,
+                                           cudaStream_t s)
+{
+    if (!a->n_tokens)
+        return cudaSuccess;
+    hr_launch(moe_combine_kernel, a->n_tokens, 256, 0, s, *a);
+    return cudaGetLastError();
+}
+
 /* ---- loading --------------------------------------------------------------- */
 
 /* With lazy loading (CUDA's default since 12.2) a kernel's code is put in
@@ -2081,7 +2333,10 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
                        (const void *)rope_table_kernel, (const void *)rms_norm_kernel,
                        (const void *)act_round_kernel, (const void *)add_bias_kernel,
                        (const void *)qkv_post_kernel, (const void *)attention_kernel<0>,
-                       (const void *)attention_kernel<1>, (const void *)swiglu_kernel};
+                       (const void *)attention_kernel<1>, (const void *)swiglu_kernel,
+                       (const void *)moe_route_kernel, (const void *)moe_group_kernel,
+                       (const void *)moe_gather_kernel, (const void *)moe_act_kernel,
+                       (const void *)moe_combine_kernel};
     for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++)
         if ((ce = cudaFuncGetAttributes(&a, k[i])) != cudaSuccess)
             return ce;

@@ -82,12 +82,20 @@ struct hr_cuda_kv_view {
 cudaError_t hr_cuda_embed(int type, const void *w, uint64_t row_bytes, uint32_t k,
                           const int32_t *tokens, uint32_t n_tokens, float *x, cudaStream_t s);
 
+/* RoPE's constants: engine.h's struct hr_rope, field for field (C++ cannot
+ * include engine.h; cuda-engine.c asserts the layouts agree). */
+struct hr_cuda_rope {
+    float theta_scale, freq_scale, ext_factor, attn_factor, corr_dims[2];
+};
+
 /* rope[t] = n_rot/2 (cos, sin) pairs for position pos[t], as engine.c's
  * rope_cache_row: theta = pos, times theta_scale per pair; divided by
- * freqs[i] (llama3) when given; times freq_scale. */
+ * freqs[i] (llama3) when given; times freq_scale, YaRN's ramp between that
+ * and the extrapolated angle when ext_factor is set; cos and sin times
+ * attn_factor (and YaRN's magnitude correction). */
 cudaError_t hr_cuda_rope_table(const int32_t *pos, uint32_t n_tokens, uint32_t n_rot,
-                               float theta_scale, float freq_scale, const float *freqs,
-                               float *rope, cudaStream_t s);
+                               const struct hr_cuda_rope *r, const float *freqs, float *rope,
+                               cudaStream_t s);
 
 /* For r < n_rows, with src = rows ? rows[r] : r: if `add`, x[src] += add[src]
  * first (the residual); then y[r] = rmsnorm(x[src]) * w. Rows are n floats. */
@@ -189,6 +197,11 @@ struct hr_cuda_attn_args {
      * warp per (token, head). NULL / 0: all one warp per (token, head). */
     const int32_t *seq_fa, *tiles;
     uint32_t n_tiles;
+    /* gpt-oss: a sliding window (a token sees its last `window` positions;
+     * 0: all) and per-head sinks (a logit in each row's softmax denominator
+     * that weighs no value; NULL: none) */
+    uint32_t window;
+    const float *sinks;
 };
 
 /* Whether the tiled attention runs this head size and KV type. */
@@ -197,6 +210,60 @@ cudaError_t hr_cuda_attention(const struct hr_cuda_attn_args *a, cudaStream_t s)
 
 /* gate[i] = silu(gate[i]) * up[i]. */
 cudaError_t hr_cuda_swiglu(float *gate, const float *up, uint64_t n, cudaStream_t s);
+
+/* ---- mixture of experts (engine.c's moe_ffn, step by step) ----
+ * The step's T k (token, slot) pairs are grouped by expert on the device;
+ * the experts' matmuls run on the groups' rows (cuda-engine.c); then each
+ * token's outputs are combined. */
+#define HR_CUDA_MOE_MAX_EXPERTS 512
+
+/* Per token: the router's logits (+ logit_b) to its k experts and weights,
+ * as engine.c's moe_route: gating 1 softmax, 2 sigmoid, 3 a softmax over
+ * the top k (hr_moe_gating's values); sel_b steers the selection only;
+ * then norm_w (sum clamped at 2^-14) and w_scale. With shexp_gate, also
+ * shg[t] = sigmoid(shexp_gate . xn[t]) (as silu(g) / g). */
+struct hr_cuda_moe_route_args {
+    const float *logits;                 /* [T][n_expert] */
+    const float *logit_b, *sel_b;        /* [n_expert] or NULL */
+    const float *shexp_gate, *xn;        /* [n_embd], [T][n_embd]; NULL: no gate */
+    uint32_t n_tokens, n_expert, k, n_embd;
+    int gating, norm_w;
+    float w_scale;
+    int32_t *sel;                        /* [T][k] */
+    float *w, *shg;                      /* [T][k], [T] */
+};
+cudaError_t hr_cuda_moe_route(const struct hr_cuda_moe_route_args *a, cudaStream_t s);
+
+/* Groups the T k pairs by expert, in pair order within a group: pair i's
+ * row row[i]; row r's token tok[r] and expert rx[r]; expert x's rows end
+ * at off[x] (n_expert <= HR_CUDA_MOE_MAX_EXPERTS). */
+cudaError_t hr_cuda_moe_group(const int32_t *sel, uint32_t n_tokens, uint32_t k,
+                              uint32_t n_expert, int32_t *row, int32_t *tok, int32_t *rx,
+                              int32_t *off, cudaStream_t s);
+
+/* out[r] = xn[tok[r]] (rows of n floats). */
+cudaError_t hr_cuda_moe_gather(const float *xn, const int32_t *tok, uint32_t rows, uint32_t n,
+                               float *out, cudaStream_t s);
+
+/* h[r][c] = act(gate, up) of grouped row r (gu = [rows][gate n_ff_exp | up
+ * n_ff_exp]): silu(g) u, or with `oai` gpt-oss's clamped SwiGLU after the
+ * expert's gate and up biases ([n_expert][n_ff_exp], or NULL). */
+cudaError_t hr_cuda_moe_act(const float *gu, const int32_t *rx, uint32_t rows, uint32_t n_ff_exp,
+                            const float *gate_b, const float *up_b, int oai, float *h,
+                            cudaStream_t s);
+
+/* x[t] += sum over slots j, in order, of (y[row[t][j]] + down_b[sel[t][j]]) w[t][j],
+ * + shx[t] shg[t] (the shared expert; shg NULL: 1). */
+struct hr_cuda_moe_combine_args {
+    float *x;                            /* [T][n_embd] the residual */
+    const float *y;                      /* [T k][n_embd] the experts' outputs, grouped */
+    const float *down_b;                 /* [n_expert][n_embd] or NULL */
+    const float *shx, *shg;              /* [T][n_embd], [T]; or NULL */
+    const int32_t *row, *sel;
+    const float *w;
+    uint32_t n_tokens, k, n_embd;
+};
+cudaError_t hr_cuda_moe_combine(const struct hr_cuda_moe_combine_args *a, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -29,7 +29,8 @@ void hr_cuda_plan_layout(const struct hr_cuda_plan_dims *d, const struct hr_cuda
     const uint64_t T = s->n_tokens, L = s->n_logits, f = sizeof(float), i = sizeof(int32_t);
     const uint64_t q_dim = (uint64_t)d->n_head * d->head_dim;
     const uint64_t kv_dim = (uint64_t)d->n_head_kv * d->head_dim;
-    const uint64_t max_in = max64(max64(d->n_embd, q_dim), d->n_ff);
+    const uint64_t max_in = hr_cuda_plan_max_in(d);
+    const uint64_t TK = T * d->n_expert_used, NX = d->n_expert, FX = d->n_ff_exp;
     uint64_t c = 0, end = 0;
 
     p->off_tokens = place(&c, T * i, &end);
@@ -66,6 +67,17 @@ void hr_cuda_plan_layout(const struct hr_cuda_plan_dims *d, const struct hr_cuda
     p->off_attn = place(&ca, T * q_dim * f, &end);
     p->off_gate = place(&cf, T * d->n_ff * f, &end);
     p->off_up = place(&cf, T * d->n_ff * f, &end);
+    p->off_moe_logits = place(&cf, T * NX * f, &end);
+    p->off_moe_sel = place(&cf, TK * i, &end);
+    p->off_moe_w = place(&cf, TK * f, &end);
+    p->off_moe_row = place(&cf, TK * i, &end);
+    p->off_moe_tok = place(&cf, TK * i, &end);
+    p->off_moe_rx = place(&cf, TK * i, &end);
+    p->off_moe_off = place(&cf, NX * i, &end);
+    p->off_moe_shg = place(&cf, NX ? T * f : 0, &end);
+    p->off_moe_x = place(&cf, TK * d->n_embd * f, &end);
+    p->off_moe_gu = place(&cf, TK * 2 * FX * f, &end);
+    p->off_moe_h = place(&cf, TK * FX * f, &end);
     c = max64(ca, cf);
 
     p->off_out_x = place(&c, L * d->n_embd * f, &end);

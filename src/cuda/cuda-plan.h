@@ -38,6 +38,18 @@
  *            result for a row does not depend on the other rows).
  *   work     union of  { q [T][q_dim], k [T][kv_dim], v [T][kv_dim], attn [T][q_dim] }
  *                      { gate [T][n_ff], up [T][n_ff] }          (never live together)
+ *   -- MoE models (n_expert > 0), after the FFN buffers, never live with attention's:
+ *   moe_logits [T][n_expert] f32  the router's logits
+ *   moe_sel  [T k] i32        each token's k experts (top-k order)
+ *   moe_w    [T k] f32        their weights
+ *   moe_row  [T k] i32        where each (token, slot) pair's row landed in the grouping
+ *   moe_tok  [T k] i32        the token of each grouped row
+ *   moe_rx   [T k] i32        the expert of each grouped row
+ *   moe_off  [n_expert] i32   where each expert's rows end (copied to the host)
+ *   moe_shg  [T] f32          the shared expert's gate
+ *   moe_x    [T k][n_embd] f32  the grouped rows' inputs, then the experts' outputs
+ *   moe_gu   [T k][2 n_ff_exp] f32  gate and up of every grouped row
+ *   moe_h    [T k][n_ff_exp] f32  the activation, the down matmul's input
  *   out_x    [L][n_embd] f32  normed rows whose logits are wanted
  *   logits   [L][n_vocab] f32 only for the L rows asked for (copied back once)
  *
@@ -59,7 +71,9 @@
 #define HR_CUDA_FA_TILE 64
 
 struct hr_cuda_plan_dims {
-    uint32_t n_embd, n_head, n_head_kv, head_dim, n_rot, n_ff, n_vocab;
+    uint32_t n_embd, n_head, n_head_kv, head_dim, n_rot, n_vocab;
+    uint32_t n_ff;                /* the widest dense FFN (a MoE's shared expert) */
+    uint32_t n_expert, n_expert_used, n_ff_exp; /* MoE (n_expert 0: dense) */
     uint32_t gemv_max_tokens;     /* steps of up to this many rows use the GEMV kernels */
     uint32_t tc_gemm;             /* 1: larger steps multiply on tensor cores (act16, wdq) */
     uint32_t int_gemv;            /* 1: some matrix has an integer GEMV (actq) */
@@ -81,11 +95,22 @@ struct hr_cuda_plan {
     uint64_t meta_bytes;   /* the staged prefix: one host-to-device copy */
     uint64_t off_rope, off_x, off_xn, off_act, off_actq, off_act16, off_wdq;
     uint64_t off_q, off_k, off_v, off_attn, off_gate, off_up;
+    uint64_t off_moe_logits, off_moe_sel, off_moe_w, off_moe_row, off_moe_tok, off_moe_rx;
+    uint64_t off_moe_off, off_moe_shg, off_moe_x, off_moe_gu, off_moe_h;
     uint64_t off_out_x, off_logits;
     uint64_t arena_bytes;  /* end of the last buffer: the arena's high-water mark */
     uint64_t kv_bytes;     /* new_blocks x block bytes */
     uint64_t total_bytes;  /* arena + kv: what the step adds to device memory */
 };
+
+/* The widest input any matmul of the step reads: act's row length. */
+static inline uint64_t hr_cuda_plan_max_in(const struct hr_cuda_plan_dims *d)
+{
+    uint64_t m = (uint64_t)d->n_head * d->head_dim;
+    m = m > d->n_embd ? m : d->n_embd;
+    m = m > d->n_ff ? m : d->n_ff;
+    return m > d->n_ff_exp ? m : d->n_ff_exp;
+}
 
 /* The actq buffer for `rows` rows of up to `max_in` values: the scales
  * start at *d_off, the sums at *s_off, and it ends at *bytes (0 rows: 0). */

@@ -68,11 +68,7 @@ struct hr_engine {
     uint32_t *kv_slot;     /* per layer: its layer in a KV block of its kind (kv-cache.h) */
     bool windowed;         /* the pool has windowed blocks for the sliding-window layers */
     int32_t *logit_rows;   /* token index of each logit row; max_step_logits entries */
-    float theta_scale;     /* powf(rope_base, -2 / n_rot) */
-    float freq_scale;      /* 1 / linear or YaRN factor */
-    float ext_factor;      /* YaRN: extrapolation mix (0: plain RoPE) */
-    float attn_factor;     /* YaRN: magnitude scale of cos/sin (before the mscale) */
-    float corr_dims[2];    /* YaRN: the ramp's start and end dimension pairs */
+    struct hr_rope rope;   /* RoPE's constants (hr_rope_init) */
     /* The step being run (valid inside hr_engine_step only). */
     struct hr_plan plan;
     uint32_t n_seqs, n_tokens, n_logits;
@@ -105,25 +101,30 @@ static float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot_turns, float 
  * / (1 + 0.1 ln factor) x rope.scaling.attn_factor, so that ggml's rope,
  * which multiplies by (1 + 0.1 ln factor) again, scales by mscale; ggml's
  * corr dims from beta_fast and beta_slow). */
-static void yarn_init(struct hr_engine *e)
+void hr_rope_init(const struct hr_model *m, struct hr_rope *r)
 {
-    const struct hr_hparams *hp = &e->m->hp;
-    e->ext_factor = hp->yarn_ext_factor >= 0.0f ? hp->yarn_ext_factor
+    const struct hr_hparams *hp = &m->hp;
+    r->theta_scale = powf(hp->rope_base, -2.0f / (float)hp->n_rot);
+    r->freq_scale = hp->rope_scaling == HR_ROPE_SCALING_LINEAR ||
+                            hp->rope_scaling == HR_ROPE_SCALING_YARN
+                        ? 1.0f / hp->rope_factor
+                        : 1.0f;
+    r->ext_factor = hp->yarn_ext_factor >= 0.0f ? hp->yarn_ext_factor
                     : hp->rope_scaling == HR_ROPE_SCALING_YARN ? 1.0f
                                                                 : 0.0f;
-    e->attn_factor = 1.0f;
-    if (e->ext_factor != 0.0f) {
-        const float factor = 1.0f / e->freq_scale;
-        e->attn_factor = factor <= 1.0f ? 1.0f : 0.1f * 1.0f * logf(factor) + 1.0f;
-        e->attn_factor *= 1.0f / (1.0f + 0.1f * logf(factor));
+    r->attn_factor = 1.0f;
+    if (r->ext_factor != 0.0f) {
+        const float factor = 1.0f / r->freq_scale;
+        r->attn_factor = factor <= 1.0f ? 1.0f : 0.1f * 1.0f * logf(factor) + 1.0f;
+        r->attn_factor *= 1.0f / (1.0f + 0.1f * logf(factor));
     }
-    e->attn_factor *= hp->yarn_attn_factor;
+    r->attn_factor *= hp->yarn_attn_factor;
     const int n_dims = (int)hp->n_rot, n_ctx_orig = (int)hp->rope_orig_ctx;
     const float base = hp->rope_base;
     const float start = floorf(yarn_corr_dim(n_dims, n_ctx_orig, hp->yarn_beta_fast, base));
     const float end = ceilf(yarn_corr_dim(n_dims, n_ctx_orig, hp->yarn_beta_slow, base));
-    e->corr_dims[0] = start > 0.0f ? start : 0.0f;
-    e->corr_dims[1] = end < (float)(n_dims - 1) ? end : (float)(n_dims - 1);
+    r->corr_dims[0] = start > 0.0f ? start : 0.0f;
+    r->corr_dims[1] = end < (float)(n_dims - 1) ? end : (float)(n_dims - 1);
 }
 
 /* Records `t` in a set of at most 4 distinct weight types; false when full. */
@@ -256,12 +257,7 @@ enum hr_status hr_engine_init(const struct hr_model *m, const struct hr_engine_c
     }
     d->type_out = m->output.type;
 
-    e->theta_scale = powf(hp->rope_base, -2.0f / (float)hp->n_rot);
-    e->freq_scale = hp->rope_scaling == HR_ROPE_SCALING_LINEAR ||
-                            hp->rope_scaling == HR_ROPE_SCALING_YARN
-                        ? 1.0f / hp->rope_factor
-                        : 1.0f;
-    yarn_init(e);
+    hr_rope_init(m, &e->rope);
 
     /* One state slot per sequence that may run at once (the state category). */
     if (!cfg.n_state_slots)
@@ -393,23 +389,24 @@ static void rms_norm_row(const float *x, const float *w, float *y, uint32_t n, f
 static void rope_cache_row(const struct hr_engine *e, int32_t pos, float *cache)
 {
     const struct hr_model *m = e->m;
+    const struct hr_rope *r = &e->rope;
     const float *ff = m->rope_freqs.data;
     float theta = (float)pos;
     for (uint32_t i0 = 0; i0 < m->hp.n_rot; i0 += 2) {
         const float f = ff ? ff[i0 / 2] : 1.0f;
         const float extrap = theta / f;
-        float t = e->freq_scale * extrap, mscale = e->attn_factor;
-        if (e->ext_factor != 0.0f) {
-            const float lo = e->corr_dims[0], hi = e->corr_dims[1];
+        float t = r->freq_scale * extrap, mscale = r->attn_factor;
+        if (r->ext_factor != 0.0f) {
+            const float lo = r->corr_dims[0], hi = r->corr_dims[1];
             float y = ((float)(i0 / 2) - lo) / (hi - lo > 0.001f ? hi - lo : 0.001f);
             y = y < 0.0f ? 0.0f : y > 1.0f ? 1.0f : y;
-            const float ramp_mix = (1 - y) * e->ext_factor;
+            const float ramp_mix = (1 - y) * r->ext_factor;
             t = t * (1 - ramp_mix) + extrap * ramp_mix;
-            mscale *= 1.0f + 0.1f * logf(1.0f / e->freq_scale);
+            mscale *= 1.0f + 0.1f * logf(1.0f / r->freq_scale);
         }
         cache[i0] = cosf(t) * mscale;
         cache[i0 + 1] = sinf(t) * mscale;
-        theta *= e->theta_scale;
+        theta *= r->theta_scale;
     }
 }
 

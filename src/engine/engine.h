@@ -74,6 +74,18 @@ struct hr_step {
 
 struct hr_engine;
 
+/* RoPE's constants for a model, as llama.cpp derives them (YaRN included:
+ * ext_factor, attn_factor and the ramp's corr_dims, see engine.c); one
+ * function for both engines, so the CPU and GPU tables cannot differ. */
+struct hr_rope {
+    float theta_scale;     /* powf(rope_base, -2 / n_rot) */
+    float freq_scale;      /* 1 / linear or YaRN factor */
+    float ext_factor;      /* YaRN: extrapolation mix (0: plain RoPE) */
+    float attn_factor;     /* YaRN: magnitude scale of cos/sin (before the mscale) */
+    float corr_dims[2];    /* YaRN: the ramp's start and end dimension pairs */
+};
+void hr_rope_init(const struct hr_model *m, struct hr_rope *r);
+
 /* The KV pool's shape for `model` (layers per block, heads, head dim, type,
  * block tokens, window; budget 0), as hr_engine_init makes it: with both
  * sliding-window and full layers and !full_window, a windowed pool whose

@@ -13,7 +13,13 @@
 # The models: one small shape (n_embd 256, 2 layers, 4 heads of 64, 2 KV
 # heads, n_ff 512: K-quant sized) for every weight type on qwen3, and the
 # other architectures' traits (llama: adjacent-pair RoPE with llama3
-# factors, an untied output and a K-quant mix; qwen2: Q/K/V biases).
+# factors, an untied output and a K-quant mix; qwen2: Q/K/V biases), and
+# mixtures of experts (qwen3moe; qwen2moe's shared expert with its sigmoid
+# gate; Mixtral, llama with experts n_ff wide): 8 experts, 2 per token, so
+# a prompt's groups fall on both sides of the GEMV / GEMM threshold; and
+# gpt-oss (a 16-token sliding window on every other layer, so the 24-token
+# prompt and the decode both cross it; sinks; biases; YaRN RoPE; the
+# clamped SwiGLU; experts in MXFP4 as the real files have them).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build}
@@ -43,6 +49,12 @@ specs=(
   "llama-q4_k_m_real --arch llama --type q4_k_m_real --untied"
   "qwen2-f32    --arch qwen2 --type f32"
   "qwen2-q8_0   --arch qwen2 --type q8_0"
+  "qwen3moe-q4_k --arch qwen3moe --type q4_k --n-expert 8 --n-expert-used 2 --n-ff-exp 256"
+  "qwen3moe-f32 --arch qwen3moe --type f32 --n-expert 8 --n-expert-used 2 --n-ff-exp 256"
+  "qwen2moe-q8_0 --arch qwen2moe --type q8_0 --n-expert 8 --n-expert-used 2 --n-ff-exp 256 --n-ff-shexp 512"
+  "mixtral-f16  --arch llama --type f16 --untied --n-expert 4 --n-expert-used 2"
+  "gptoss-f32   --arch gpt-oss --type f32 --n-expert 4 --n-expert-used 2 --n-ff-exp 256 --swa 16 --rope-scaling yarn --rope-factor 32 --rope-orig-ctx 16"
+  "gptoss-mxfp4 --arch gpt-oss --type mxfp4_real --n-expert 4 --n-expert-used 2 --n-ff-exp 256 --swa 16 --rope-scaling yarn --rope-factor 32 --rope-orig-ctx 16"
 )
 files=()
 for spec in "${specs[@]}"; do

@@ -104,11 +104,18 @@ static struct hr_cuda_config gpu_cfg(enum hr_ggml_type kv)
                                    .max_step_seqs = 8, .max_seq_tokens = 256};
 }
 
-/* The weight type of the model's matrices (the FFN gate of layer 0). */
+/* The weight type of the model's matrices (the FFN gate of layer 0, or
+ * its experts'). */
 static enum hr_ggml_type model_type(const struct hr_model *m)
 {
-    return m->layers[0].w_gate.type;
+    const struct hr_layer *L = &m->layers[0];
+    return L->ffn_kind == HR_FFN_MOE ? L->gate_exps.type : L->w_gate.type;
 }
+
+/* A row this far from the CPU's in a MoE model is a routing flip (see the
+ * check in test_model); at most this many of a run's 55 rows. */
+#define MOE_FLIP_KL 1e-2
+#define MOE_MAX_FLIPS 2
 
 static void test_model(const char *path, const struct hr_model *m, enum hr_ggml_type kv)
 {
@@ -163,6 +170,8 @@ static void test_model(const char *path, const struct hr_model *m, enum hr_ggml_
     struct hr_kv_seq gs = {0};
     hr_cuda_engine_seq_init(ge, &gs, 256, &err);
     double top10 = 0, top10_pre = 0, kl_sum = 0, kl_max = 0, prefill_ms = 0, decode_ms = 0;
+    double kl_calm = 0;
+    uint32_t n_flip = 0;
     it = (struct hr_step_seq){.kv = &gs, .tokens = prompt, .n_tokens = N_PROMPT, .n_logits = N_PROMPT};
     if (hr_cuda_engine_step(ge, &st, &err) != HR_OK) {
         CT_CHECK(0, "%s: CUDA step: %s", label, err.msg);
@@ -187,8 +196,13 @@ static void test_model(const char *path, const struct hr_model *m, enum hr_ggml_
             top10_pre = t10 > top10_pre ? t10 : top10_pre;
         kl_sum += kl;
         kl_max = kl > kl_max ? kl : kl_max;
+        if (kl > MOE_FLIP_KL)
+            n_flip++;
+        else
+            kl_calm += kl;
     }
     const double kl_mean = kl_sum / rows;
+    const double kl_calm_mean = n_flip < rows ? kl_calm / (rows - n_flip) : 0.0;
 
     /* GPU, its own greedy run. */
     hr_kv_seq_clear(&gs, hr_cuda_engine_kv_pool(ge));
@@ -221,8 +235,21 @@ static void test_model(const char *path, const struct hr_model *m, enum hr_ggml_
          * The CPU's own spread is the tolerance there. */
         const double tol = wt == HR_GGML_BF16 && kv == HR_GGML_F16 ? 2.5e-2 : 1e-2;
         CT_CHECK(top10 <= tol, "%s: top-10 log-probs within %.1e (%.2e)", label, tol, top10);
-    } else {
+    } else if (!m->moe.n_expert) {
         CT_CHECK(kl_mean < 1e-3, "%s: mean KL from the CPU below 1e-3 (%.2e)", label, kl_mean);
+    } else {
+        /* A MoE's top-k is a discrete choice: where two experts' router
+         * probabilities nearly tie, the engines' different float orders
+         * (the GPU's f16 tensor-core prefill above all) can pick different
+         * experts for one token, and that row alone moves by KL ~0.1
+         * (measured: one such row in some prompts, mean 1.2e-3 - 2.5e-3
+         * then, 1.5e-4 otherwise). Such rows are counted and bounded; the
+         * others are held to the type's 1e-3. */
+        CT_CHECK(kl_calm_mean < 1e-3 && n_flip <= MOE_MAX_FLIPS,
+                 "%s: mean KL from the CPU below 1e-3 (%.2e over %u rows; %u of %u rows past "
+                 "%.0e, a routing near-tie decided differently, at most %d; mean of all %.2e)",
+                 label, kl_calm_mean, rows - n_flip, n_flip, rows, MOE_FLIP_KL, MOE_MAX_FLIPS,
+                 kl_mean);
     }
     hr_kv_seq_free(&gs, hr_cuda_engine_kv_pool(ge));
 done:
@@ -298,7 +325,7 @@ static void test_ragged(const struct hr_model *m, const char *label)
             row += lens[i];
             free(tmp);
         }
-        double worst = 0, kl_sum = 0, t10 = 0, kl = 0;
+        double worst = 0, kl_sum = 0, t10 = 0, t10_max = 0, kl = 0;
         for (size_t i = 0; ok && i < (size_t)V * total; i++) {
             double e = fabs(all[i] - alone[i]);
             worst = e > worst ? e : worst;
@@ -306,6 +333,7 @@ static void test_ragged(const struct hr_model *m, const char *label)
         for (uint32_t r = 0; ok && r < total; r++) {
             compare_row(alone + (size_t)r * V, all + (size_t)r * V, V, &t10, &kl);
             kl_sum += kl;
+            t10_max = t10 > t10_max ? t10 : t10_max;
         }
         if (!ok)
             CT_CHECK(0, "ragged: step failed: %s", err.msg);
@@ -313,10 +341,16 @@ static void test_ragged(const struct hr_model *m, const char *label)
             CT_CHECK(worst == 0.0, "%s: ragged == alone, %s path (%u+%u+%u tokens, then a "
                      "decode token each): bit-identical (max |diff| %.2e)", label,
                      g ? "GEMM" : "GEMV", lens[0], lens[1], lens[2], worst);
-        else if (model_type(m) == HR_GGML_F32)
+        else if (model_type(m) == HR_GGML_F32 && !m->moe.n_expert)
             CT_CHECK(worst <= 1e-4, "%s: ragged == alone across the GEMV/GEMM threshold "
                      "(%u+%u+%u tokens, then a decode token each): max |logit diff| %.2e <= "
                      "1e-4", label, lens[0], lens[1], lens[2], worst);
+        else if (model_type(m) == HR_GGML_F32) /* each token's k experts and the router
+                                                  add matmuls whose sums change order */
+            CT_CHECK(t10_max <= 1e-3 && worst <= 1e-3, "%s: ragged == alone across the GEMV/GEMM "
+                     "threshold (%u+%u+%u tokens, then a decode token each): max |logit diff| "
+                     "%.2e, top-10 log-probs %.2e <= 1e-3 (F32's tolerance)", label, lens[0],
+                     lens[1], lens[2], worst, t10_max);
         else /* the GEMM multiplies f16 tiles on tensor cores, the GEMV exact values */
             CT_CHECK(kl_sum / total < 1e-3, "%s: ragged == alone across the GEMV/GEMM "
                      "threshold (%u+%u+%u tokens, then a decode token each): mean KL %.2e < "
@@ -444,14 +478,18 @@ int main(int argc, char **argv)
             continue;
         }
         test_model(argv[i], m, HR_GGML_F32);
-        /* an f16 cache: F32 models, and the first model and F16 ones (their
-         * prompts run the tiled tensor-core attention) */
-        if (model_type(m) == HR_GGML_F32 || i == 1 || model_type(m) == HR_GGML_F16)
+        /* an f16 cache: F32 models, and the first model, F16 ones and
+         * gpt-oss (their prompts run the tiled tensor-core attention; gpt-oss
+         * with its window and sinks) */
+        if (model_type(m) == HR_GGML_F32 || i == 1 || model_type(m) == HR_GGML_F16 ||
+            m->arch == HR_ARCH_GPTOSS)
             test_model(argv[i], m, HR_GGML_F16);
         const char *base = strrchr(argv[i], '/') ? strrchr(argv[i], '/') + 1 : argv[i];
-        if (i == 1 || model_type(m) == HR_GGML_F16)
+        /* MoE models too: their grouping must not let a token's company in
+         * the step change its result, and their buffers are planned */
+        if (i == 1 || model_type(m) == HR_GGML_F16 || m->moe.n_expert)
             test_ragged(m, base);
-        if (i == 1)
+        if (i == 1 || m->moe.n_expert)
             test_plan(m);
         hr_model_close(m);
     }

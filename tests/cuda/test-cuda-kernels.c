@@ -22,6 +22,7 @@
 #include "base/rand.h"
 #include "cuda-test.h"
 #include "cuda/cuda-kernels.h"
+#include "engine/engine.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
 
@@ -239,7 +240,8 @@ static void test_type(enum hr_ggml_type t)
      * values the GPU multiplies. Printed, not checked: it explains the GPU -
      * CPU differences the whole-model test sees. */
     {
-        void *cact = malloc(hr_matmul_act_bytes(t, M, k) + 64);
+        /* act is 64-byte aligned (matmul.h): the K-quant kernels load it aligned */
+        void *cact = aligned_alloc(64, (hr_matmul_act_bytes(t, M, k) + 63) / 64 * 64);
         float *cy = malloc(sizeof(float) * n * M);
         hr_matmul_prepare(t, x, M, k, cact, 0, 1);
         hr_matmul_compute(t, wq, k, n, cact, M, cy, n, 0, 1);
@@ -375,7 +377,8 @@ static void test_small(void)
     float *dfreqs = to_dev(freqs, sizeof(freqs)), *drope = NULL, rope[3 * 64];
     CT_CUDA(cudaMalloc((void **)&drope, sizeof(rope)));
     const float ts = powf(10000.0f, -2.0f / (float)n_rot);
-    CT_CUDA(hr_cuda_rope_table(dpos, T, n_rot, ts, 0.5f, dfreqs, drope, 0));
+    const struct hr_cuda_rope lin = {.theta_scale = ts, .freq_scale = 0.5f, .attn_factor = 1.0f};
+    CT_CUDA(hr_cuda_rope_table(dpos, T, n_rot, &lin, dfreqs, drope, 0));
     from_dev(rope, drope, sizeof(rope));
     worst = 0;
     for (uint32_t t = 0; t < T; t++) {
@@ -388,6 +391,39 @@ static void test_small(void)
         }
     }
     CT_CHECK(worst < 1e-6, "RoPE table (llama3 factors, linear scale): worst abs error %.2e", worst);
+
+    /* YaRN (gpt-oss's constants, from the engine's hr_rope_init): each
+     * pair's angle on the ramp between interpolated and extrapolated, cos
+     * and sin scaled; the reference restates ggml's rope_yarn in float */
+    struct hr_model ym;
+    memset(&ym, 0, sizeof(ym));
+    ym.hp.rope_base = 150000.0f, ym.hp.n_rot = n_rot, ym.hp.rope_scaling = HR_ROPE_SCALING_YARN;
+    ym.hp.rope_factor = 32.0f, ym.hp.rope_orig_ctx = 4096, ym.hp.yarn_beta_fast = 32.0f;
+    ym.hp.yarn_beta_slow = 1.0f, ym.hp.yarn_ext_factor = -1.0f, ym.hp.yarn_attn_factor = 1.0f;
+    struct hr_rope yr;
+    hr_rope_init(&ym, &yr);
+    const struct hr_cuda_rope yc = {yr.theta_scale, yr.freq_scale, yr.ext_factor, yr.attn_factor,
+                                    {yr.corr_dims[0], yr.corr_dims[1]}};
+    CT_CUDA(hr_cuda_rope_table(dpos, T, n_rot, &yc, NULL, drope, 0));
+    from_dev(rope, drope, sizeof(rope));
+    worst = 0;
+    for (uint32_t t = 0; t < T; t++) {
+        float theta = (float)pos[t];
+        for (uint32_t i0 = 0; i0 < n_rot; i0 += 2) {
+            const float ex = theta, ip = yr.freq_scale * ex;
+            float r = ((float)(i0 / 2) - yr.corr_dims[0]) / fmaxf(0.001f, yr.corr_dims[1] - yr.corr_dims[0]);
+            r = fminf(1.0f, fmaxf(0.0f, r));
+            const float mix = (1 - r) * yr.ext_factor, a = ip * (1 - mix) + ex * mix;
+            const float ms = yr.attn_factor * (1.0f + 0.1f * logf(1.0f / yr.freq_scale));
+            double e = fmax(fabs(rope[t * n_rot + i0] - cosf(a) * ms),
+                            fabs(rope[t * n_rot + i0 + 1] - sinf(a) * ms));
+            worst = e > worst ? e : worst;
+            theta *= yr.theta_scale;
+        }
+    }
+    CT_CHECK(yr.ext_factor == 1.0f && yr.freq_scale == 1.0f / 32,
+             "YaRN constants: ext_factor %g, freq_scale %g", yr.ext_factor, yr.freq_scale);
+    CT_CHECK(worst < 1e-5, "RoPE table (YaRN, factor 32): worst abs error %.2e", worst);
     cudaFree(dx), cudaFree(dadd), cudaFree(dw), cudaFree(dy), cudaFree(didx), cudaFree(dg);
     cudaFree(du), cudaFree(dpos), cudaFree(dfreqs), cudaFree(drope);
     free(x), free(add), free(w), free(y);
@@ -399,7 +435,11 @@ static void test_small(void)
  * 8 query heads over 2 KV heads. The tiled kernel rounds Q and P to f16, so
  * it is held to 2e-3 of a double-precision softmax over the same f16 K, V
  * and Q; the one-warp kernel (f32 throughout) to 1e-5 of one over f32 Q. */
-static void test_attention(uint32_t hd)
+/* window 0 / sinks 0: plain causal attention; else gpt-oss's: a token
+ * sees its last `window` positions (here not a multiple of the 64-key
+ * tiles or the 32-key warps' steps), and each head's sink joins the
+ * softmax's denominator. */
+static void test_attention(uint32_t hd, uint32_t window, int sinks)
 {
     enum { NH = 8, NKV = 2, BT = 16, T0 = 200, C1 = 300, T1 = 71, T = T0 + T1 };
     const uint32_t nb0 = (T0 + BT - 1) / BT, nb1 = (C1 + T1 + BT - 1) / BT, nb = nb0 + nb1;
@@ -430,6 +470,11 @@ static void test_attention(uint32_t hd)
     a.kv.tab_off = to_dev(tab_off, sizeof(tab_off)), a.kv.tables = to_dev(tables, sizeof(tables));
     a.seq_fa = to_dev(seq_fa, sizeof(seq_fa)), a.tiles = to_dev(tiles, sizeof(tiles));
     a.n_tiles = sizeof(tiles) / sizeof(tiles[0]) / 2;
+    float sink[NH];
+    for (int h = 0; h < NH; h++)
+        sink[h] = 2.0f * frand();
+    a.window = window;
+    a.sinks = sinks ? to_dev(sink, sizeof(sink)) : NULL;
     CT_CUDA(hr_cuda_kernels_preload());
     for (int tiled = 1; tiled >= 0; tiled--) {
         struct hr_cuda_attn_args b = a;
@@ -443,12 +488,14 @@ static void test_attention(uint32_t hd)
             const int32_t tab0 = tab_off[seq_of[t]];
             for (uint32_t h = 0; h < NH; h++) {
                 const uint32_t g = h / (NH / NKV);
-                double qv[128], acc[128] = {0}, mx = -1e300, l = 0, sc[400];
+                double qv[128], acc[128] = {0}, mx = sinks ? sink[h] : -1e300, l = 0, sc[400];
+                const int32_t lo = window && pos[t] >= (int32_t)window
+                                       ? pos[t] - (int32_t)window + 1 : 0;
                 for (uint32_t d = 0; d < hd; d++) {
                     const float x = q[(size_t)t * qd + h * hd + d];
                     qv[d] = tiled ? hr_f16_to_f32(hr_f32_to_f16(x)) : x;
                 }
-                for (int32_t j = 0; j <= pos[t]; j++) {
+                for (int32_t j = lo; j <= pos[t]; j++) {
                     const uint16_t *k = pool + (tables[tab0 + j / BT] * block_bytes +
                                                 ((0ull * NKV + g) * BT + j % BT) * hd * 2) / 2;
                     double dot = 0;
@@ -457,7 +504,9 @@ static void test_attention(uint32_t hd)
                     sc[j] = dot * a.scale;
                     mx = sc[j] > mx ? sc[j] : mx;
                 }
-                for (int32_t j = 0; j <= pos[t]; j++) {
+                if (sinks)
+                    l = exp(sink[h] - mx);
+                for (int32_t j = lo; j <= pos[t]; j++) {
                     const uint16_t *v = pool + (tables[tab0 + j / BT] * block_bytes +
                                                 ((1ull * NKV + g) * BT + j % BT) * hd * 2) / 2;
                     const double p = exp(sc[j] - mx);
@@ -471,14 +520,17 @@ static void test_attention(uint32_t hd)
                 }
             }
         }
+        char what[64] = "";
+        if (window)
+            snprintf(what, sizeof(what), ", a %u-token window", window);
         CT_CHECK(worst <= (tiled ? 2e-3 : 1e-5),
-                 "attention head_dim %u, %s, 2 sequences (200 from 0, 71 after 300): worst abs "
-                 "error %.2e",
-                 hd, tiled ? "tiled (f16 MMA)" : "one warp per token (f32)", worst);
+                 "attention head_dim %u, %s, 2 sequences (200 from 0, 71 after 300)%s%s: worst "
+                 "abs error %.2e", hd, tiled ? "tiled (f16 MMA)" : "one warp per token (f32)",
+                 what, sinks ? ", sinks" : "", worst);
     }
     cudaFree((void *)a.q), cudaFree(a.out), cudaFree(a.kv.pool), cudaFree((void *)a.kv.pos);
     cudaFree((void *)a.kv.seq_of), cudaFree((void *)a.kv.tab_off), cudaFree((void *)a.kv.tables);
-    cudaFree((void *)a.seq_fa), cudaFree((void *)a.tiles);
+    cudaFree((void *)a.seq_fa), cudaFree((void *)a.tiles), cudaFree((void *)a.sinks);
     free(pool), free(q), free(out);
 }
 
@@ -491,8 +543,10 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
         test_type(types[i]);
     test_small();
-    test_attention(64);
-    test_attention(128);
+    test_attention(64, 0, 0);
+    test_attention(128, 0, 0);
+    test_attention(64, 100, 1);
+    test_attention(128, 100, 0);
     printf("test-cuda-kernels: %.1f s\n", ct_now() - t0);
     return ct_finish("test-cuda-kernels");
 }

@@ -4,8 +4,8 @@
  *
  * On random model dims and step shapes: every buffer is 256-byte aligned and
  * inside arena_bytes; buffers that are live together do not overlap (the
- * attention group {q, k, v, attn} and the FFN group {gate, up} share one
- * region by design); the staged metadata is exactly the prefix the step
+ * attention group {q, k, v, attn} and the FFN group {gate, up, and a MoE's
+ * routing and grouped rows} share one region by design); the staged metadata is exactly the prefix the step
  * uploads (meta_bytes, before the first device-only buffer); arena_bytes is
  * the end of the furthest non-empty buffer (what the runner's high-water
  * mark reaches, tests/cuda checks that on the GPU); more of any shape
@@ -50,6 +50,9 @@ static void check_plan(const struct hr_cuda_plan_dims *d, const struct hr_cuda_s
     const uint64_t qd = (uint64_t)d->n_head * d->head_dim, kvd = (uint64_t)d->n_head_kv * d->head_dim;
     uint64_t max_in = d->n_embd > qd ? d->n_embd : qd;
     max_in = max_in > d->n_ff ? max_in : d->n_ff;
+    max_in = max_in > d->n_ff_exp ? max_in : d->n_ff_exp;
+    assert_int_equal(hr_cuda_plan_max_in(d), max_in);
+    const uint64_t TK = T * d->n_expert_used, NX = d->n_expert, FX = d->n_ff_exp;
     const int tc = d->tc_gemm && (T > L ? T : L) > d->gemv_max_tokens;
     uint64_t g = T > L ? T : L, d_off, s_off, actq_bytes = 0;
     g = g < d->gemv_max_tokens ? g : d->gemv_max_tokens;
@@ -66,7 +69,12 @@ static void check_plan(const struct hr_cuda_plan_dims *d, const struct hr_cuda_s
         {p.off_act16, tc ? (T > L ? T : L) * max_in * 2 : 0, 0},
         {p.off_wdq, tc ? d->wdq_elems * 2 : 0, 0}, {p.off_q, T * qd * f, 1}, {p.off_k, T * kvd * f, 1},
         {p.off_v, T * kvd * f, 1}, {p.off_attn, T * qd * f, 1}, {p.off_gate, T * d->n_ff * f, 2},
-        {p.off_up, T * d->n_ff * f, 2}, {p.off_out_x, L * d->n_embd * f, 0},
+        {p.off_up, T * d->n_ff * f, 2}, {p.off_moe_logits, T * NX * f, 2},
+        {p.off_moe_sel, TK * 4, 2}, {p.off_moe_w, TK * f, 2}, {p.off_moe_row, TK * 4, 2},
+        {p.off_moe_tok, TK * 4, 2}, {p.off_moe_rx, TK * 4, 2}, {p.off_moe_off, NX * 4, 2},
+        {p.off_moe_shg, NX ? T * f : 0, 2}, {p.off_moe_x, TK * d->n_embd * f, 2},
+        {p.off_moe_gu, TK * 2 * FX * f, 2}, {p.off_moe_h, TK * FX * f, 2},
+        {p.off_out_x, L * d->n_embd * f, 0},
         {p.off_logits, L * d->n_vocab * f, 0},
     };
     const size_t n = sizeof(b) / sizeof(b[0]);
@@ -102,6 +110,13 @@ static void random_dims(struct hr_cuda_plan_dims *d)
     d->n_rot = d->head_dim - 2 * urand(d->head_dim / 4);
     d->n_ff = 32 * (1 + urand(400));
     d->n_vocab = 1 + urand(200000);
+    /* half the models a mixture of experts (then n_ff is the shared expert's, or 0) */
+    const int moe = urand(2);
+    d->n_expert = moe ? 2 + urand(256) : 0;
+    d->n_expert_used = moe ? 1 + urand(d->n_expert < 16 ? d->n_expert : 16) : 0;
+    d->n_ff_exp = moe ? 256 * (1 + urand(8)) : 0;
+    if (moe && urand(2))
+        d->n_ff = 0;
     d->gemv_max_tokens = 8;
     d->tc_gemm = urand(2);
     d->int_gemv = urand(2);
