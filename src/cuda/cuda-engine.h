@@ -45,11 +45,14 @@
  * (illegal address, launch failure, ...) mark the engine lost: every later
  * step fails at once with HR_ERR_DEVICE ("the CUDA context is lost").
  *
- * Supported now: llama, qwen2, qwen3 (dense); weights F32, F16, BF16, Q8_0,
- * Q4_0, Q4_K, Q5_K, Q6_K; KV cache f16 or f32; head_dim a multiple of 32 up
- * to 256. Prefill GEMMs on tensor cores (cuBLASLt, f16/bf16), prefill
- * attention tiled on tensor cores (f16 KV, head_dim 64/128), decode steps
- * as a CUDA graph. Not yet: quantized KV, MoE, split-KV decode attention.
+ * Supported now: llama, qwen2, qwen3 (dense), qwen2moe, qwen3moe, llama with
+ * experts (Mixtral), gpt-oss (sliding window, sinks, biases, YaRN); every
+ * weight type the CPU engine runs (F32 to IQ4_XS); KV cache f16 or f32;
+ * head_dim a multiple of 32 up to 256. Prefill GEMMs on tensor cores
+ * (cuBLASLt, f16/bf16), prefill attention tiled on tensor cores (f16 KV,
+ * head_dim 64/128), decode steps of dense models as a CUDA graph. Not yet:
+ * Gated DeltaNet layers (qwen35*), quantized KV, windowed KV tables (a
+ * windowed layer keeps every position), split-KV decode attention.
  *
  * Batch invariance: a token's logits do not depend on the other tokens of
  * its step bit for bit as long as the step stays on one side of the GEMV /
