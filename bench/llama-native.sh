@@ -34,7 +34,9 @@ shift
 # kernels) without letting a process use it: prefill then dies of SIGILL
 # (seen on a 2-core Xeon guest, 2026-12-06). Then llama.cpp is built again
 # with AMX off, the best build that runs here, and that one is used.
-if "$bin" -m "$model" -t 2 -r 1 -p 32 -n 0 >/dev/null 2>&1; [[ $? -eq 132 ]]; then
+# (The probe runs in a group whose stderr is dropped: bash reports a child
+# killed by a signal on the stderr in force where it waited for it.)
+if { "$bin" -m "$model" -t 2 -r 1 -p 32 -n 0 >/dev/null 2>&1; } 2>/dev/null; [[ $? -eq 132 ]]; then
   noamx=build/llama-native-noamx
   flags="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
   if [[ ! -x $noamx/build/bin/llama-bench ]]; then
