@@ -11,6 +11,7 @@
  */
 #include "cuda/cuda-kernels.h"
 #include "cuda/cuda-plan.h"
+#include "engine/moe-weights.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -2102,33 +2103,8 @@ __global__ void __launch_bounds__(32) moe_route_kernel(hr_cuda_moe_route_args a)
         }
         __syncwarp();
     }
-    if (lane == 0) {
-        if (a.gating == 3) { /* a softmax over the k */
-            float m = -INFINITY;
-            for (uint32_t j = 0; j < K; j++)
-                m = w[j] > m ? w[j] : m;
-            double sum = 0.0;
-            for (uint32_t j = 0; j < K; j++) {
-                w[j] = expf(w[j] - m);
-                sum += (double)w[j];
-            }
-            const float inv = (float)(1.0 / sum);
-            for (uint32_t j = 0; j < K; j++)
-                w[j] *= inv;
-        }
-        if (a.norm_w) {
-            float sum = 0.0f;
-            for (uint32_t j = 0; j < K; j++)
-                sum += w[j];
-            if (sum < 6.103515625e-5f)
-                sum = 6.103515625e-5f;
-            for (uint32_t j = 0; j < K; j++)
-                w[j] /= sum;
-        }
-        if (a.w_scale != 0.0f && a.w_scale != 1.0f)
-            for (uint32_t j = 0; j < K; j++)
-                w[j] *= a.w_scale;
-    }
+    if (lane == 0) /* a softmax over the k (gpt-oss), renormalising, the scale */
+        hr_moe_finish_weights(w, K, a.gating == 3, a.norm_w, a.w_scale);
     if (a.shexp_gate) { /* llama.cpp's sigmoid as silu(g) / g */
         const float *xn = a.xn + (uint64_t)t * a.n_embd;
         float g = 0.0f;

@@ -35,6 +35,7 @@
 #include "base/log.h"
 #include "engine/attention.h"
 #include "engine/deltanet.h"
+#include "engine/moe-weights.h"
 #include "engine/state-pool.h"
 #include "engine/threadpool.h"
 #include "kernels/matmul.h"
@@ -560,31 +561,8 @@ static void moe_route(const struct hr_moe *mo, const struct hr_layer *L, float *
         sel[j] = (int32_t)best;
         w[j] = probs[best]; /* the unbiased value */
     }
-    if (mo->gating == HR_MOE_GATING_SOFTMAX_WEIGHT) {
-        float mx = -INFINITY;
-        for (uint32_t j = 0; j < K; j++)
-            mx = w[j] > mx ? w[j] : mx;
-        double sum = 0.0;
-        for (uint32_t j = 0; j < K; j++) {
-            w[j] = expf(w[j] - mx);
-            sum += (double)w[j];
-        }
-        const float inv = (float)(1.0 / sum);
-        for (uint32_t j = 0; j < K; j++)
-            w[j] *= inv;
-    }
-    if (mo->norm_w) {
-        float sum = 0.0f;
-        for (uint32_t j = 0; j < K; j++)
-            sum += w[j];
-        if (sum < 6.103515625e-5f)
-            sum = 6.103515625e-5f;
-        for (uint32_t j = 0; j < K; j++)
-            w[j] /= sum;
-    }
-    if (mo->w_scale != 0.0f && mo->w_scale != 1.0f)
-        for (uint32_t j = 0; j < K; j++)
-            w[j] *= mo->w_scale;
+    hr_moe_finish_weights(w, K, mo->gating == HR_MOE_GATING_SOFTMAX_WEIGHT, mo->norm_w,
+                          mo->w_scale);
 }
 
 /* Thread ith's share of expert `ex`'s output rows (all n_out of its slice
