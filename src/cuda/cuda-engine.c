@@ -163,7 +163,7 @@ struct dweight {
     enum hr_ggml_type type;
     const uint8_t *d;       /* NULL when absent */
     uint64_t ne0, ne1, row_bytes;
-    uint64_t n_mat, mat_bytes; /* stacked experts: n_mat matrices, mat_bytes apart */
+    uint64_t mat_bytes;     /* stacked experts: expert x's matrix at d + x mat_bytes */
     enum hr_cuda_act act;   /* how its inputs are rounded (the vec-dot type) */
 };
 
@@ -697,7 +697,6 @@ static enum hr_status upload_weights(struct hr_cuda_engine *e, struct hr_err *er
         d->ne0 = w->ne0;
         d->ne1 = w->ne1;
         d->row_bytes = hr_row_bytes(w->type, w->ne0);
-        d->n_mat = w->n_mat ? w->n_mat : 1;
         d->mat_bytes = d->row_bytes * w->ne1;
         d->act = act_of(w->type);
         d->d = e->d_weights + off[i];
@@ -1525,7 +1524,6 @@ static struct dweight expert_of(const struct dweight *w, uint32_t x)
 {
     struct dweight s = *w;
     s.d = w->d + (uint64_t)x * w->mat_bytes;
-    s.n_mat = 1;
     return s;
 }
 
@@ -1906,7 +1904,7 @@ enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *ste
     if (p.meta_bytes)
         CU(cudaMemcpyAsync(e->d_arena, h, p.meta_bytes, cudaMemcpyHostToDevice, e->stream),
            "uploading the step's metadata");
-    if (e->graphs && T <= e->dims.gemv_max_tokens && L && !f.n_tiles && !NX) {
+    if (e->graphs && T <= e->dims.gemv_max_tokens && L && !f.n_tiles) {
         TRY(run_graph(e, &f, &p, T, L, step->n_seqs, err));
     } else {
         TRY(forward(e, &f, T, L, err));
