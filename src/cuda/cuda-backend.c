@@ -61,17 +61,26 @@ static struct hr_kv_pool *cb_kv_pool(void *ctx)
     return hr_cuda_engine_kv_pool(c->e);
 }
 
-/* The CUDA engine runs no recurrent layers (it refuses hybrid models):
- * a sequence is its blocks, and there is no state pool. */
+/* A sequence is its blocks and, in hybrid models, its state slot. */
 static void cb_seq_free(void *ctx, struct hr_kv_seq *seq)
 {
+    struct cuda_backend *c = ctx;
+    hr_state_release(hr_cuda_engine_state_pool(c->e), seq);
     hr_kv_seq_free(seq, cb_kv_pool(ctx));
 }
 
 static struct hr_state_pool *cb_state_pool(void *ctx)
 {
-    (void)ctx;
-    return NULL;
+    struct cuda_backend *c = ctx;
+    return hr_cuda_engine_state_pool(c->e);
+}
+
+static enum hr_status cb_state_copy(void *ctx, int32_t slot, void *host, bool to_host,
+                                    struct hr_err *err)
+{
+    struct cuda_backend *c = ctx;
+    select_device(c);
+    return hr_cuda_engine_state_copy(c->e, slot, host, to_host, err);
 }
 
 static enum hr_status cb_seq_init(void *ctx, struct hr_kv_seq *seq, uint32_t max_tokens,
@@ -134,6 +143,7 @@ static void cb_mem(const void *ctx, struct hr_backend_mem *mem)
     mem->weights_bytes = m->weights_bytes;
     mem->kv_bytes = m->kv_bytes;
     mem->arena_bytes = m->arena_bytes;
+    mem->state_bytes = m->state_bytes;
     mem->host_pinned_bytes = m->host_pinned_bytes;
 }
 
@@ -192,6 +202,7 @@ static const struct hr_backend_ops cuda_ops = {
     .seq_init = cb_seq_init,
     .seq_free = cb_seq_free,
     .state_pool = cb_state_pool,
+    .state_copy = cb_state_copy,
     .plan = cb_plan,
     .step = cb_step,
     .logits = cb_logits,
@@ -277,10 +288,11 @@ enum hr_status hr_cuda_backend_init(const struct hr_model *model, int ordinal,
     b->info.kv_budget_bytes = mem->kv_reserved_bytes;
     hr_log_info("cuda",
                 "cuda:%d: %s; device ceiling %.1f MiB: context %.1f, library %.1f, "
-                "weights %.1f, KV pool up to %.1f (mapped as it is needed: %.1f now), arena "
-                "%.1f (steps of %u tokens) MiB",
+                "weights %.1f, recurrent state %.1f, KV pool up to %.1f (mapped as it is "
+                "needed: %.1f now), arena %.1f (steps of %u tokens) MiB",
                 ordinal, b->info.description, mib(limit), mib(mem->context_bytes),
-                mib(mem->library_bytes), mib(mem->weights_bytes), mib(mem->kv_reserved_bytes),
-                mib(mem->kv_bytes), mib(mem->arena_bytes), cc.max_step_tokens);
+                mib(mem->library_bytes), mib(mem->weights_bytes), mib(mem->state_bytes),
+                mib(mem->kv_reserved_bytes), mib(mem->kv_bytes), mib(mem->arena_bytes),
+                cc.max_step_tokens);
     return HR_OK;
 }

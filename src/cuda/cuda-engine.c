@@ -176,6 +176,12 @@ struct dlayer {
     struct dweight gate_inp, gate_inp_b, exp_probs_b, gate_exps, up_exps, down_exps;
     struct dweight gate_exps_b, up_exps_b, down_exps_b;
     struct dweight gate_inp_shexp, gate_shexp, up_shexp, down_shexp;
+    /* the mixer: attention (its layer in the KV pool) or a Gated DeltaNet
+     * (its part of a state slot) */
+    bool dn;
+    uint32_t kv_layer, dn_layer;
+    struct dweight ssm_qkv, ssm_z, ssm_beta, ssm_alpha, ssm_ba, ssm_out;
+    struct dweight ssm_conv1d, ssm_dt, ssm_a, ssm_norm;
 };
 
 /* What a captured decode graph is valid for (see run_graph). */
@@ -250,6 +256,10 @@ struct hr_cuda_engine {
     uint32_t n_lt_shapes;
 
     struct hr_cuda_rope rope;
+    /* Hybrid models: the recurrent state slots (books in `state`, one
+     * allocation d_state of n_slots x slot bytes), cfg.max_step_seqs of them */
+    struct hr_state_pool *state;
+    uint8_t *d_state;
     struct seq_info *seqs; /* max_step_seqs */
     uint32_t n_seqs;
     float last_ms;
@@ -555,12 +565,13 @@ static uint64_t weight_bytes(const struct hr_weight *w)
 
 /* The matrices of layer L a forward pass multiplies by (the stacked
  * experts once: their slices share a shape); returns how many. */
-#define LAYER_MATS 12
+#define LAYER_MATS 18
 static size_t layer_mats(const struct hr_layer *L, const struct hr_weight **out)
 {
     const struct hr_weight *all[LAYER_MATS] = {
         &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->gate_inp,
-        &L->gate_exps, &L->up_exps, &L->down_exps, &L->gate_shexp};
+        &L->gate_exps, &L->up_exps, &L->down_exps, &L->gate_shexp, &L->ssm_qkv, &L->ssm_z,
+        &L->ssm_beta, &L->ssm_alpha, &L->ssm_ba, &L->ssm_out};
     size_t n = 0;
     for (size_t i = 0; i < LAYER_MATS; i++)
         if (all[i]->data)
@@ -644,7 +655,20 @@ static size_t list_uploads(struct hr_cuda_engine *e, struct upload *u)
         ADD(L->gate_shexp, D->gate_shexp, true);
         ADD(L->up_shexp, D->up_shexp, true);
         ADD(L->down_shexp, D->down_shexp, true);
+        ADD(L->ssm_qkv, D->ssm_qkv, true);
+        ADD(L->ssm_z, D->ssm_z, true);
+        ADD(L->ssm_beta, D->ssm_beta, true);
+        ADD(L->ssm_alpha, D->ssm_alpha, true);
+        ADD(L->ssm_ba, D->ssm_ba, true);
+        ADD(L->ssm_out, D->ssm_out, true);
+        ADD(L->ssm_conv1d, D->ssm_conv1d, false);
+        ADD(L->ssm_dt, D->ssm_dt, false);
+        ADD(L->ssm_a, D->ssm_a, false);
+        ADD(L->ssm_norm, D->ssm_norm, false);
         D->moe = L->ffn_kind == HR_FFN_MOE;
+        D->dn = L->mixer == HR_MIXER_DELTANET;
+        D->kv_layer = L->kv_layer;
+        D->dn_layer = L->dn_layer;
         D->window = L->window;
     }
 #undef ADD
@@ -655,7 +679,7 @@ static size_t list_uploads(struct hr_cuda_engine *e, struct upload *u)
  * embedding's bytes, shared). */
 static enum hr_status upload_weights(struct hr_cuda_engine *e, struct hr_err *err)
 {
-    const size_t cap = 4 + (size_t)29 * e->m->hp.n_layer;
+    const size_t cap = 4 + (size_t)39 * e->m->hp.n_layer;
     struct upload *u = calloc(cap, sizeof(*u));
     uint64_t *off = calloc(cap, sizeof(*off));
     if (!u || !off) {
@@ -765,6 +789,12 @@ void hr_cuda_engine_dims(const struct hr_model *m, const struct hr_cuda_config *
         d->n_expert_used = m->moe.n_expert_used;
         d->n_ff_exp = m->moe.n_ff_exp;
     }
+    d->attn_gated = m->attn_gated;
+    if (m->dn.n_layers) {
+        d->dn_conv_dim = m->dn.conv_dim;
+        d->dn_value_dim = m->dn.value_dim;
+        d->dn_n_v_heads = m->dn.n_v_heads;
+    }
     d->n_vocab = hp->n_vocab;
     d->gemv_max_tokens = HR_CUDA_GEMV_MAX_ROWS;
     /* Tensor-core GEMMs for every matrix not in F32; the scratch holds the
@@ -802,7 +832,7 @@ void hr_cuda_engine_dims(const struct hr_model *m, const struct hr_cuda_config *
                 ig = true;
     }
     d->int_gemv = ig;
-    struct hr_kv_config kc = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv,
+    struct hr_kv_config kc = {.n_layer = m->n_attn_layers, .n_head_kv = hp->n_head_kv,
                               .head_dim = hp->head_dim_k, .block_tokens = cfg->kv_block_tokens,
                               .type = cfg->kv_type, .budget_bytes = cfg->kv_budget_bytes};
     d->kv_block_bytes = hr_kv_block_bytes_for(&kc);
@@ -872,15 +902,13 @@ enum hr_status hr_cuda_engine_init(const struct hr_model *m, const struct hr_cud
                                    struct hr_cuda_engine **out, struct hr_err *err)
 {
     *out = NULL;
-    if (m->dn.n_layers || m->attn_gated)
-        return hr_err_set(err, HR_ERR_UNSUPPORTED, "the CUDA engine does not run %s's Gated "
-                          "DeltaNet layers yet; use the CPU engine", hr_arch_name(m->arch));
     struct hr_cuda_config cfg = *cfg_in;
     hr_cuda_config_defaults(&cfg);
 
     const struct hr_hparams *hp = &m->hp;
     if (m->arch != HR_ARCH_LLAMA && m->arch != HR_ARCH_QWEN2 && m->arch != HR_ARCH_QWEN3 &&
-        m->arch != HR_ARCH_QWEN2MOE && m->arch != HR_ARCH_QWEN3MOE && m->arch != HR_ARCH_GPTOSS)
+        m->arch != HR_ARCH_QWEN2MOE && m->arch != HR_ARCH_QWEN3MOE && m->arch != HR_ARCH_GPTOSS &&
+        m->arch != HR_ARCH_QWEN35 && m->arch != HR_ARCH_QWEN35MOE && m->arch != HR_ARCH_QWEN3NEXT)
         return hr_err_set(err, HR_ERR_UNSUPPORTED, "the CUDA engine cannot run architecture %s",
                           hr_arch_name(m->arch));
     if (m->moe.n_expert > HR_CUDA_MOE_MAX_EXPERTS)
@@ -892,6 +920,13 @@ enum hr_status hr_cuda_engine_init(const struct hr_model *m, const struct hr_cud
                           "%u) equal, a multiple of 32 and at most %u, and n_rot (%u) even and "
                           "within it", hp->head_dim_k, hp->head_dim_v, HR_CUDA_MAX_HEAD_DIM,
                           hp->n_rot);
+    if (m->dn.n_layers && (!hr_cuda_dn_head_ok(m->dn.head_k_dim) ||
+                           m->dn.head_v_dim != m->dn.head_k_dim ||
+                           m->dn.conv_kernel > HR_CUDA_DN_MAX_CONV))
+        return hr_err_set(err, HR_ERR_UNSUPPORTED, "the CUDA engine's Gated DeltaNet needs head "
+                          "dims (key %u, value %u) equal and 32, 64, 96, 128, 192 or 256, and a "
+                          "conv of at most %d (not %u)", m->dn.head_k_dim, m->dn.head_v_dim,
+                          HR_CUDA_DN_MAX_CONV, m->dn.conv_kernel);
     if (hp->n_head_kv == 0 || hp->n_head % hp->n_head_kv)
         return hr_err_set(err, HR_ERR_UNSUPPORTED, "n_head %u is not a multiple of n_head_kv %u",
                           hp->n_head, hp->n_head_kv);
@@ -953,11 +988,23 @@ enum hr_status hr_cuda_engine_init(const struct hr_model *m, const struct hr_cud
     /* Dims and the largest step's plan. */
     struct hr_cuda_plan_dims *d = &e->dims;
     hr_cuda_engine_dims(m, &cfg, d);
-    struct hr_kv_config kc = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv,
+    struct hr_kv_config kc = {.n_layer = m->n_attn_layers, .n_head_kv = hp->n_head_kv,
                               .head_dim = hp->head_dim_k, .block_tokens = cfg.kv_block_tokens,
                               .type = cfg.kv_type, .budget_bytes = cfg.kv_budget_bytes};
 
     TRY(upload_weights(e, err));
+    /* The recurrent state slots (hybrid models): one per sequence a step
+     * may hold, allocated now so that the sizing below sees them. */
+    uint64_t state_delta = 0;
+    if (m->dn.n_layers) {
+        const uint64_t slot_floats =
+            (uint64_t)m->dn.n_layers * (m->dn.conv_floats + m->dn.ssm_floats);
+        TRY(hr_state_pool_init_books(cfg.max_step_seqs, slot_floats, &e->state, err));
+        e->mem.state_bytes = hr_state_pool_bytes(e->state);
+        const uint64_t s0 = dev_used();
+        TRY(dev_alloc(e, (void **)&e->d_state, e->mem.state_bytes, "recurrent state", err));
+        state_delta = dev_used() - s0;
+    }
     /* Under a device ceiling the KV pool and the arena take what the
      * context, the library and the weights left: measured now, not
      * estimated, so the ceiling holds by construction. */
@@ -995,7 +1042,8 @@ enum hr_status hr_cuda_engine_init(const struct hr_model *m, const struct hr_cud
     e->mem.host_pinned_bytes = e->stage_cap + logits_bytes + moe_bytes;
 
     /* The library category: everything the device gained that is not ours. */
-    e->mem.library_bytes = dev_used() - before - e->mem.weights_bytes - e->mem.alloc_delta_bytes;
+    e->mem.library_bytes =
+        dev_used() - before - e->mem.weights_bytes - e->mem.alloc_delta_bytes - state_delta;
     TRY_CU(cudaMemGetInfo(&fr, &tot), "cudaMemGetInfo");
     e->mem.free_after_init = fr;
 
@@ -1023,6 +1071,7 @@ enum hr_status hr_cuda_engine_init(const struct hr_model *m, const struct hr_cud
         struct hr_step_seq wi = {.kv = &ws, .tokens = &tok0, .n_tokens = 1, .n_logits = 1};
         struct hr_step wst = {.seqs = &wi, .n_seqs = 1};
         st = hr_cuda_engine_step(e, &wst, err);
+        hr_state_release(e->state, &ws);
         hr_kv_seq_free(&ws, e->kv);
         if (st != HR_OK) {
             hr_cuda_engine_free(e);
@@ -1066,6 +1115,8 @@ void hr_cuda_engine_free(struct hr_cuda_engine *e)
     else
         cudaFree(e->d_kv);
     cudaFree(e->d_arena);
+    cudaFree(e->d_state);
+    hr_state_pool_free(e->state);
     cudaFreeHost(e->h_stage);
     cudaFreeHost(e->h_logits);
     cudaFreeHost(e->h_moe_off);
@@ -1084,6 +1135,25 @@ void hr_cuda_engine_free(struct hr_cuda_engine *e)
 const char *hr_cuda_engine_device_name(const struct hr_cuda_engine *e) { return e->device_name; }
 const struct hr_cuda_mem *hr_cuda_engine_mem(const struct hr_cuda_engine *e) { return &e->mem; }
 struct hr_kv_pool *hr_cuda_engine_kv_pool(struct hr_cuda_engine *e) { return e->kv; }
+struct hr_state_pool *hr_cuda_engine_state_pool(struct hr_cuda_engine *e) { return e->state; }
+
+enum hr_status hr_cuda_engine_state_copy(struct hr_cuda_engine *e, int32_t slot, void *host,
+                                         bool to_host, struct hr_err *err)
+{
+    if (e->lost)
+        return hr_err_set(err, HR_ERR_DEVICE, "the CUDA context is lost (an earlier error)");
+    HR_ASSERT(e->state && slot >= 0 && (uint32_t)slot < hr_state_n_slots(e->state));
+    const uint64_t bytes = hr_state_slot_bytes(e->state);
+    uint8_t *d = e->d_state + (uint64_t)slot * bytes;
+    cudaError_t ce = to_host ? cudaMemcpyAsync(host, d, bytes, cudaMemcpyDeviceToHost, e->stream)
+                             : cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, e->stream);
+    if (ce == cudaSuccess)
+        ce = cudaStreamSynchronize(e->stream);
+    if (ce != cudaSuccess)
+        return cuda_fail(e, err, ce, to_host ? "saving a state slot" : "restoring a state slot");
+    return HR_OK;
+}
+
 const struct hr_cuda_plan_dims *hr_cuda_engine_plan_dims(const struct hr_cuda_engine *e)
 {
     return &e->dims;
@@ -1341,7 +1411,8 @@ static enum hr_status lt_init(struct hr_cuda_engine *e, struct hr_err *err)
         const struct dweight *mats[] = {&D->wq, &D->wk, &D->wv, &D->wo, &D->w_gate, &D->w_up,
                                         &D->w_down, &D->gate_inp, &D->gate_exps, &D->up_exps,
                                         &D->down_exps, &D->gate_shexp, &D->up_shexp,
-                                        &D->down_shexp};
+                                        &D->down_shexp, &D->ssm_qkv, &D->ssm_z, &D->ssm_beta,
+                                        &D->ssm_alpha, &D->ssm_ba, &D->ssm_out};
         for (size_t i = 0; i < sizeof(mats) / sizeof(mats[0]) && st == HR_OK; i++)
             if (tc_type(mats[i]))
                 st = lt_add_matrix(e, mats[i], err);
@@ -1392,6 +1463,9 @@ struct fwd {
     /* MoE (cuda-plan.h); NULL in dense models */
     float *moe_logits, *moe_w, *moe_shg, *moe_x, *moe_gu, *moe_h;
     int32_t *moe_sel, *moe_row, *moe_tok, *moe_rx, *moe_off;
+    /* gated attention and the Gated DeltaNet (cuda-plan.h); NULL where absent */
+    float *qg, *qgate, *dn_qkv, *dn_z, *dn_beta, *dn_g, *dn_conv, *dn_o;
+    int32_t *seq_tok, *seq_slot;
     void *act16, *wdq; /* NULL in steps without tensor-core GEMMs */
     struct hr_cuda_q8_act actq; /* q NULL in models without integer GEMVs */
 };
@@ -1632,13 +1706,94 @@ static enum hr_status moe_ffn(struct hr_cuda_engine *e, const struct fwd *f,
     return HR_OK;
 }
 
-static enum hr_status forward(struct hr_cuda_engine *e, const struct fwd *f, uint32_t T,
-                              uint32_t L, struct hr_err *err)
+/* Attention (engine.c's attention_mixer): xn -> Q/K/V (a gated layer's Wq
+ * also yields the gate), biases + Q/K norms + RoPE + the KV store, paged
+ * attention, the gate, then x += attn Wo^T + bo. */
+static enum hr_status attention_mixer(struct hr_cuda_engine *e, const struct fwd *f,
+                                      const struct dlayer *D, uint32_t T,
+                                      struct hr_cuda_kv_view kv, struct hr_err *err)
 {
     const struct hr_model *m = e->m;
     const struct hr_hparams *hp = &m->hp;
     const uint32_t E = hp->n_embd, hd = hp->head_dim_k;
     const uint32_t q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd;
+    cudaStream_t s = e->stream;
+    kv.layer = D->kv_layer;
+    prep_forget(e);
+    if (m->attn_gated) {
+        TRY(matmul(e, f, &D->wq, f->xn, T, f->qg, 2 * q_dim, NULL, 0, err));
+        CU(hr_cuda_gate_split(f->qg, f->q, f->qgate, T, hp->n_head, hd, s),
+           "splitting the queries from their gates");
+    } else {
+        TRY(matmul(e, f, &D->wq, f->xn, T, f->q, q_dim, NULL, 0, err));
+    }
+    TRY(matmul(e, f, &D->wk, f->xn, T, f->k, kv_dim, NULL, 0, err));
+    TRY(matmul(e, f, &D->wv, f->xn, T, f->v, kv_dim, NULL, 0, err));
+    struct hr_cuda_qkv_args qa = {
+        .q = f->q, .k = f->k, .v = f->v, .bq = (const float *)D->bq.d,
+        .bk = (const float *)D->bk.d, .bv = (const float *)D->bv.d,
+        .q_norm = (const float *)D->q_norm.d, .k_norm = (const float *)D->k_norm.d,
+        .rope = f->rope, .n_tokens = T, .n_head = hp->n_head, .n_rot = hp->n_rot,
+        .neox = m->rope_neox, .eps = hp->rms_eps, .kv = kv};
+    CU(hr_cuda_qkv_post(&qa, s), "biases, Q/K norms, RoPE and the KV store");
+    struct hr_cuda_attn_args aa = {.q = f->q, .out = f->attn, .n_tokens = T,
+                                   .n_head = hp->n_head, .scale = 1.0f / sqrtf((float)hd),
+                                   .kv = kv, .seq_fa = f->n_tiles ? f->seq_fa : NULL,
+                                   .tiles = f->tiles, .n_tiles = f->n_tiles,
+                                   .window = D->window, .sinks = (const float *)D->sinks.d};
+    CU(hr_cuda_attention(&aa, s), "attention");
+    if (m->attn_gated)
+        CU(hr_cuda_gate_mul(f->attn, f->qgate, (uint64_t)T * q_dim, s), "the attention gate");
+    prep_forget(e);
+    TRY(matmul(e, f, &D->wo, f->attn, T, f->x, E, &D->bo, 1, err));
+    return HR_OK;
+}
+
+/* The Gated DeltaNet (engine.c's deltanet_mixer): xn -> the q|k|v, z, beta
+ * and alpha projections (one input, prepared once), the rest on the
+ * sequences' state slots (hr_cuda_dn_mix), then x += o ssm_out^T. */
+static enum hr_status deltanet_mixer(struct hr_cuda_engine *e, const struct fwd *f,
+                                     const struct dlayer *D, uint32_t T, uint32_t S,
+                                     struct hr_err *err)
+{
+    const struct hr_model *m = e->m;
+    const struct hr_deltanet *dn = &m->dn;
+    const uint32_t HV = dn->n_v_heads, VD = dn->value_dim, CD = dn->conv_dim;
+    prep_forget(e);
+    TRY(matmul(e, f, &D->ssm_qkv, f->xn, T, f->dn_qkv, CD, NULL, 0, err));
+    TRY(matmul(e, f, &D->ssm_z, f->xn, T, f->dn_z, VD, NULL, 0, err));
+    if (D->ssm_ba.d) { /* qwen3next: fused, into dn_conv until the conv */
+        TRY(matmul(e, f, &D->ssm_ba, f->xn, T, f->dn_conv, 2 * HV, NULL, 0, err));
+    } else {
+        TRY(matmul(e, f, &D->ssm_beta, f->xn, T, f->dn_beta, HV, NULL, 0, err));
+        TRY(matmul(e, f, &D->ssm_alpha, f->xn, T, f->dn_g, HV, NULL, 0, err));
+    }
+    const struct hr_cuda_dn_args a = {
+        .seq_tok = f->seq_tok, .seq_slot = f->seq_slot, .state = e->d_state,
+        .slot_bytes = hr_state_slot_bytes(e->state),
+        .layer_floats = (uint64_t)D->dn_layer * (dn->conv_floats + dn->ssm_floats),
+        .conv_floats = dn->conv_floats, .n_seqs = S, .n_tokens = T, .conv_dim = CD,
+        .conv_kernel = dn->conv_kernel, .n_k_heads = dn->n_k_heads, .n_v_heads = HV,
+        .head_dim = dn->head_k_dim, .key_dim = dn->key_dim, .value_dim = VD,
+        .k_blocked = dn->k_blocked};
+    const struct hr_cuda_dn_layer L = {
+        .qkv = f->dn_qkv, .z = f->dn_z, .ba = D->ssm_ba.d ? f->dn_conv : NULL,
+        .conv = f->dn_conv, .beta = f->dn_beta, .g = f->dn_g, .o = f->dn_o,
+        .conv_w = (const float *)D->ssm_conv1d.d, .dt_bias = (const float *)D->ssm_dt.d,
+        .a = (const float *)D->ssm_a.d, .norm_w = (const float *)D->ssm_norm.d,
+        .eps = m->hp.rms_eps};
+    CU(hr_cuda_dn_mix(&a, &L, e->stream), "the Gated DeltaNet");
+    prep_forget(e);
+    TRY(matmul(e, f, &D->ssm_out, f->dn_o, T, f->x, m->hp.n_embd, NULL, 1, err));
+    return HR_OK;
+}
+
+static enum hr_status forward(struct hr_cuda_engine *e, const struct fwd *f, uint32_t T,
+                              uint32_t L, uint32_t S, struct hr_err *err)
+{
+    const struct hr_model *m = e->m;
+    const struct hr_hparams *hp = &m->hp;
+    const uint32_t E = hp->n_embd, hd = hp->head_dim_k;
     cudaStream_t s = e->stream;
 
     prep_forget(e);
@@ -1646,36 +1801,19 @@ static enum hr_status forward(struct hr_cuda_engine *e, const struct fwd *f, uin
                      T, f->x, s), "the embedding lookup");
     CU(hr_cuda_rope_table(f->pos, T, hp->n_rot, &e->rope,
                           (const float *)e->rope_freqs.d, f->rope, s), "the RoPE table");
-    struct hr_cuda_kv_view kv = {.pool = e->d_kv, .block_bytes = hr_kv_block_bytes(e->kv),
-                                 .block_tokens = e->cfg.kv_block_tokens,
-                                 .n_head_kv = hp->n_head_kv, .head_dim = hd,
-                                 .f16 = e->cfg.kv_type == HR_GGML_F16, .pos = f->pos,
-                                 .seq_of = f->seq_of, .tab_off = f->tab_off, .tables = f->tables};
+    const struct hr_cuda_kv_view kv = {
+        .pool = e->d_kv, .block_bytes = hr_kv_block_bytes(e->kv),
+        .block_tokens = e->cfg.kv_block_tokens, .n_head_kv = hp->n_head_kv, .head_dim = hd,
+        .f16 = e->cfg.kv_type == HR_GGML_F16, .pos = f->pos, .seq_of = f->seq_of,
+        .tab_off = f->tab_off, .tables = f->tables};
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const struct dlayer *D = &e->layers[l];
-        kv.layer = l;
         CU(hr_cuda_rms_norm(f->x, NULL, NULL, T, E, (const float *)D->attn_norm.d, hp->rms_eps,
                             f->xn, s), "the attention norm");
-        prep_forget(e);
-        TRY(matmul(e, f, &D->wq, f->xn, T, f->q, q_dim, NULL, 0, err));
-        TRY(matmul(e, f, &D->wk, f->xn, T, f->k, kv_dim, NULL, 0, err));
-        TRY(matmul(e, f, &D->wv, f->xn, T, f->v, kv_dim, NULL, 0, err));
-        struct hr_cuda_qkv_args qa = {
-            .q = f->q, .k = f->k, .v = f->v, .bq = (const float *)D->bq.d,
-            .bk = (const float *)D->bk.d, .bv = (const float *)D->bv.d,
-            .q_norm = (const float *)D->q_norm.d, .k_norm = (const float *)D->k_norm.d,
-            .rope = f->rope, .n_tokens = T, .n_head = hp->n_head, .n_rot = hp->n_rot,
-            .neox = m->rope_neox, .eps = hp->rms_eps, .kv = kv};
-        CU(hr_cuda_qkv_post(&qa, s), "biases, Q/K norms, RoPE and the KV store");
-        struct hr_cuda_attn_args aa = {.q = f->q, .out = f->attn, .n_tokens = T,
-                                       .n_head = hp->n_head, .scale = 1.0f / sqrtf((float)hd),
-                                       .kv = kv, .seq_fa = f->n_tiles ? f->seq_fa : NULL,
-                                       .tiles = f->tiles, .n_tiles = f->n_tiles,
-                                       .window = D->window, .sinks = (const float *)D->sinks.d};
-        CU(hr_cuda_attention(&aa, s), "attention");
-        prep_forget(e);
-        /* x += attn Wo^T, then xn = norm(x) */
-        TRY(matmul(e, f, &D->wo, f->attn, T, f->x, E, &D->bo, 1, err));
+        if (D->dn)
+            TRY(deltanet_mixer(e, f, D, T, S, err));
+        else
+            TRY(attention_mixer(e, f, D, T, kv, err));
         CU(hr_cuda_rms_norm(f->x, NULL, NULL, T, E, (const float *)D->ffn_norm.d, hp->rms_eps,
                             f->xn, s), "the FFN norm");
         if (D->moe)
@@ -1716,7 +1854,7 @@ static enum hr_status run_graph(struct hr_cuda_engine *e, const struct fwd *f,
         cudaGraph_t g = NULL;
         CU(cudaStreamBeginCapture(e->stream, cudaStreamCaptureModeThreadLocal),
            "capturing the step");
-        enum hr_status st = forward(e, f, T, L, err);
+        enum hr_status st = forward(e, f, T, L, S, err);
         if (st == HR_OK && L) {
             cudaError_t ce = cudaMemcpyAsync(e->h_logits, f->logits,
                                              (uint64_t)L * e->dims.n_vocab * sizeof(float),
@@ -1796,6 +1934,13 @@ enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *ste
     if (shape.new_blocks > hr_kv_n_free(e->kv))
         return hr_err_set(err, HR_ERR_NOMEM, "the step needs %u KV blocks, %u are free",
                           shape.new_blocks, hr_kv_n_free(e->kv));
+    /* Hybrid models: every sequence needs its recurrent state slot. */
+    if (e->state) {
+        enum hr_status st = hr_step_state_check(e->state, step, err);
+        if (st != HR_OK)
+            return st;
+    }
+    /* From here on nothing fails before the device runs. */
     for (uint32_t i = 0; i < step->n_seqs; i++) {
         enum hr_status st = hr_kv_seq_reserve(step->seqs[i].kv, e->kv, step->seqs[i].n_tokens, err);
         HR_ASSERT(st == HR_OK);
@@ -1843,6 +1988,24 @@ enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *ste
     f.moe_x = NX ? view(e, p.off_moe_x, TK * e->dims.n_embd * fz) : NULL;
     f.moe_gu = NX ? view(e, p.off_moe_gu, TK * 2 * FX * fz) : NULL;
     f.moe_h = NX ? view(e, p.off_moe_h, TK * FX * fz) : NULL;
+    f.qg = f.qgate = f.dn_qkv = f.dn_z = f.dn_beta = f.dn_g = f.dn_conv = f.dn_o = NULL;
+    f.seq_tok = f.seq_slot = NULL;
+    if (e->dims.attn_gated) {
+        f.qg = view(e, p.off_qg, T * 2 * q_dim * fz);
+        f.qgate = view(e, p.off_qgate, T * q_dim * fz);
+    }
+    if (e->dims.dn_conv_dim) {
+        const uint64_t CD = e->dims.dn_conv_dim, VD = e->dims.dn_value_dim;
+        const uint64_t HV = e->dims.dn_n_v_heads;
+        f.seq_tok = view(e, p.off_seq_tok, step->n_seqs * 2 * iz);
+        f.seq_slot = view(e, p.off_seq_slot, step->n_seqs * iz);
+        f.dn_qkv = view(e, p.off_dn_qkv, T * CD * fz);
+        f.dn_z = view(e, p.off_dn_z, T * VD * fz);
+        f.dn_beta = view(e, p.off_dn_beta, T * HV * fz);
+        f.dn_g = view(e, p.off_dn_g, T * HV * fz);
+        f.dn_conv = view(e, p.off_dn_conv, T * CD * fz);
+        f.dn_o = view(e, p.off_dn_o, T * VD * fz);
+    }
     const uint64_t R = T > L ? T : L;
     memset(&f.actq, 0, sizeof(f.actq));
     if (e->dims.int_gemv) {
@@ -1865,6 +2028,7 @@ enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *ste
     int32_t *seq_of = (int32_t *)(h + p.off_seq_of), *rows = (int32_t *)(h + p.off_rows);
     int32_t *tab_off = (int32_t *)(h + p.off_tab_off), *tables = (int32_t *)(h + p.off_tables);
     int32_t *seq_fa = (int32_t *)(h + p.off_seq_fa), *tiles = (int32_t *)(h + p.off_tiles);
+    int32_t *seq_tok = (int32_t *)(h + p.off_seq_tok), *seq_slot = (int32_t *)(h + p.off_seq_slot);
     uint32_t t = 0, row = 0, tab = 0;
     /* The tiled attention takes the sequences with more than one token in
      * the step (a choice each sequence makes alone, so its results do not
@@ -1881,6 +2045,13 @@ enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *ste
         si->first_logit = row;
         si->n_logits = s->n_logits;
         tab_off[i] = (int32_t)tab;
+        if (e->state) {
+            const int32_t slot = hr_state_acquire(e->state, s->kv);
+            HR_ASSERT(slot >= 0);
+            seq_tok[2 * i] = (int32_t)t;
+            seq_tok[2 * i + 1] = (int32_t)s->n_tokens;
+            seq_slot[i] = slot;
+        }
         seq_fa[i] = fa && s->n_tokens > 1;
         for (uint32_t j = 0; seq_fa[i] && j < s->n_tokens; j += HR_CUDA_FA_TILE) {
             tiles[2 * f.n_tiles] = (int32_t)(t + j);
@@ -1904,10 +2075,17 @@ enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *ste
     if (p.meta_bytes)
         CU(cudaMemcpyAsync(e->d_arena, h, p.meta_bytes, cudaMemcpyHostToDevice, e->stream),
            "uploading the step's metadata");
+    /* A sequence (re)starting at position 0 starts from a zero state. */
+    for (uint32_t i = 0; e->state && i < step->n_seqs; i++)
+        if (e->seqs[i].pos0 == 0) {
+            const uint64_t sb = hr_state_slot_bytes(e->state);
+            CU(cudaMemsetAsync(e->d_state + (uint64_t)seq_slot[i] * sb, 0, sb, e->stream),
+               "zeroing a recurrent state slot");
+        }
     if (e->graphs && T <= e->dims.gemv_max_tokens && L && !f.n_tiles) {
         TRY(run_graph(e, &f, &p, T, L, step->n_seqs, err));
     } else {
-        TRY(forward(e, &f, T, L, err));
+        TRY(forward(e, &f, T, L, step->n_seqs, err));
         if (L)
             CU(cudaMemcpyAsync(e->h_logits, f.logits, (uint64_t)L * n_vocab * fz,
                                cudaMemcpyDeviceToHost, e->stream), "copying the logits back");

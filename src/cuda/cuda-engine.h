@@ -28,6 +28,10 @@
  *             or (kv_lazy) reserved address space mapped in groups of
  *             blocks between steps, as the device has room
 
+ *   state     hybrid models (Gated DeltaNet layers): ONE allocation of
+ *             max_step_seqs recurrent state slots (engine/state-pool.h keeps
+ *             the books: which sequence holds which slot), made before the
+ *             sizing under a ceiling, so the KV pool and arena take the rest
  *   arena     ONE allocation: the plan of the largest step the config allows;
  *             a step uses the first hr_cuda_plan.arena_bytes of it
  * All of it is allocated in hr_cuda_engine_init, but for a lazy pool's
@@ -46,13 +50,19 @@
  * step fails at once with HR_ERR_DEVICE ("the CUDA context is lost").
  *
  * Supported now: llama, qwen2, qwen3 (dense), qwen2moe, qwen3moe, llama with
- * experts (Mixtral), gpt-oss (sliding window, sinks, biases, YaRN); every
+ * experts (Mixtral), gpt-oss (sliding window, sinks, biases, YaRN), the
+ * hybrid qwen35, qwen35moe and qwen3next (Gated DeltaNet layers with their
+ * state in device slots, gated attention); every
  * weight type the CPU engine runs (F32 to IQ4_XS); KV cache f16 or f32;
  * head_dim a multiple of 32 up to 256. Prefill GEMMs on tensor cores
  * (cuBLASLt, f16/bf16), prefill attention tiled on tensor cores (f16 KV,
  * head_dim 64/128), decode steps of dense models as a CUDA graph. Not yet:
- * Gated DeltaNet layers (qwen35*), quantized KV, windowed KV tables (a
- * windowed layer keeps every position), split-KV decode attention.
+ * quantized KV, windowed KV tables (a windowed layer keeps every
+ * position), split-KV decode attention.
+ * A hybrid model's sequence holds a state slot from its first step (at
+ * position 0, zeroed) until hr_state_release on hr_cuda_engine_state_pool;
+ * the scheduler's prefix-cache snapshots go through
+ * hr_cuda_engine_state_copy.
  *
  * Batch invariance: a token's logits do not depend on the other tokens of
  * its step bit for bit as long as the step stays on one side of the GEMV /
@@ -71,6 +81,7 @@
 #include "cuda/cuda-plan.h"
 #include "engine/engine.h"
 #include "engine/kv-cache.h"
+#include "engine/state-pool.h"
 #include "model/model.h"
 
 struct hr_cuda_config {
@@ -112,6 +123,7 @@ struct hr_cuda_mem {
     uint64_t device_total;     /* cudaMemGetInfo total */
     uint64_t context_bytes;    /* in use once the context exists, before anything of ours */
     uint64_t library_bytes;    /* stream, events, kernel code (measured delta) */
+    uint64_t state_bytes;      /* the recurrent state slots (hybrid models; else 0) */
     uint64_t weights_bytes, kv_bytes, arena_bytes; /* our three allocations (requested);
                                                     * kv_bytes: mapped now (kv_lazy) */
     uint64_t kv_reserved_bytes; /* the pool's capacity (n_blocks x block bytes) */
@@ -143,6 +155,12 @@ const char *hr_cuda_engine_device_name(const struct hr_cuda_engine *e);
 const struct hr_cuda_mem *hr_cuda_engine_mem(const struct hr_cuda_engine *e);
 struct hr_kv_pool *hr_cuda_engine_kv_pool(struct hr_cuda_engine *e);
 const struct hr_cuda_plan_dims *hr_cuda_engine_plan_dims(const struct hr_cuda_engine *e);
+
+/* Hybrid models: the state slots' books (NULL otherwise), and a slot's
+ * bytes copied to or from host memory (between steps; waits). */
+struct hr_state_pool *hr_cuda_engine_state_pool(struct hr_cuda_engine *e);
+enum hr_status hr_cuda_engine_state_copy(struct hr_cuda_engine *e, int32_t slot, void *host,
+                                         bool to_host, struct hr_err *err);
 
 enum hr_status hr_cuda_engine_seq_init(struct hr_cuda_engine *e, struct hr_kv_seq *seq,
                                        uint32_t max_tokens, struct hr_err *err);

@@ -2248,6 +2248,286 @@ extern "C" cudaError_t hr_cuda_moe_combine(const struct hr_cuda_moe_combine_args
     return cudaGetLastError();
 }
 
+/* ---- Gated DeltaNet (engine/deltanet.h, step by step) -------------------------
+ *
+ * The CPU engine's deltanet_mixer after its projections: the gates, the
+ * causal conv per sequence over its state slot, the L2 norms of q and k, the
+ * one-token recurrence token after token, and the gated RMSNorm. The same
+ * expressions in the same order; only float sums are ordered differently
+ * (a warp's tree instead of the CPU's eight partial sums). */
+
+/* A state slot's layer part: the conv's floats, then the matrices. */
+__device__ __forceinline__ float *dn_state(const hr_cuda_dn_args &a, uint32_t seq)
+{
+    return (float *)(a.state + (uint64_t)a.seq_slot[seq] * a.slot_bytes) + a.layer_floats;
+}
+
+/* One thread per (token, v head): beta <- sigmoid, g <- softplus(alpha +
+ * dt_bias) a; with `ba` (qwen3next) both read from its per-k-head order. */
+__global__ void dn_gates_kernel(hr_cuda_dn_args a, float *beta, float *g, const float *ba,
+                                const float *dt_bias, const float *an)
+{
+    pdl_begin();
+    const uint32_t HV = a.n_v_heads, i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= a.n_tokens * HV)
+        return;
+    const uint32_t t = i / HV, h = i % HV;
+    float b, al;
+    if (ba) {
+        const uint32_t r = HV / a.n_k_heads;
+        const float *row = ba + (uint64_t)t * 2 * HV;
+        b = row[(h / r) * 2 * r + h % r];
+        al = row[(h / r) * 2 * r + r + h % r];
+    } else {
+        b = beta[i];
+        al = g[i];
+    }
+    beta[i] = 1.0f / (1.0f + expf(-b));
+    const float x = al + dt_bias[h];
+    const float sp = x > 20.0f ? x : logf(1.0f + expf(x));
+    g[i] = sp * an[h];
+}
+
+/* One thread per (sequence, channel): the causal conv and SiLU over the
+ * sequence's tokens in order, the channel's K - 1 carried inputs from the
+ * state slot and back (hr_deltanet_conv). */
+__global__ void dn_conv_kernel(hr_cuda_dn_args a, const float *in, const float *w, float *out)
+{
+    pdl_begin();
+    const uint32_t c = blockIdx.x * blockDim.x + threadIdx.x, seq = blockIdx.y;
+    const uint32_t CD = a.conv_dim, K = a.conv_kernel, keep = K - 1;
+    if (c >= CD)
+        return;
+    float *st = dn_state(a, seq) + (uint64_t)c * keep;
+    const float *wc = w + (uint64_t)c * K;
+    float win[HR_CUDA_DN_MAX_CONV];
+    for (uint32_t i = 0; i < keep; i++)
+        win[i] = st[i];
+    const uint32_t t0 = (uint32_t)a.seq_tok[2 * seq], n = (uint32_t)a.seq_tok[2 * seq + 1];
+    for (uint32_t t = t0; t < t0 + n; t++) {
+        win[keep] = in[(uint64_t)t * CD + c];
+        float s = 0.0f;
+        for (uint32_t i = 0; i < K; i++)
+            s += win[i] * wc[i];
+        out[(uint64_t)t * CD + c] = s / (1.0f + expf(-s));
+        for (uint32_t i = 0; i < keep; i++)
+            win[i] = win[i + 1];
+    }
+    for (uint32_t i = 0; i < keep; i++)
+        st[i] = win[i];
+}
+
+/* One warp per (token, q or k head): x / max(||x||, eps), the sum of
+ * squares in double (hr_deltanet_l2_norm). */
+__global__ void dn_l2_kernel(hr_cuda_dn_args a, float *conv, float eps)
+{
+    pdl_begin();
+    const uint32_t warp = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
+    const uint32_t nh = 2 * a.n_k_heads, d = a.head_dim;
+    if (warp >= a.n_tokens * nh)
+        return;
+    float *x = conv + (uint64_t)(warp / nh) * a.conv_dim + (uint64_t)(warp % nh) * d;
+    double sum = 0.0;
+    for (uint32_t i = lane; i < d; i += 32)
+        sum += (double)(x[i] * x[i]);
+    sum = warp_sum_d(sum);
+    const float scale = 1.0f / fmaxf(sqrtf((float)sum), eps);
+    for (uint32_t i = lane; i < d; i += 32)
+        x[i] *= scale;
+}
+
+/* The recurrence (hr_deltanet_recur). A state row j of a v head, S[j][.],
+ * changes only through its own values, k, q, v[j], g and beta, so rows are
+ * independent: each warp owns DN_ROWS rows of one (sequence, v head), the
+ * row's d values spread over the lanes (C = d / 32 each, in registers), and
+ * walks the sequence's tokens in order. Per token and row: the decay, the
+ * dot with k (a warp sum), the update, the dot with q (a warp sum). */
+#define DN_ROWS 4
+#define DN_WARPS 4
+
+/* Each row's warp sum, the rows' butterflies interleaved (independent
+ * shuffles in flight together). */
+__device__ __forceinline__ void warp_sum_rows(float (&v)[DN_ROWS])
+{
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+        for (int r = 0; r < DN_ROWS; r++)
+            v[r] += __shfl_xor_sync(0xffffffffu, v[r], off);
+}
+template <int C>
+__global__ void __launch_bounds__(DN_WARPS * 32)
+dn_recur_kernel(hr_cuda_dn_args a, const float *conv, const float *g, const float *beta, float *o)
+{
+    pdl_begin();
+    const uint32_t d = C * 32, HV = a.n_v_heads, HK = a.n_k_heads, lane = threadIdx.x & 31;
+    const uint32_t groups = d / (DN_ROWS * DN_WARPS); /* row groups of a head */
+    const uint32_t h = blockIdx.x / groups, seq = blockIdx.y;
+    const uint32_t j0 = (blockIdx.x % groups) * DN_ROWS * DN_WARPS + (threadIdx.x / 32) * DN_ROWS;
+    const uint32_t hk = a.k_blocked ? h / (HV / HK) : h % HK;
+    const uint32_t CD = a.conv_dim, VD = a.value_dim;
+    float *S = dn_state(a, seq) + a.conv_floats + (uint64_t)h * d * d + (uint64_t)j0 * d;
+    float sr[DN_ROWS][C];
+#pragma unroll
+    for (int r = 0; r < DN_ROWS; r++)
+#pragma unroll
+        for (int c = 0; c < C; c++)
+            sr[r][c] = S[(uint64_t)r * d + lane + 32 * c];
+    const float scale = 1.0f / sqrtf((float)d);
+    const uint32_t t0 = (uint32_t)a.seq_tok[2 * seq], n = (uint32_t)a.seq_tok[2 * seq + 1];
+    for (uint32_t t = t0; t < t0 + n; t++) {
+        const float *row = conv + (uint64_t)t * CD;
+        float q[C], k[C];
+#pragma unroll
+        for (int c = 0; c < C; c++) {
+            q[c] = row[hk * d + lane + 32 * c];
+            k[c] = row[a.key_dim + hk * d + lane + 32 * c];
+        }
+        const float decay = expf(g[(uint64_t)t * HV + h]), b = beta[(uint64_t)t * HV + h];
+        float dk[DN_ROWS];
+#pragma unroll
+        for (int r = 0; r < DN_ROWS; r++) {
+            float p = 0.0f;
+#pragma unroll
+            for (int c = 0; c < C; c++) {
+                sr[r][c] *= decay;
+                p += sr[r][c] * k[c];
+            }
+            dk[r] = p;
+        }
+        warp_sum_rows(dk);
+        float oq[DN_ROWS];
+#pragma unroll
+        for (int r = 0; r < DN_ROWS; r++) {
+            const float delta = (row[2 * a.key_dim + h * d + j0 + r] - dk[r]) * b;
+            float p = 0.0f;
+#pragma unroll
+            for (int c = 0; c < C; c++) {
+                sr[r][c] += k[c] * delta;
+                p += sr[r][c] * q[c];
+            }
+            oq[r] = p;
+        }
+        warp_sum_rows(oq);
+        if (lane < DN_ROWS) {
+            float v = oq[0];
+#pragma unroll
+            for (int r = 1; r < DN_ROWS; r++)
+                if (lane == (uint32_t)r)
+                    v = oq[r];
+            o[(uint64_t)t * VD + h * d + j0 + lane] = v * scale;
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < DN_ROWS; r++)
+#pragma unroll
+        for (int c = 0; c < C; c++)
+            S[(uint64_t)r * d + lane + 32 * c] = sr[r][c];
+}
+
+/* One warp per (token, v head): o <- RMSNorm(o) norm_w, times SiLU(z). */
+__global__ void dn_out_norm_kernel(hr_cuda_dn_args a, float *o, const float *z, const float *w,
+                                   float eps)
+{
+    pdl_begin();
+    const uint32_t warp = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
+    const uint32_t d = a.head_dim;
+    if (warp >= a.n_tokens * a.n_v_heads)
+        return;
+    const uint64_t at = (uint64_t)(warp / a.n_v_heads) * a.value_dim + (uint64_t)(warp % a.n_v_heads) * d;
+    float *x = o + at;
+    const float *zz = z + at;
+    double sum = 0.0;
+    for (uint32_t i = lane; i < d; i += 32)
+        sum += (double)(x[i] * x[i]);
+    sum = warp_sum_d(sum);
+    const float scale = 1.0f / sqrtf((float)(sum / d) + eps);
+    for (uint32_t i = lane; i < d; i += 32) {
+        const float zi = zz[i];
+        x[i] = ((x[i] * scale) * w[i]) * (zi / (1.0f + expf(-zi)));
+    }
+}
+
+extern "C" cudaError_t hr_cuda_dn_mix(const struct hr_cuda_dn_args *a, const struct hr_cuda_dn_layer *L,
+                                      cudaStream_t s)
+{
+    const uint32_t T = a->n_tokens, HV = a->n_v_heads, d = a->head_dim;
+    cudaError_t ce;
+    if (!T)
+        return cudaSuccess;
+    if ((ce = hr_launch(dn_gates_kernel, (T * HV + 127) / 128, 128, 0, s, *a, L->beta, L->g, L->ba,
+                        L->dt_bias, L->a)) != cudaSuccess ||
+        (ce = hr_launch(dn_conv_kernel, dim3((a->conv_dim + 127) / 128, a->n_seqs), 128, 0, s, *a,
+                        (const float *)L->qkv, L->conv_w, L->conv)) != cudaSuccess ||
+        (ce = hr_launch(dn_l2_kernel, (T * 2 * a->n_k_heads + 7) / 8, 256, 0, s, *a, L->conv,
+                        L->eps)) != cudaSuccess)
+        return ce;
+    const dim3 grid(HV * (d / (DN_ROWS * DN_WARPS)), a->n_seqs);
+    switch (d / 32) {
+    case 1: ce = hr_launch(dn_recur_kernel<1>, grid, DN_WARPS * 32, 0, s, *a, (const float *)L->conv, (const float *)L->g, (const float *)L->beta, L->o); break;
+    case 2: ce = hr_launch(dn_recur_kernel<2>, grid, DN_WARPS * 32, 0, s, *a, (const float *)L->conv, (const float *)L->g, (const float *)L->beta, L->o); break;
+    case 3: ce = hr_launch(dn_recur_kernel<3>, grid, DN_WARPS * 32, 0, s, *a, (const float *)L->conv, (const float *)L->g, (const float *)L->beta, L->o); break;
+    case 4: ce = hr_launch(dn_recur_kernel<4>, grid, DN_WARPS * 32, 0, s, *a, (const float *)L->conv, (const float *)L->g, (const float *)L->beta, L->o); break;
+    case 6: ce = hr_launch(dn_recur_kernel<6>, grid, DN_WARPS * 32, 0, s, *a, (const float *)L->conv, (const float *)L->g, (const float *)L->beta, L->o); break;
+    case 8: ce = hr_launch(dn_recur_kernel<8>, grid, DN_WARPS * 32, 0, s, *a, (const float *)L->conv, (const float *)L->g, (const float *)L->beta, L->o); break;
+    default: return cudaErrorInvalidValue;
+    }
+    if (ce != cudaSuccess)
+        return ce;
+    if ((ce = hr_launch(dn_out_norm_kernel, (T * HV + 7) / 8, 256, 0, s, *a, L->o,
+                        (const float *)L->z, L->norm_w, L->eps)) != cudaSuccess)
+        return ce;
+    return cudaGetLastError();
+}
+
+extern "C" int hr_cuda_dn_head_ok(uint32_t head_dim)
+{
+    const uint32_t c = head_dim / 32;
+    return head_dim % 32 == 0 && (c == 1 || c == 2 || c == 3 || c == 4 || c == 6 || c == 8);
+}
+
+/* ---- gated attention (qwen35) ---------------------------------------------- */
+
+/* qg = per head its query then its gate: split into q and gate. */
+__global__ void gate_split_kernel(const float *qg, float *q, float *gate, uint32_t n_tokens,
+                                  uint32_t q_dim, uint32_t hd)
+{
+    pdl_begin();
+    const uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (uint64_t)n_tokens * q_dim)
+        return;
+    const uint64_t t = i / q_dim, c = i % q_dim, h = c / hd, j = c % hd;
+    const float *src = qg + t * 2 * q_dim + h * 2 * hd;
+    q[i] = src[j];
+    gate[i] = src[hd + j];
+}
+
+/* x *= sigmoid(gate) */
+__global__ void gate_mul_kernel(float *x, const float *gate, uint64_t n)
+{
+    pdl_begin();
+    const uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        x[i] *= 1.0f / (1.0f + expf(-gate[i]));
+}
+
+extern "C" cudaError_t hr_cuda_gate_split(const float *qg, float *q, float *gate, uint32_t n_tokens,
+                                          uint32_t n_head, uint32_t head_dim, cudaStream_t s)
+{
+    const uint64_t n = (uint64_t)n_tokens * n_head * head_dim;
+    if (!n)
+        return cudaSuccess;
+    return hr_launch(gate_split_kernel, (unsigned)((n + 255) / 256), 256, 0, s, qg, q, gate,
+                     n_tokens, n_head * head_dim, head_dim);
+}
+
+extern "C" cudaError_t hr_cuda_gate_mul(float *x, const float *gate, uint64_t n, cudaStream_t s)
+{
+    if (!n)
+        return cudaSuccess;
+    return hr_launch(gate_mul_kernel, (unsigned)((n + 255) / 256), 256, 0, s, x, gate, n);
+}
+
 /* ---- loading --------------------------------------------------------------- */
 
 /* With lazy loading (CUDA's default since 12.2) a kernel's code is put in
@@ -2312,7 +2592,13 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
                        (const void *)attention_kernel<1>, (const void *)swiglu_kernel,
                        (const void *)moe_route_kernel, (const void *)moe_group_kernel,
                        (const void *)moe_gather_kernel, (const void *)moe_act_kernel,
-                       (const void *)moe_combine_kernel};
+                       (const void *)moe_combine_kernel, (const void *)dn_gates_kernel,
+                       (const void *)dn_conv_kernel, (const void *)dn_l2_kernel,
+                       (const void *)dn_recur_kernel<1>, (const void *)dn_recur_kernel<2>,
+                       (const void *)dn_recur_kernel<3>, (const void *)dn_recur_kernel<4>,
+                       (const void *)dn_recur_kernel<6>, (const void *)dn_recur_kernel<8>,
+                       (const void *)dn_out_norm_kernel, (const void *)gate_split_kernel,
+                       (const void *)gate_mul_kernel};
     for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++)
         if ((ce = cudaFuncGetAttributes(&a, k[i])) != cudaSuccess)
             return ce;

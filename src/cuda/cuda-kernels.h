@@ -265,6 +265,47 @@ struct hr_cuda_moe_combine_args {
 };
 cudaError_t hr_cuda_moe_combine(const struct hr_cuda_moe_combine_args *a, cudaStream_t s);
 
+/* ---- Gated DeltaNet (engine/deltanet.h; engine.c's deltanet_mixer after
+ * its projections) ----
+ * The recurrent state lives in device slots, one per sequence: slot i at
+ * state + i x slot_bytes holds, per recurrent layer, the conv's last K - 1
+ * inputs of every channel then n_v_heads matrices of d x d (row j of a
+ * head: S[j][0..d)), as the CPU's slots. */
+#define HR_CUDA_DN_MAX_CONV 16
+struct hr_cuda_dn_args {
+    const int32_t *seq_tok;   /* [S][2]: each sequence's first token and count */
+    const int32_t *seq_slot;  /* [S]: its state slot */
+    uint8_t *state;           /* the slots */
+    uint64_t slot_bytes;
+    uint64_t layer_floats;    /* this layer's part of a slot starts here */
+    uint64_t conv_floats;     /* the conv part of a layer (conv_dim x (K - 1)) */
+    uint32_t n_seqs, n_tokens;
+    uint32_t conv_dim, conv_kernel, n_k_heads, n_v_heads, head_dim, key_dim, value_dim;
+    int k_blocked;            /* v head h reads k head h / (HV / HK), else h % HK */
+};
+/* One layer's buffers and weights: qkv [T][conv_dim] (the projection), conv
+ * [T][conv_dim] (its output: q | k | v), z [T][value_dim], beta and g
+ * [T][HV] (the projections of beta and alpha; or ba [T][2 HV], qwen3next's
+ * fused one, then beta and g are written), o [T][value_dim]. */
+struct hr_cuda_dn_layer {
+    const float *qkv, *z, *ba;
+    float *conv, *beta, *g, *o;
+    const float *conv_w, *dt_bias, *a, *norm_w;
+    float eps;
+};
+/* Gates, conv, L2 norms, the recurrence and the gated RMSNorm: o is then
+ * ssm_out's input. */
+cudaError_t hr_cuda_dn_mix(const struct hr_cuda_dn_args *a, const struct hr_cuda_dn_layer *L,
+                           cudaStream_t s);
+/* Whether the recurrence kernel runs this head size (32 x 1, 2, 3, 4, 6, 8). */
+int hr_cuda_dn_head_ok(uint32_t head_dim);
+
+/* Gated attention (qwen35): qg [T][n_head][query hd | gate hd] -> q and
+ * gate [T][n_head hd]; then x *= sigmoid(gate) on the attention's output. */
+cudaError_t hr_cuda_gate_split(const float *qg, float *q, float *gate, uint32_t n_tokens,
+                               uint32_t n_head, uint32_t head_dim, cudaStream_t s);
+cudaError_t hr_cuda_gate_mul(float *x, const float *gate, uint64_t n, cudaStream_t s);
+
 #ifdef __cplusplus
 }
 #endif

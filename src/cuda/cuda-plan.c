@@ -41,6 +41,9 @@ void hr_cuda_plan_layout(const struct hr_cuda_plan_dims *d, const struct hr_cuda
     p->off_tables = place(&c, (uint64_t)s->n_table * i, &end);
     p->off_seq_fa = place(&c, (uint64_t)s->n_seqs * i, &end);
     p->off_tiles = place(&c, (T / HR_CUDA_FA_TILE + s->n_seqs) * 2 * i, &end);
+    const uint64_t S_dn = d->dn_conv_dim ? s->n_seqs : 0;
+    p->off_seq_tok = place(&c, S_dn * 2 * i, &end);
+    p->off_seq_slot = place(&c, S_dn * i, &end);
     p->meta_bytes = end;
 
     p->off_rope = place(&c, T * d->n_rot * f, &end);
@@ -60,11 +63,13 @@ void hr_cuda_plan_layout(const struct hr_cuda_plan_dims *d, const struct hr_cuda
     p->off_wdq = place(&c, tc ? d->wdq_elems * 2 : 0, &end);
 
     /* Attention and FFN buffers are never live at once: both from one base. */
-    uint64_t base = c, ca = base, cf = base;
+    uint64_t base = c, ca = base, cf = base, cd = base;
     p->off_q = place(&ca, T * q_dim * f, &end);
     p->off_k = place(&ca, T * kv_dim * f, &end);
     p->off_v = place(&ca, T * kv_dim * f, &end);
     p->off_attn = place(&ca, T * q_dim * f, &end);
+    p->off_qg = place(&ca, d->attn_gated ? T * 2 * q_dim * f : 0, &end);
+    p->off_qgate = place(&ca, d->attn_gated ? T * q_dim * f : 0, &end);
     p->off_gate = place(&cf, T * d->n_ff * f, &end);
     p->off_up = place(&cf, T * d->n_ff * f, &end);
     p->off_moe_logits = place(&cf, T * NX * f, &end);
@@ -78,7 +83,14 @@ void hr_cuda_plan_layout(const struct hr_cuda_plan_dims *d, const struct hr_cuda
     p->off_moe_x = place(&cf, TK * d->n_embd * f, &end);
     p->off_moe_gu = place(&cf, TK * 2 * FX * f, &end);
     p->off_moe_h = place(&cf, TK * FX * f, &end);
-    c = max64(ca, cf);
+    const uint64_t CD = d->dn_conv_dim, VD = d->dn_value_dim, HV = d->dn_n_v_heads;
+    p->off_dn_qkv = place(&cd, T * CD * f, &end);
+    p->off_dn_z = place(&cd, T * VD * f, &end);
+    p->off_dn_beta = place(&cd, T * HV * f, &end);
+    p->off_dn_g = place(&cd, T * HV * f, &end);
+    p->off_dn_conv = place(&cd, T * CD * f, &end);
+    p->off_dn_o = place(&cd, T * VD * f, &end);
+    c = max64(max64(ca, cf), cd);
 
     p->off_out_x = place(&c, L * d->n_embd * f, &end);
     p->off_logits = place(&c, L * d->n_vocab * f, &end);

@@ -19,6 +19,8 @@
  *   tables   [B] i32          the block tables of the step's sequences, concatenated
  *   seq_fa   [S] i32          1: the sequence's queries run the tiled attention
  *   tiles    [T/64 + S][2] i32  its query tiles: first token, rows (at most 64)
+ *   seq_tok  [S][2] i32       hybrid models: each sequence's first token and count
+ *   seq_slot [S] i32          hybrid models: its recurrent state slot
  *   -- device-only --
  *   rope     [T][n_rot] f32   cos/sin pairs per token
  *   x        [T][n_embd] f32  the residual stream
@@ -36,8 +38,13 @@
  *            through it in slices of rows. cuBLASLt runs with no workspace (an
  *            algorithm chosen at init without split-K: deterministic, and its
  *            result for a row does not depend on the other rows).
- *   work     union of  { q [T][q_dim], k [T][kv_dim], v [T][kv_dim], attn [T][q_dim] }
- *                      { gate [T][n_ff], up [T][n_ff] }          (never live together)
+ *   work     union of  { q [T][q_dim], k [T][kv_dim], v [T][kv_dim], attn [T][q_dim],
+ *                        gated attention (qwen35): qg [T][2 q_dim], qgate [T][q_dim] }
+ *                      { gate [T][n_ff], up [T][n_ff], the MoE buffers below }
+ *                      { the Gated DeltaNet's: dn_qkv [T][conv_dim] (the projection),
+ *                        dn_z [T][value_dim], dn_beta, dn_g [T][n_v_heads],
+ *                        dn_conv [T][conv_dim] (the conv's output, q | k | v),
+ *                        dn_o [T][value_dim] }               (never live together)
  *   -- MoE models (n_expert > 0), after the FFN buffers, never live with attention's:
  *   moe_logits [T][n_expert] f32  the router's logits
  *   moe_sel  [T k] i32        each token's k experts (top-k order)
@@ -52,6 +59,9 @@
  *   moe_h    [T k][n_ff_exp] f32  the activation, the down matmul's input
  *   out_x    [L][n_embd] f32  normed rows whose logits are wanted
  *   logits   [L][n_vocab] f32 only for the L rows asked for (copied back once)
+ *
+ * The recurrent state itself is not in the arena: it is the engine's state
+ * pool (one slot per sequence, allocated at init, cuda-engine.h).
  *
  * T = tokens, L = logit rows, S = sequences, B = block-table entries of the
  * step's sequences after the step's new blocks. Nothing depends on the KV
@@ -74,6 +84,8 @@ struct hr_cuda_plan_dims {
     uint32_t n_embd, n_head, n_head_kv, head_dim, n_rot, n_vocab;
     uint32_t n_ff;                /* the widest dense FFN (a MoE's shared expert) */
     uint32_t n_expert, n_expert_used, n_ff_exp; /* MoE (n_expert 0: dense) */
+    uint32_t attn_gated;          /* 1: Wq also yields a gate per head (qwen35) */
+    uint32_t dn_conv_dim, dn_value_dim, dn_n_v_heads; /* Gated DeltaNet (0: none) */
     uint32_t gemv_max_tokens;     /* steps of up to this many rows use the GEMV kernels */
     uint32_t tc_gemm;             /* 1: larger steps multiply on tensor cores (act16, wdq) */
     uint32_t int_gemv;            /* 1: some matrix has an integer GEMV (actq) */
@@ -91,10 +103,11 @@ struct hr_cuda_step_shape {
 
 struct hr_cuda_plan {
     uint64_t off_tokens, off_pos, off_seq_of, off_rows, off_tab_off, off_tables;
-    uint64_t off_seq_fa, off_tiles;
+    uint64_t off_seq_fa, off_tiles, off_seq_tok, off_seq_slot;
     uint64_t meta_bytes;   /* the staged prefix: one host-to-device copy */
     uint64_t off_rope, off_x, off_xn, off_act, off_actq, off_act16, off_wdq;
-    uint64_t off_q, off_k, off_v, off_attn, off_gate, off_up;
+    uint64_t off_q, off_k, off_v, off_attn, off_qg, off_qgate, off_gate, off_up;
+    uint64_t off_dn_qkv, off_dn_z, off_dn_beta, off_dn_g, off_dn_conv, off_dn_o;
     uint64_t off_moe_logits, off_moe_sel, off_moe_w, off_moe_row, off_moe_tok, off_moe_rx;
     uint64_t off_moe_off, off_moe_shg, off_moe_x, off_moe_gu, off_moe_h;
     uint64_t off_out_x, off_logits;
@@ -109,6 +122,7 @@ static inline uint64_t hr_cuda_plan_max_in(const struct hr_cuda_plan_dims *d)
     uint64_t m = (uint64_t)d->n_head * d->head_dim;
     m = m > d->n_embd ? m : d->n_embd;
     m = m > d->n_ff ? m : d->n_ff;
+    m = m > d->dn_value_dim ? m : d->dn_value_dim;
     return m > d->n_ff_exp ? m : d->n_ff_exp;
 }
 

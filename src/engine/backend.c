@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/state-pool.h"
 #include "kernels/matmul.h"
 
 /* ---- the device's name ---------------------------------------------------- */
@@ -102,6 +103,20 @@ static struct hr_state_pool *cpu_state_pool(void *ctx)
     return hr_engine_state_pool(ctx);
 }
 
+static enum hr_status cpu_state_copy(void *ctx, int32_t slot, void *host, bool to_host,
+                                     struct hr_err *err)
+{
+    (void)err;
+    struct hr_state_pool *sp = hr_engine_state_pool(ctx);
+    float *st = hr_state_slot(sp, slot);
+    const uint64_t bytes = hr_state_slot_bytes(sp);
+    if (to_host)
+        memcpy(host, st, bytes);
+    else
+        memcpy(st, host, bytes);
+    return HR_OK;
+}
+
 static void cpu_plan(const void *ctx, const struct hr_step *step, struct hr_backend_plan *out)
 {
     struct hr_plan p;
@@ -177,6 +192,7 @@ static const struct hr_backend_ops cpu_ops = {
     .seq_init = cpu_seq_init,
     .seq_free = cpu_seq_free,
     .state_pool = cpu_state_pool,
+    .state_copy = cpu_state_copy,
     .plan = cpu_plan,
     .step = cpu_step,
     .logits = cpu_logits,

@@ -99,6 +99,7 @@ struct hr_backend_mem {
     uint64_t context_bytes; /* in use when our context existed, before anything of ours */
     uint64_t library_bytes; /* stream, events, kernel code */
     uint64_t weights_bytes, kv_bytes, arena_bytes;
+    uint64_t state_bytes;       /* the recurrent state slots (hybrid models) */
     uint64_t host_pinned_bytes; /* pinned host staging (host RAM) */
 };
 
@@ -132,6 +133,10 @@ struct hr_backend_ops {
     /* The recurrent state slots (hybrid models), or NULL where the backend
      * keeps none (engine/state-pool.h reads NULL as an empty pool). */
     struct hr_state_pool *(*state_pool)(void *ctx);
+    /* Copies state slot `slot` (hr_state_slot_bytes) into `host`, or back
+     * from it (to_host false). Between steps only. */
+    enum hr_status (*state_copy)(void *ctx, int32_t slot, void *host, bool to_host,
+                                 struct hr_err *err);
     void (*plan)(const void *ctx, const struct hr_step *step, struct hr_backend_plan *plan);
     enum hr_status (*step)(void *ctx, struct hr_step *step, struct hr_err *err);
     const float *(*logits)(const void *ctx, uint32_t seq, uint32_t j);
@@ -210,6 +215,13 @@ static inline void hr_backend_seq_free(struct hr_backend *b, struct hr_kv_seq *s
 static inline struct hr_state_pool *hr_backend_state_pool(struct hr_backend *b)
 {
     return b->ops->state_pool(b->ctx);
+}
+/* A state slot's bytes to or from host memory (prefix-cache snapshots):
+ * the CPU's slots are host memory, a GPU's are copied. */
+static inline enum hr_status hr_backend_state_copy(struct hr_backend *b, int32_t slot, void *host,
+                                                   bool to_host, struct hr_err *err)
+{
+    return b->ops->state_copy(b->ctx, slot, host, to_host, err);
 }
 static inline void hr_backend_plan(const struct hr_backend *b, const struct hr_step *step,
                                    struct hr_backend_plan *plan)

@@ -1129,6 +1129,27 @@ static void forward_worker(void *ctx, int ith, int nth)
     matmul(e, &m->output, f->out_x, Lr, f->act, f->logits, ith, nth, false);
 }
 
+enum hr_status hr_step_state_check(const struct hr_state_pool *p, const struct hr_step *step,
+                                   struct hr_err *err)
+{
+    uint32_t need = 0;
+    for (uint32_t i = 0; i < step->n_seqs; i++) {
+        const struct hr_kv_seq *kv = step->seqs[i].kv;
+        const bool bound = hr_state_find(p, kv) >= 0;
+        if (kv->n_tokens == 0 && !bound)
+            need++;
+        else if (kv->n_tokens > 0 && !bound)
+            return hr_err_set(err, HR_ERR_INVALID, "sequence %u continues at position %u "
+                              "without its recurrent state (a hybrid model's KV alone "
+                              "cannot resume it)", i, kv->n_tokens);
+    }
+    const uint32_t n_free = hr_state_n_slots(p) - hr_state_n_used(p);
+    if (need > n_free)
+        return hr_err_set(err, HR_ERR_NOMEM, "the step needs %u recurrent state slots, %u "
+                          "are free", need, n_free);
+    return HR_OK;
+}
+
 enum hr_status hr_engine_step(struct hr_engine *e, struct hr_step *step, struct hr_err *err)
 {
     struct hr_step_shape shape;
@@ -1174,21 +1195,9 @@ enum hr_status hr_engine_step(struct hr_engine *e, struct hr_step *step, struct 
      * further on must have the slot its earlier steps advanced. */
     const bool recurrent = e->m->dn.n_layers > 0;
     if (recurrent) {
-        uint32_t need = 0;
-        for (uint32_t i = 0; i < step->n_seqs; i++) {
-            const struct hr_kv_seq *kv = step->seqs[i].kv;
-            const bool bound = hr_state_find(e->state, kv) >= 0;
-            if (kv->n_tokens == 0 && !bound)
-                need++;
-            else if (kv->n_tokens > 0 && !bound)
-                return hr_err_set(err, HR_ERR_INVALID, "sequence %u continues at position %u "
-                                  "without its recurrent state (a hybrid model's KV alone "
-                                  "cannot resume it)", i, kv->n_tokens);
-        }
-        const uint32_t n_free = hr_state_n_slots(e->state) - hr_state_n_used(e->state);
-        if (need > n_free)
-            return hr_err_set(err, HR_ERR_NOMEM, "the step needs %u recurrent state slots, %u "
-                              "are free", need, n_free);
+        enum hr_status st = hr_step_state_check(e->state, step, err);
+        if (st != HR_OK)
+            return st;
     }
     /* From here on nothing can fail. */
     for (uint32_t i = 0; i < step->n_seqs; i++) {

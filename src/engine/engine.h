@@ -73,6 +73,15 @@ struct hr_step {
 };
 
 struct hr_engine;
+struct hr_state_pool;
+
+/* A hybrid model's step against its state slots (both engines' rule): a
+ * sequence at position 0 needs a slot (its own, or a free one), one further
+ * on the slot its earlier steps advanced. HR_ERR_INVALID for a sequence
+ * continuing without its slot, HR_ERR_NOMEM when too few slots are free;
+ * nothing changes. */
+enum hr_status hr_step_state_check(const struct hr_state_pool *p, const struct hr_step *step,
+                                   struct hr_err *err);
 
 /* RoPE's constants for a model, as llama.cpp derives them (YaRN included:
  * ext_factor, attn_factor and the ramp's corr_dims, see engine.c); one

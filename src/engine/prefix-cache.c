@@ -598,8 +598,8 @@ static int32_t lru_snapshot(const struct hr_pcache *pc)
     return best;
 }
 
-bool hr_pcache_save_snapshot(struct hr_pcache *pc, const int32_t *tokens, uint32_t n_blocks,
-                             const float *state)
+bool hr_pcache_save_snapshot_fn(struct hr_pcache *pc, const int32_t *tokens, uint32_t n_blocks,
+                                bool (*fill)(void *ctx, float *dst), void *ctx)
 {
     if (!pc->snaps || n_blocks == 0) return false;
     uint32_t bt = pc->block_tokens, i = NIL;
@@ -619,15 +619,37 @@ bool hr_pcache_save_snapshot(struct hr_pcache *pc, const int32_t *tokens, uint32
             slot = hr_state_acquire(pc->snaps, e);
             HR_ASSERT(slot >= 0);
         }
+        if (!fill(ctx, hr_state_slot(pc->snaps, slot))) { /* nothing refers to it yet */
+            hr_state_release(pc->snaps, e);
+            return false;
+        }
         e->snap = slot;
         pc->snap_entry[slot] = i;
-        memcpy(hr_state_slot(pc->snaps, slot), state, hr_state_slot_bytes(pc->snaps));
         pc->stats.saved_snapshots++;
     }
     /* A state already saved for these tokens is the same bits (the kernels
      * are batch and chunk invariant): it is only marked used. */
     pc->snap_used[e->snap] = ++pc->snap_clock;
     return true;
+}
+
+struct fill_copy {
+    const float *src;
+    uint64_t bytes;
+};
+
+static bool fill_from(void *ctx, float *dst)
+{
+    const struct fill_copy *c = ctx;
+    memcpy(dst, c->src, c->bytes);
+    return true;
+}
+
+bool hr_pcache_save_snapshot(struct hr_pcache *pc, const int32_t *tokens, uint32_t n_blocks,
+                             const float *state)
+{
+    struct fill_copy c = {state, pc->snaps ? hr_state_slot_bytes(pc->snaps) : 0};
+    return hr_pcache_save_snapshot_fn(pc, tokens, n_blocks, fill_from, &c);
 }
 
 const float *hr_pcache_snapshot(struct hr_pcache *pc, int32_t block)

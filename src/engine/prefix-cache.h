@@ -234,6 +234,11 @@ void hr_pcache_release_seq(struct hr_pcache *pc, struct hr_kv_seq *seq);
  */
 bool hr_pcache_save_snapshot(struct hr_pcache *pc, const int32_t *tokens, uint32_t n_blocks,
                              const float *state);
+/* The same, with the state written into the snapshot by fill(ctx, dst)
+ * (a device's copy to host): when fill returns false the snapshot is not
+ * kept and the call returns false. */
+bool hr_pcache_save_snapshot_fn(struct hr_pcache *pc, const int32_t *tokens, uint32_t n_blocks,
+                                bool (*fill)(void *ctx, float *dst), void *ctx);
 /* The snapshot of the entry that indexes `block` (e.g. the last block a
  * lookup returned), marked recently used; NULL when it has none. Valid until
  * the next call that saves or evicts. */

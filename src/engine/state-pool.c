@@ -1,6 +1,7 @@
 /* state-pool.c - recurrent state slots; see state-pool.h. */
 #include "engine/state-pool.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,8 +17,8 @@ struct hr_state_pool {
     const void **owner;   /* per slot; NULL: free */
 };
 
-enum hr_status hr_state_pool_init(uint32_t n_slots, uint64_t slot_floats,
-                                  struct hr_state_pool **out, struct hr_err *err)
+static enum hr_status pool_init(uint32_t n_slots, uint64_t slot_floats, bool books,
+                                struct hr_state_pool **out, struct hr_err *err)
 {
     *out = NULL;
     struct hr_state_pool *p = calloc(1, sizeof(*p));
@@ -41,6 +42,17 @@ enum hr_status hr_state_pool_init(uint32_t n_slots, uint64_t slot_floats,
                               n_slots);
         }
         p->mem_bytes = (uint64_t)n_slots * p->stride;
+        if (books) { /* the bytes live elsewhere (a device): only the owners here */
+            p->stride = slot_floats * sizeof(float);
+            p->mem_bytes = (uint64_t)n_slots * p->stride;
+            p->owner = calloc(n_slots, sizeof(*p->owner));
+            if (!p->owner) {
+                free(p);
+                return hr_err_set(err, HR_ERR_NOMEM, "out of memory");
+            }
+            *out = p;
+            return HR_OK;
+        }
         /* Zero pages until used; each slot is written whole when bound. */
         p->mem = mmap(NULL, p->mem_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                       -1, 0);
@@ -56,6 +68,18 @@ enum hr_status hr_state_pool_init(uint32_t n_slots, uint64_t slot_floats,
     }
     *out = p;
     return HR_OK;
+}
+
+enum hr_status hr_state_pool_init(uint32_t n_slots, uint64_t slot_floats,
+                                  struct hr_state_pool **out, struct hr_err *err)
+{
+    return pool_init(n_slots, slot_floats, false, out, err);
+}
+
+enum hr_status hr_state_pool_init_books(uint32_t n_slots, uint64_t slot_floats,
+                                        struct hr_state_pool **out, struct hr_err *err)
+{
+    return pool_init(n_slots, slot_floats, true, out, err);
 }
 
 void hr_state_pool_free(struct hr_state_pool *p)
@@ -98,12 +122,15 @@ void hr_state_release(struct hr_state_pool *p, const void *owner)
     if (i >= 0) {
         p->owner[i] = NULL;
         p->n_used--;
-        (void)madvise(hr_state_slot(p, i), p->stride, MADV_DONTNEED);
+        if (p->mem)
+            (void)madvise(hr_state_slot(p, i), p->stride, MADV_DONTNEED);
     }
 }
 
 float *hr_state_slot(struct hr_state_pool *p, int32_t i)
 {
+    if (!p->mem)
+        return NULL;
     return (float *)((uint8_t *)p->mem + (uint64_t)i * p->stride);
 }
 

@@ -32,6 +32,12 @@ struct hr_state_pool;
  * gives an empty pool (a model without recurrent layers). */
 enum hr_status hr_state_pool_init(uint32_t n_slots, uint64_t slot_floats,
                                   struct hr_state_pool **out, struct hr_err *err);
+/* The same books without the bytes: slots bound and released as above,
+ * whose floats live elsewhere (the CUDA engine's device allocation, slot i
+ * at i x slot bytes); hr_state_slot returns NULL, hr_state_pool_bytes is
+ * n_slots x slot bytes. */
+enum hr_status hr_state_pool_init_books(uint32_t n_slots, uint64_t slot_floats,
+                                        struct hr_state_pool **out, struct hr_err *err);
 void hr_state_pool_free(struct hr_state_pool *p);
 
 /* The slot bound to `owner`, or -1. */
@@ -41,7 +47,7 @@ int32_t hr_state_acquire(struct hr_state_pool *p, const void *owner);
 /* Unbinds owner's slot, if any. */
 void hr_state_release(struct hr_state_pool *p, const void *owner);
 
-/* Slot i's floats (slot_floats of them). */
+/* Slot i's floats (slot_floats of them); NULL in a books-only pool. */
 float *hr_state_slot(struct hr_state_pool *p, int32_t i);
 
 /* The counts below read a NULL pool as one with no slots (a backend that

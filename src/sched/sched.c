@@ -191,9 +191,15 @@ static void cache_lookup(struct hr_sched *s, struct request *r)
     if (k && hr_pcache_snapshot_slots(s->pc)) {
         struct hr_state_pool *sp = hr_backend_state_pool(s->engine);
         const float *snap = hr_pcache_snapshot(s->pc, r->kv.blocks[k - 1]);
-        const int32_t slot = snap ? hr_state_acquire(sp, &r->kv) : -1;
+        int32_t slot = snap ? hr_state_acquire(sp, &r->kv) : -1;
+        struct hr_err cerr = {{0}};
+        if (slot >= 0 && hr_backend_state_copy(s->engine, slot, (void *)snap, false, &cerr) != HR_OK) {
+            hr_log_warn("sched", "request %llu: restoring a state snapshot failed (%s); it "
+                        "starts cold", (unsigned long long)r->id, cerr.msg);
+            hr_state_release(sp, &r->kv);
+            slot = -1;
+        }
         if (slot >= 0) {
-            memcpy(hr_state_slot(sp, slot), snap, hr_state_slot_bytes(sp));
             s->st.cache_restored_snapshots++;
         } else {
             hr_pcache_release_blocks(s->pc, r->kv.blocks, k);
@@ -334,6 +340,22 @@ static uint32_t tokens_to_snapshot(const struct hr_sched *s, const struct reques
     return UINT32_MAX;
 }
 
+/* A snapshot's bytes from the engine's state slot (a GPU's: copied). */
+struct snap_fill {
+    struct hr_sched *s;
+    int32_t slot;
+};
+
+static bool snap_fill_from_slot(void *ctx, float *dst)
+{
+    const struct snap_fill *c = ctx;
+    struct hr_err err = {{0}};
+    if (hr_backend_state_copy(c->s->engine, c->slot, dst, true, &err) == HR_OK)
+        return true;
+    hr_log_warn("sched", "saving a state snapshot failed: %s", err.msg);
+    return false;
+}
+
 /* After a step: when r's KV now ends on a snapshot point, its blocks go into
  * the cache and its state is saved with the last one. Lock held. */
 static void save_snapshot(struct hr_sched *s, struct request *r)
@@ -349,7 +371,8 @@ static void save_snapshot(struct hr_sched *s, struct request *r)
             return;
         const uint32_t nb = pts[i] / hr_kv_block_tokens(hr_backend_kv_pool(s->engine));
         hr_pcache_insert(s->pc, r->tokens, nb, r->kv.blocks);
-        hr_pcache_save_snapshot(s->pc, r->tokens, nb, hr_state_slot(sp, slot));
+        struct snap_fill fc = {s, slot};
+        hr_pcache_save_snapshot_fn(s->pc, r->tokens, nb, snap_fill_from_slot, &fc);
         return;
     }
 }

@@ -19,7 +19,10 @@
 # a prompt's groups fall on both sides of the GEMV / GEMM threshold; and
 # gpt-oss (a 16-token sliding window on every other layer, so the 24-token
 # prompt and the decode both cross it; sinks; biases; YaRN RoPE; the
-# clamped SwiGLU; experts in MXFP4 as the real files have them).
+# clamped SwiGLU; experts in MXFP4 as the real files have them); and the
+# hybrids (qwen35, qwen35moe, qwen3next: 4 layers = 3 Gated DeltaNet + 1
+# gated attention, 2 k heads shared by 4 v heads of 128 as the real models
+# have them, 16 of 64 attention dims rotary).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build}
@@ -27,6 +30,7 @@ models=${2:-$build/cuda-models}
 mkdir -p "$models"
 
 shape=(--n-embd 256 --n-layer 2 --n-head 4 --n-head-kv 2 --head-dim 64 --n-ff 512 --vocab builtin)
+hybrid="--n-layer 4 --ssm-k-heads 2 --ssm-v-heads 4 --ssm-head-dim 128"
 specs=(
   "qwen3-q4_k   --arch qwen3 --type q4_k"
   "qwen3-f32    --arch qwen3 --type f32"
@@ -55,6 +59,11 @@ specs=(
   "mixtral-f16  --arch llama --type f16 --untied --n-expert 4 --n-expert-used 2"
   "gptoss-f32   --arch gpt-oss --type f32 --n-expert 4 --n-expert-used 2 --n-ff-exp 256 --swa 16 --rope-scaling yarn --rope-factor 32 --rope-orig-ctx 16"
   "gptoss-mxfp4 --arch gpt-oss --type mxfp4_real --n-expert 4 --n-expert-used 2 --n-ff-exp 256 --swa 16 --rope-scaling yarn --rope-factor 32 --rope-orig-ctx 16"
+  "qwen35-f32   --arch qwen35 --type f32 $hybrid"
+  "qwen35-f16   --arch qwen35 --type f16 $hybrid"
+  "qwen35-q4_k  --arch qwen35 --type q4_k $hybrid"
+  "qwen35moe-q8_0 --arch qwen35moe --type q8_0 $hybrid --n-expert 8 --n-expert-used 2 --n-ff-exp 256 --n-ff-shexp 512"
+  "qwen3next-f32 --arch qwen3next --type f32 $hybrid --n-expert 8 --n-expert-used 2 --n-ff-exp 256 --n-ff-shexp 512"
 )
 files=()
 for spec in "${specs[@]}"; do
@@ -92,7 +101,11 @@ if [[ -x "$hr" ]] && command -v python3 >/dev/null; then
   fi
   echo "squeeze-serve (4 streams through headroom serve, another process taking the GPU):"
   python3 tests/cuda/squeeze-serve.py "$hr" "$build/tests/cuda/vram-hog" "$sq" || rc=1
+  # A hybrid model's state slots on the device, its snapshots through the
+  # prefix cache and back.
+  echo "hybrid-serve (qwen35 through headroom serve, prefix-cache snapshots of the device state):"
+  python3 tests/cuda/hybrid-serve.py "$hr" "$models/qwen35-f32.gguf" || rc=1
 else
-  echo "squeeze-serve: skipped, no headroom binary ($hr) or no python3"
+  echo "squeeze-serve, hybrid-serve: skipped, no headroom binary ($hr) or no python3"
 fi
 exit $rc

@@ -272,20 +272,33 @@ static void test_park(const char *path, const struct hr_model *m)
                                                               : 1) != cudaSuccess)
         rc = -1;
     if (rc == 0 && hr_backend_kv_park(b, &a, host, &n_tok, &err) != HR_OK) rc = -1;
+    /* A hybrid model's recurrent state goes to host memory too, and its slot
+     * (the only one: max_step_seqs 1) to the other sequence. */
+    struct hr_state_pool *sp = hr_backend_state_pool(b);
+    void *state = sp ? malloc(hr_state_slot_bytes(sp)) : NULL;
+    if (rc == 0 && sp &&
+        hr_backend_state_copy(b, hr_state_find(sp, &a), state, true, &err) != HR_OK)
+        rc = -1;
+    hr_state_release(sp, &a);
     run_tokens(b, &c, q, 64, NULL, nv, &err, &rc); /* takes the freed blocks */
+    hr_backend_seq_free(b, &c);
     if (rc == 0 && hr_backend_kv_unpark(b, &a, n_tok, host, &err) != HR_OK) rc = -1;
+    if (rc == 0 && sp &&
+        hr_backend_state_copy(b, hr_state_acquire(sp, &a), state, false, &err) != HR_OK)
+        rc = -1;
+    free(state);
     run_tokens(b, &a, &t, 1, got, nv, &err, &rc);
     const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
     if (rc)
         printf("  FAIL  %s: park: %s\n", base, err.msg), ct_failed++;
     else
         CT_CHECK(memcmp(want, got, nv * sizeof(float)) == 0,
-                 "%s: parked in host RAM and restored: the next logits equal a never-parked "
+                 "%s: parked in host RAM and restored%s: the next logits equal a never-parked "
                  "sequence's bit for bit (%u tokens)",
-                 base, n_tok);
+                 base, sp ? " with its recurrent state" : "", n_tok);
     cudaFreeHost(host);
-    hr_kv_seq_free(&a, pool);
-    hr_kv_seq_free(&c, pool);
+    hr_backend_seq_free(b, &a);
+    hr_backend_seq_free(b, &c);
     free(want);
     free(got);
     hr_backend_free(b);

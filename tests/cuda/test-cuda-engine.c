@@ -286,8 +286,10 @@ static int run_group(struct hr_cuda_engine *ge, uint32_t n, const uint32_t *lens
     ok = ok && hr_cuda_engine_step(ge, &st, err) == HR_OK;
     for (uint32_t i = 0; ok && i < n; i++, row++)
         memcpy(out + row * V, hr_cuda_engine_logits(ge, i, 0), sizeof(float) * V);
-    for (uint32_t i = 0; i < n; i++)
+    for (uint32_t i = 0; i < n; i++) {
+        hr_state_release(hr_cuda_engine_state_pool(ge), &seqs[i]);
         hr_kv_seq_free(&seqs[i], hr_cuda_engine_kv_pool(ge));
+    }
     return ok;
 }
 
@@ -446,6 +448,42 @@ static void test_plan(const struct hr_model *m)
     enum hr_status rs = hr_cuda_engine_step(ge, &bs, &err);
     CT_CHECK(rs == HR_ERR_INVALID, "errors: a token outside the vocabulary is refused (%s: %s)",
              hr_status_str(rs), err.msg);
+    struct hr_state_pool *sp = hr_cuda_engine_state_pool(ge);
+    if (sp) {
+        /* A hybrid model's sequence cannot continue without its state, and
+         * a step needing more slots than are free is refused whole. */
+        int32_t tok = 1;
+        uint32_t at = 0;
+        while (at < 4 && seqs[at].n_tokens == 0)
+            at++;
+        if (at < 4) {
+            hr_state_release(sp, &seqs[at]);
+            bi = (struct hr_step_seq){.kv = &seqs[at], .tokens = &tok, .n_tokens = 1, .n_logits = 1};
+            rs = hr_cuda_engine_step(ge, &bs, &err);
+            CT_CHECK(rs == HR_ERR_INVALID, "errors: a hybrid sequence continuing without its "
+                     "recurrent state is refused (%s: %s)", hr_status_str(rs), err.msg);
+        }
+        const uint32_t n_slots = hr_state_n_slots(sp);
+        struct hr_kv_seq *many = calloc(n_slots + 1, sizeof(*many));
+        struct hr_step_seq *mi = calloc(n_slots + 1, sizeof(*mi));
+        for (uint32_t i = 0; i <= n_slots; i++) {
+            hr_cuda_engine_seq_init(ge, &many[i], 32, &err);
+            mi[i] = (struct hr_step_seq){.kv = &many[i], .tokens = &tok, .n_tokens = 1, .n_logits = 1};
+        }
+        int dummy; /* holds a slot, so the step below fits max_step_seqs (= the slots) */
+        hr_state_acquire(sp, &dummy);
+        const uint32_t used = hr_state_n_used(sp), kv_free = hr_kv_n_free(hr_cuda_engine_kv_pool(ge));
+        struct hr_step ms = {.seqs = mi, .n_seqs = n_slots - used + 1};
+        rs = hr_cuda_engine_step(ge, &ms, &err);
+        CT_CHECK(rs == HR_ERR_NOMEM && hr_state_n_used(sp) == used &&
+                     hr_kv_n_free(hr_cuda_engine_kv_pool(ge)) == kv_free,
+                 "errors: a step needing %u state slots with %u free is refused, nothing "
+                 "taken (%s: %s)", n_slots - used + 1, n_slots - used, hr_status_str(rs), err.msg);
+        hr_state_release(sp, &dummy);
+        for (uint32_t i = 0; i <= n_slots; i++)
+            hr_kv_seq_free(&many[i], hr_cuda_engine_kv_pool(ge));
+        free(many), free(mi);
+    }
     for (int i = 0; i < 4; i++)
         hr_kv_seq_free(&seqs[i], hr_cuda_engine_kv_pool(ge));
     free(host);
@@ -482,14 +520,16 @@ int main(int argc, char **argv)
          * gpt-oss (their prompts run the tiled tensor-core attention; gpt-oss
          * with its window and sinks) */
         if (model_type(m) == HR_GGML_F32 || i == 1 || model_type(m) == HR_GGML_F16 ||
-            m->arch == HR_ARCH_GPTOSS)
+            m->arch == HR_ARCH_GPTOSS || m->dn.n_layers)
             test_model(argv[i], m, HR_GGML_F16);
         const char *base = strrchr(argv[i], '/') ? strrchr(argv[i], '/') + 1 : argv[i];
         /* MoE models too: their grouping must not let a token's company in
          * the step change its result, and their buffers are planned */
-        if (i == 1 || model_type(m) == HR_GGML_F16 || m->moe.n_expert)
+        /* and hybrid models: their state slots are per sequence, their
+         * buffers planned */
+        if (i == 1 || model_type(m) == HR_GGML_F16 || m->moe.n_expert || m->dn.n_layers)
             test_ragged(m, base);
-        if (i == 1 || m->moe.n_expert)
+        if (i == 1 || m->moe.n_expert || m->dn.n_layers)
             test_plan(m);
         hr_model_close(m);
     }

@@ -4,9 +4,10 @@
  *
  * On random model dims and step shapes: every buffer is 256-byte aligned and
  * inside arena_bytes; buffers that are live together do not overlap (the
- * attention group {q, k, v, attn} and the FFN group {gate, up, and a MoE's
- * routing and grouped rows} share one region by design); the staged metadata is exactly the prefix the step
- * uploads (meta_bytes, before the first device-only buffer); arena_bytes is
+ * attention group {q, k, v, attn, a gated layer's qg and qgate}, the FFN
+ * group {gate, up, and a MoE's routing and grouped rows} and the Gated
+ * DeltaNet's group share one region by design); the staged metadata is
+ * exactly the prefix the step uploads (meta_bytes, before the first device-only buffer); arena_bytes is
  * the end of the furthest non-empty buffer (what the runner's high-water
  * mark reaches, tests/cuda checks that on the GPU); more of any shape
  * component never plans fewer bytes; kv_bytes = new blocks x block bytes.
@@ -39,7 +40,7 @@ static uint32_t urand(uint32_t n)
 
 struct buf {
     uint64_t off, bytes;
-    int group; /* 0: always live; 1: attention group; 2: FFN group */
+    int group; /* 0: always live; 1: attention group; 2: FFN group; 3: DeltaNet group */
 };
 
 static void check_plan(const struct hr_cuda_plan_dims *d, const struct hr_cuda_step_shape *s)
@@ -51,6 +52,7 @@ static void check_plan(const struct hr_cuda_plan_dims *d, const struct hr_cuda_s
     uint64_t max_in = d->n_embd > qd ? d->n_embd : qd;
     max_in = max_in > d->n_ff ? max_in : d->n_ff;
     max_in = max_in > d->n_ff_exp ? max_in : d->n_ff_exp;
+    max_in = max_in > d->dn_value_dim ? max_in : d->dn_value_dim;
     assert_int_equal(hr_cuda_plan_max_in(d), max_in);
     const uint64_t TK = T * d->n_expert_used, NX = d->n_expert, FX = d->n_ff_exp;
     const int tc = d->tc_gemm && (T > L ? T : L) > d->gemv_max_tokens;
@@ -62,18 +64,26 @@ static void check_plan(const struct hr_cuda_plan_dims *d, const struct hr_cuda_s
         {p.off_tokens, T * 4, 0}, {p.off_pos, T * 4, 0}, {p.off_seq_of, T * 4, 0},
         {p.off_rows, L * 4, 0}, {p.off_tab_off, (uint64_t)s->n_seqs * 4, 0},
         {p.off_tables, (uint64_t)s->n_table * 4, 0}, {p.off_seq_fa, (uint64_t)s->n_seqs * 4, 0},
-        {p.off_tiles, (T / HR_CUDA_FA_TILE + s->n_seqs) * 8, 0}, {p.off_rope, T * d->n_rot * f, 0},
+        {p.off_tiles, (T / HR_CUDA_FA_TILE + s->n_seqs) * 8, 0},
+        {p.off_seq_tok, d->dn_conv_dim ? (uint64_t)s->n_seqs * 8 : 0, 0},
+        {p.off_seq_slot, d->dn_conv_dim ? (uint64_t)s->n_seqs * 4 : 0, 0},
+        {p.off_rope, T * d->n_rot * f, 0},
         {p.off_x, T * d->n_embd * f, 0}, {p.off_xn, T * d->n_embd * f, 0},
         {p.off_act, (T > L ? T : L) * max_in * f, 0},
         {p.off_actq, actq_bytes, 0},
         {p.off_act16, tc ? (T > L ? T : L) * max_in * 2 : 0, 0},
         {p.off_wdq, tc ? d->wdq_elems * 2 : 0, 0}, {p.off_q, T * qd * f, 1}, {p.off_k, T * kvd * f, 1},
-        {p.off_v, T * kvd * f, 1}, {p.off_attn, T * qd * f, 1}, {p.off_gate, T * d->n_ff * f, 2},
+        {p.off_v, T * kvd * f, 1}, {p.off_attn, T * qd * f, 1},
+        {p.off_qg, d->attn_gated ? T * 2 * qd * f : 0, 1},
+        {p.off_qgate, d->attn_gated ? T * qd * f : 0, 1}, {p.off_gate, T * d->n_ff * f, 2},
         {p.off_up, T * d->n_ff * f, 2}, {p.off_moe_logits, T * NX * f, 2},
         {p.off_moe_sel, TK * 4, 2}, {p.off_moe_w, TK * f, 2}, {p.off_moe_row, TK * 4, 2},
         {p.off_moe_tok, TK * 4, 2}, {p.off_moe_rx, TK * 4, 2}, {p.off_moe_off, NX * 4, 2},
         {p.off_moe_shg, NX ? T * f : 0, 2}, {p.off_moe_x, TK * d->n_embd * f, 2},
         {p.off_moe_gu, TK * 2 * FX * f, 2}, {p.off_moe_h, TK * FX * f, 2},
+        {p.off_dn_qkv, T * d->dn_conv_dim * f, 3}, {p.off_dn_z, T * d->dn_value_dim * f, 3},
+        {p.off_dn_beta, T * d->dn_n_v_heads * f, 3}, {p.off_dn_g, T * d->dn_n_v_heads * f, 3},
+        {p.off_dn_conv, T * d->dn_conv_dim * f, 3}, {p.off_dn_o, T * d->dn_value_dim * f, 3},
         {p.off_out_x, L * d->n_embd * f, 0},
         {p.off_logits, L * d->n_vocab * f, 0},
     };
@@ -83,13 +93,13 @@ static void check_plan(const struct hr_cuda_plan_dims *d, const struct hr_cuda_s
         assert_int_equal(b[i].off % HR_CUDA_ARENA_ALIGN, 0);
         if (b[i].bytes && b[i].off + b[i].bytes > end)
             end = b[i].off + b[i].bytes;
-        if (i < 8 && b[i].bytes && b[i].off + b[i].bytes > meta_end)
+        if (i < 10 && b[i].bytes && b[i].off + b[i].bytes > meta_end)
             meta_end = b[i].off + b[i].bytes;
         for (size_t j = 0; j < i; j++) {
             if (!b[i].bytes || !b[j].bytes)
                 continue;
             if (b[i].group && b[j].group && b[i].group != b[j].group)
-                continue; /* the attention and FFN groups share their region */
+                continue; /* the attention, FFN and DeltaNet groups share their region */
             const int overlap = b[i].off < b[j].off + b[j].bytes && b[j].off < b[i].off + b[i].bytes;
             assert_false(overlap);
         }
@@ -117,6 +127,12 @@ static void random_dims(struct hr_cuda_plan_dims *d)
     d->n_ff_exp = moe ? 256 * (1 + urand(8)) : 0;
     if (moe && urand(2))
         d->n_ff = 0;
+    /* a third of the models hybrid (Gated DeltaNet layers, gated attention) */
+    const int hybrid = urand(3) == 0;
+    d->attn_gated = hybrid;
+    d->dn_n_v_heads = hybrid ? 2 * (1 + urand(32)) : 0;
+    d->dn_value_dim = hybrid ? d->dn_n_v_heads * 128 : 0;
+    d->dn_conv_dim = hybrid ? d->dn_value_dim + 2 * 128 * (1 + urand(16)) : 0;
     d->gemv_max_tokens = 8;
     d->tc_gemm = urand(2);
     d->int_gemv = urand(2);
