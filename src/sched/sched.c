@@ -821,7 +821,23 @@ static void start_queued(struct hr_sched *s)
              * fails it recomputes, as without parking. */
             struct hr_err perr = {{0}};
             cache_make_room(s, kv_blocks_for(s, r->n_parked));
-            if (hr_backend_kv_unpark(s->engine, &r->kv, r->n_parked, r->parked, &perr) != HR_OK)
+            enum hr_status ust =
+                hr_backend_kv_unpark(s->engine, &r->kv, r->n_parked, r->parked, &perr);
+            /* A hybrid model's recurrent state follows the KV in the copy. */
+            struct hr_state_pool *sp = hr_backend_state_pool(s->engine);
+            if (ust == HR_OK && hr_state_n_slots(sp)) {
+                const uint64_t kv_bytes = r->parked_bytes - hr_state_slot_bytes(sp);
+                const int32_t slot = hr_state_acquire(sp, &r->kv);
+                ust = slot < 0 ? hr_err_set(&perr, HR_ERR_NOMEM, "no recurrent state slot free")
+                               : hr_backend_state_copy(s->engine, slot,
+                                                       (uint8_t *)r->parked + kv_bytes, false,
+                                                       &perr);
+                if (ust != HR_OK) {
+                    hr_state_release(sp, &r->kv);
+                    hr_kv_seq_clear(&r->kv, pool);
+                }
+            }
+            if (ust != HR_OK)
                 hr_log_warn("sched", "request %llu: its parked KV cannot be restored (%s); it "
                             "recomputes", (unsigned long long)r->id, perr.msg);
             unpark_drop(s, r);
@@ -840,21 +856,24 @@ static void start_queued(struct hr_sched *s)
 }
 
 /* Parks r's KV in host memory (see hr_sched_config.park_preempted) and
- * releases its blocks; false (nothing changed) when parking is off, the
- * host lacks the memory or the copy failed. */
+ * releases its blocks; a hybrid model's recurrent state goes after the KV
+ * in the same buffer and its slot is released. False (nothing changed) when
+ * parking is off, the host lacks the memory or a copy failed. */
 static bool park(struct hr_sched *s, struct request *r)
 {
     const bool on = s->cfg.park_preempted > 0 ||
                     (s->cfg.park_preempted == 0 &&
                      hr_backend_info(s->engine)->kind != HR_DEVICE_CPU);
-    /* A hybrid model's recurrent state is not parked with its KV, nor are a
-     * windowed pool's windowed blocks: such a request recomputes
-     * (cache_release gives its state slot back, and the prefix cache keeps
-     * its prefix and window). */
-    if (!on || r->kv.n_blocks == 0 || hr_backend_model(s->engine)->dn.n_layers ||
-        hr_kv_window(hr_backend_kv_pool(s->engine)))
+    /* A windowed pool's windowed blocks are not parked: such a request
+     * recomputes (the prefix cache keeps its prefix and window). */
+    if (!on || r->kv.n_blocks == 0 || hr_kv_window(hr_backend_kv_pool(s->engine)))
         return false;
-    const uint64_t bytes = hr_backend_kv_park_bytes(s->engine, &r->kv);
+    struct hr_state_pool *sp = hr_backend_state_pool(s->engine);
+    const int32_t slot = hr_state_n_slots(sp) ? hr_state_find(sp, &r->kv) : -1;
+    if (hr_state_n_slots(sp) && slot < 0)
+        return false; /* a hybrid sequence without its state: nothing to resume from */
+    const uint64_t kv_bytes = hr_backend_kv_park_bytes(s->engine, &r->kv);
+    const uint64_t bytes = kv_bytes + (slot >= 0 ? hr_state_slot_bytes(sp) : 0);
     if (s->cfg.gov) {
         struct hr_gov_view v;
         hr_gov_get_view(s->cfg.gov, &v);
@@ -866,12 +885,21 @@ static bool park(struct hr_sched *s, struct request *r)
     uint32_t n = 0;
     if (!buf)
         return false;
+    if (slot >= 0 &&
+        hr_backend_state_copy(s->engine, slot, (uint8_t *)buf + kv_bytes, true, &err) != HR_OK) {
+        hr_log_warn("sched", "request %llu: parking its recurrent state failed (%s); it will "
+                    "recompute", (unsigned long long)r->id, err.msg);
+        free(buf);
+        return false;
+    }
     if (hr_backend_kv_park(s->engine, &r->kv, buf, &n, &err) != HR_OK) {
         hr_log_warn("sched", "request %llu: parking failed (%s); it will recompute",
                     (unsigned long long)r->id, err.msg);
         free(buf);
         return false;
     }
+    if (slot >= 0)
+        hr_state_release(sp, &r->kv);
     r->parked = buf;
     r->n_parked = n;
     r->parked_bytes = bytes;
