@@ -1411,8 +1411,8 @@ static enum hr_status lt_init(struct hr_cuda_engine *e, struct hr_err *err)
         const struct dweight *mats[] = {&D->wq, &D->wk, &D->wv, &D->wo, &D->w_gate, &D->w_up,
                                         &D->w_down, &D->gate_inp, &D->gate_exps, &D->up_exps,
                                         &D->down_exps, &D->gate_shexp, &D->up_shexp,
-                                        &D->down_shexp, &D->ssm_qkv, &D->ssm_z, &D->ssm_beta,
-                                        &D->ssm_alpha, &D->ssm_ba, &D->ssm_out};
+                                        &D->down_shexp, &D->ssm_qkv, &D->ssm_z,
+                                        &D->ssm_out}; /* beta, alpha: f32 (deltanet_mixer) */
         for (size_t i = 0; i < sizeof(mats) / sizeof(mats[0]) && st == HR_OK; i++)
             if (tc_type(mats[i]))
                 st = lt_add_matrix(e, mats[i], err);
@@ -1593,6 +1593,28 @@ static enum hr_status matmul(struct hr_cuda_engine *e, const struct fwd *f,
     return matmul_in_step(e, f, w, x, m, m, y, ldy, bias, accumulate, err);
 }
 
+/* y = round(x) W^T on the CUDA cores in f32 whatever the step's size: the
+ * GEMV up to gemv_max_tokens rows, else the f32 GEMM on inputs rounded to
+ * the vec-dot format (the CPU's values; no f16 tile). For the few-row
+ * matrices whose outputs a recurrence compounds (see deltanet_mixer). */
+static enum hr_status matmul_f32(struct hr_cuda_engine *e, const struct fwd *f,
+                                 const struct dweight *w, const float *x, uint32_t m, float *y,
+                                 uint32_t ldy, struct hr_err *err)
+{
+    if (m <= e->dims.gemv_max_tokens)
+        return matmul(e, f, w, x, m, y, ldy, NULL, 0, err);
+    const uint32_t k = (uint32_t)w->ne0, n = (uint32_t)w->ne1;
+    const float *in = x;
+    if (w->act != HR_CUDA_ACT_F32) {
+        if (!prep_have(e, x, m, k, w->act, PREP_F32))
+            CU(hr_cuda_act_round(w->act, x, m, k, f->act, e->stream), "rounding matmul inputs");
+        in = f->act;
+    }
+    CU(hr_cuda_gemm((int)w->type, w->d, w->row_bytes, k, n, in, m, y, ldy, NULL, 0, e->stream),
+       "the GEMM kernel");
+    return HR_OK;
+}
+
 /* Expert x of a stacked weight as a plain matrix. */
 static struct dweight expert_of(const struct dweight *w, uint32_t x)
 {
@@ -1751,7 +1773,13 @@ static enum hr_status attention_mixer(struct hr_cuda_engine *e, const struct fwd
 
 /* The Gated DeltaNet (engine.c's deltanet_mixer): xn -> the q|k|v, z, beta
  * and alpha projections (one input, prepared once), the rest on the
- * sequences' state slots (hr_cuda_dn_mix), then x += o ssm_out^T. */
+ * sequences' state slots (hr_cuda_dn_mix), then x += o ssm_out^T.
+ *
+ * beta and alpha (n_v_heads rows each: a few hundredths of the layer's
+ * weights) are multiplied in f32 even in prefill: alpha sets the state's
+ * decay, which every later token's state multiplies in, so a rounding there
+ * compounds along the sequence, where the tensor cores' f16 tiles would add
+ * one (measured on qwen35moe Q8_0, an H100: see docs/architecture.md). */
 static enum hr_status deltanet_mixer(struct hr_cuda_engine *e, const struct fwd *f,
                                      const struct dlayer *D, uint32_t T, uint32_t S,
                                      struct hr_err *err)
@@ -1763,10 +1791,10 @@ static enum hr_status deltanet_mixer(struct hr_cuda_engine *e, const struct fwd 
     TRY(matmul(e, f, &D->ssm_qkv, f->xn, T, f->dn_qkv, CD, NULL, 0, err));
     TRY(matmul(e, f, &D->ssm_z, f->xn, T, f->dn_z, VD, NULL, 0, err));
     if (D->ssm_ba.d) { /* qwen3next: fused, into dn_conv until the conv */
-        TRY(matmul(e, f, &D->ssm_ba, f->xn, T, f->dn_conv, 2 * HV, NULL, 0, err));
+        TRY(matmul_f32(e, f, &D->ssm_ba, f->xn, T, f->dn_conv, 2 * HV, err));
     } else {
-        TRY(matmul(e, f, &D->ssm_beta, f->xn, T, f->dn_beta, HV, NULL, 0, err));
-        TRY(matmul(e, f, &D->ssm_alpha, f->xn, T, f->dn_g, HV, NULL, 0, err));
+        TRY(matmul_f32(e, f, &D->ssm_beta, f->xn, T, f->dn_beta, HV, err));
+        TRY(matmul_f32(e, f, &D->ssm_alpha, f->xn, T, f->dn_g, HV, err));
     }
     const struct hr_cuda_dn_args a = {
         .seq_tok = f->seq_tok, .seq_slot = f->seq_slot, .state = e->d_state,

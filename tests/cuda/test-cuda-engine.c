@@ -374,10 +374,10 @@ static void test_plan(const struct hr_model *m)
     }
     const struct hr_cuda_mem *mem = hr_cuda_engine_mem(ge);
     printf("  data  device memory: context %.1f MiB, library %.1f MiB, "
-           "weights %.2f MiB, KV %.2f MiB, arena %.2f MiB (allocations took %.2f MiB), "
+           "weights %.2f MiB, state %.2f MiB, KV %.2f MiB, arena %.2f MiB (allocations took %.2f MiB), "
            "graph %.2f MiB, host pinned %.2f MiB; %s\n", mem->context_bytes / 1048576.0,
            mem->library_bytes / 1048576.0,
-           mem->weights_bytes / 1048576.0, mem->kv_bytes / 1048576.0,
+           mem->weights_bytes / 1048576.0, mem->state_bytes / 1048576.0, mem->kv_bytes / 1048576.0,
            mem->arena_bytes / 1048576.0, mem->alloc_delta_bytes / 1048576.0,
            mem->graph_bytes / 1048576.0, mem->host_pinned_bytes / 1048576.0, hr_cuda_engine_device_name(ge));
     const uint32_t V = m->hp.n_vocab;
