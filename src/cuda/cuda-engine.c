@@ -1779,7 +1779,8 @@ static enum hr_status attention_mixer(struct hr_cuda_engine *e, const struct fwd
  * weights) are multiplied in f32 even in prefill: alpha sets the state's
  * decay, which every later token's state multiplies in, so a rounding there
  * compounds along the sequence, where the tensor cores' f16 tiles would add
- * one (measured on qwen35moe Q8_0, an H100: see docs/architecture.md). */
+ * one. They cost nothing measurable; what they gained was small too
+ * (docs/architecture.md, "The hybrids": measured on an H100). */
 static enum hr_status deltanet_mixer(struct hr_cuda_engine *e, const struct fwd *f,
                                      const struct dlayer *D, uint32_t T, uint32_t S,
                                      struct hr_err *err)
