@@ -19,32 +19,16 @@ import http.client
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
+import serve_checks
+from serve_checks import check, free_port
+
 headroom, model = sys.argv[1], sys.argv[2]
 device = os.environ.get("HR_DEVICE", "cuda")  # "cpu": the same checks on the CPU engine
 N_GEN = 24
-failed = passed = 0
-
-
-def check(cond, what):
-    global failed, passed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-    print(("  ok    " if cond else "  FAIL  ") + what, flush=True)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 class Server:
@@ -132,5 +116,5 @@ finally:
     for s in (warm, cold):
         if s:
             s.stop()
-print(f"hybrid-serve: {passed} passed, {failed} failed", flush=True)
-sys.exit(1 if failed else 0)
+print(f"hybrid-serve: {serve_checks.passed} passed, {serve_checks.failed} failed", flush=True)
+sys.exit(1 if serve_checks.failed else 0)

@@ -27,33 +27,16 @@ import http.client
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 
+import serve_checks
+from serve_checks import check, free_port
+
 headroom, vram_hog, model = sys.argv[1], sys.argv[2], sys.argv[3]
 N_GEN, HOLD_S, LEAVE_MIB = 640, 3, 8
-failed = passed = 0
-
-
-def check(cond, what):
-    global failed, passed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-    print(("  ok    " if cond else "  FAIL  ") + what, flush=True)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
 
 port = free_port()
 log_path = os.environ.get("HR_SQUEEZE_LOG", "/tmp/hr-squeeze-serve.log")
@@ -207,5 +190,5 @@ finally:
         srv.wait(20)
     except subprocess.TimeoutExpired:
         srv.kill()
-print(f"squeeze-serve: {passed} passed, {failed} failed", flush=True)
-sys.exit(1 if failed else 0)
+print(f"squeeze-serve: {serve_checks.passed} passed, {serve_checks.failed} failed", flush=True)
+sys.exit(1 if serve_checks.failed else 0)
