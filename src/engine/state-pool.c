@@ -33,29 +33,21 @@ static enum hr_status pool_init(uint32_t n_slots, uint64_t slot_floats, bool boo
         p->n_slots = n_slots;
         p->slot_floats = slot_floats;
         /* Page-aligned slots, so a freed slot's pages can go back to the OS
-         * and what is resident is the slots in use. */
+         * and what is resident is the slots in use. A books-only pool's
+         * bytes live elsewhere (a device): its slots are packed there. */
         const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-        p->stride = (slot_floats * sizeof(float) + page - 1) / page * page;
+        const uint64_t bytes = slot_floats * sizeof(float);
+        p->stride = books ? bytes : (bytes + page - 1) / page * page;
         if (p->stride > UINT64_MAX / n_slots) {
             free(p);
             return hr_err_set(err, HR_ERR_NOMEM, "recurrent state of %u slots overflows",
                               n_slots);
         }
         p->mem_bytes = (uint64_t)n_slots * p->stride;
-        if (books) { /* the bytes live elsewhere (a device): only the owners here */
-            p->stride = slot_floats * sizeof(float);
-            p->mem_bytes = (uint64_t)n_slots * p->stride;
-            p->owner = calloc(n_slots, sizeof(*p->owner));
-            if (!p->owner) {
-                free(p);
-                return hr_err_set(err, HR_ERR_NOMEM, "out of memory");
-            }
-            *out = p;
-            return HR_OK;
-        }
         /* Zero pages until used; each slot is written whole when bound. */
-        p->mem = mmap(NULL, p->mem_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                      -1, 0);
+        if (!books)
+            p->mem = mmap(NULL, p->mem_bytes, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         p->owner = calloc(n_slots, sizeof(*p->owner));
         if (p->mem == MAP_FAILED || !p->owner) {
             if (p->mem == MAP_FAILED)
