@@ -13,13 +13,17 @@
  * in one copy, after which the host waits once.
  *
  * Matmuls: up to HR_CUDA_GEMV_MAX_ROWS rows (decode, small batches) run the
- * dequantizing GEMV kernel. More rows (prefill) run on the tensor cores:
+ * dequantizing GEMV kernel. More rows (prefill) run on the tensor cores.
+ * Types whose CPU dot is integer sums per block of 32 on Q8_0 inputs (Q8_0,
+ * Q4_0, Q5_0, IQ4_NL, MXFP4) take the integer GEMM: inputs quantized as the
+ * CPU does, exact int8 MMAs, the two scales per block. The other types:
  * the inputs are rounded to the weight's vec-dot format and stored as f16
  * (bf16 for BF16 weights), the weight matrix is dequantized to f16 into the
  * arena's wdq scratch (F16 and BF16 weights are used as they lie), and
  * cuBLASLt multiplies with f32 accumulation. F32 weights keep the tiled f32
  * GEMM kernel (full precision on the CUDA cores), as does every type under
- * HR_CUDA_GEMM=simt (the A/B switch benchmarks use).
+ * HR_CUDA_GEMM=simt; HR_CUDA_GEMM=f16 sends the integer GEMM's types to
+ * cuBLASLt too (the A/B switches benchmarks use).
  *
  * A first version on cuBLAS SGEMM was dropped after its first H200 run:
  * cuBLAS picked kernels per shape and loaded them lazily inside steps (free
@@ -803,7 +807,7 @@ void hr_cuda_engine_dims(const struct hr_model *m, const struct hr_cuda_config *
     const char *g = getenv("HR_CUDA_GEMM");
     const bool simt = g && !strcmp(g, "simt");
     uint64_t wdq = 0;
-    bool tc = false;
+    bool tc = false, igm = false;
     const struct hr_weight *ws[LAYER_MATS + 2];
     for (uint32_t l = 0; l < hp->n_layer && !simt; l++) {
         const size_t n = layer_mats(&m->layers[l], ws);
@@ -811,17 +815,22 @@ void hr_cuda_engine_dims(const struct hr_model *m, const struct hr_cuda_config *
             if (ws[i]->type == HR_GGML_F32)
                 continue;
             tc = true;
-            if (ws[i]->type != HR_GGML_F16 && ws[i]->type != HR_GGML_BF16)
+            if (hr_cuda_gemm_int_type((int)ws[i]->type, act_of(ws[i]->type)))
+                igm = true; /* multiplied as it lies, inputs quantized into act16 */
+            else if (ws[i]->type != HR_GGML_F16 && ws[i]->type != HR_GGML_BF16)
                 wdq = max64(wdq, ws[i]->ne0 * ws[i]->ne1);
         }
     }
     const struct hr_weight *out = m->output.data ? &m->output : &m->tok_embd;
     if (!simt && out->data && out->type != HR_GGML_F32) {
         tc = true;
-        if (out->type != HR_GGML_F16 && out->type != HR_GGML_BF16)
+        if (hr_cuda_gemm_int_type((int)out->type, act_of(out->type)))
+            igm = true;
+        else if (out->type != HR_GGML_F16 && out->type != HR_GGML_BF16)
             wdq = max64(wdq, out->ne0 * (out->ne1 < 4096 ? out->ne1 : 4096));
     }
     d->tc_gemm = tc;
+    d->int_gemm = igm;
     d->wdq_elems = wdq;
     /* The integer GEMV's quantized inputs, when a matrix has one. */
     bool ig = out->data && hr_cuda_gemv_int_type((int)out->type, act_of(out->type));
@@ -1367,6 +1376,18 @@ static bool tc_type(const struct dweight *w)
     return w->d && w->type != HR_GGML_F32;
 }
 
+/* Multiplied on the int8 tensor cores (hr_cuda_gemm_int), not cuBLASLt. */
+static bool int_gemm(const struct dweight *w)
+{
+    return w->d && hr_cuda_gemm_int_type((int)w->type, w->act);
+}
+
+/* Multiplied by cuBLASLt on 16-bit tiles. */
+static bool lt_type(const struct dweight *w)
+{
+    return tc_type(w) && !int_gemm(w);
+}
+
 static bool raw16(const struct dweight *w)
 {
     return w->type == HR_GGML_F16 || w->type == HR_GGML_BF16;
@@ -1414,11 +1435,11 @@ static enum hr_status lt_init(struct hr_cuda_engine *e, struct hr_err *err)
                                         &D->down_shexp, &D->ssm_qkv, &D->ssm_z,
                                         &D->ssm_out}; /* beta, alpha: f32 (deltanet_mixer) */
         for (size_t i = 0; i < sizeof(mats) / sizeof(mats[0]) && st == HR_OK; i++)
-            if (tc_type(mats[i]))
+            if (lt_type(mats[i]))
                 st = lt_add_matrix(e, mats[i], err);
     }
     const uint32_t n_layer_shapes = e->n_lt_shapes;
-    if (st == HR_OK && e->cfg.max_step_logits > e->dims.gemv_max_tokens && tc_type(&e->output))
+    if (st == HR_OK && e->cfg.max_step_logits > e->dims.gemv_max_tokens && lt_type(&e->output))
         st = lt_add_matrix(e, &e->output, err);
     if (st != HR_OK)
         return st;
@@ -1468,6 +1489,7 @@ struct fwd {
     int32_t *seq_tok, *seq_slot;
     void *act16, *wdq; /* NULL in steps without tensor-core GEMMs */
     struct hr_cuda_q8_act actq; /* q NULL in models without integer GEMVs */
+    struct hr_cuda_q8_act actq16; /* the integer GEMM's inputs in act16; q NULL without */
 };
 
 #define TRY(call)                                                                                 \
@@ -1478,13 +1500,14 @@ struct fwd {
     } while (0)
 
 /*
- * A matmul's input is prepared in one of three forms: rounded to the
- * vec-dot type as f32 (act), quantized for the integer GEMV (actq), or
- * rounded and stored as 16-bit floats (act16). Matmuls that share an input
+ * A matmul's input is prepared in one of four forms: rounded to the
+ * vec-dot type as f32 (act), quantized for the integer GEMV (actq) or the
+ * integer GEMM (actq16, in act16's bytes), or rounded and stored as 16-bit
+ * floats (act16). Matmuls that share an input
  * (Q, K and V; gate and up) prepare it once: the form last made is
  * remembered until the forward pass rewrites a buffer (prep_forget).
  */
-enum prep_kind { PREP_F32, PREP_INT, PREP_HALF, PREP_HALF_BF };
+enum prep_kind { PREP_F32, PREP_INT, PREP_HALF, PREP_HALF_BF, PREP_INT_WIDE };
 
 static bool prep_have(struct hr_cuda_engine *e, const float *x, uint32_t m, uint32_t k,
                       enum hr_cuda_act act, enum prep_kind kind)
@@ -1533,6 +1556,24 @@ static enum hr_status matmul_tc(struct hr_cuda_engine *e, const struct fwd *f,
     return HR_OK;
 }
 
+/* y (+)= round(x) W^T (+ b) on the f32 GEMM kernel (CUDA cores), on the
+ * inputs rounded to the vec-dot format: the CPU's values, no 16-bit tile. */
+static enum hr_status matmul_simt(struct hr_cuda_engine *e, const struct fwd *f,
+                                  const struct dweight *w, const float *x, uint32_t m, float *y,
+                                  uint32_t ldy, const float *b, int accumulate, struct hr_err *err)
+{
+    const uint32_t k = (uint32_t)w->ne0, n = (uint32_t)w->ne1;
+    const float *in = x;
+    if (w->act != HR_CUDA_ACT_F32) {
+        if (!prep_have(e, x, m, k, w->act, PREP_F32))
+            CU(hr_cuda_act_round(w->act, x, m, k, f->act, e->stream), "rounding matmul inputs");
+        in = f->act;
+    }
+    CU(hr_cuda_gemm((int)w->type, w->d, w->row_bytes, k, n, in, m, y, ldy, b, accumulate,
+                    e->stream), "the GEMM kernel");
+    return HR_OK;
+}
+
 /* y (+)= round(x) W^T (+ bias) over m rows, on the GEMV kernels when the
  * step has at most gemv_max_tokens rows (step_rows), else the GEMM. */
 static enum hr_status matmul_in_step(struct hr_cuda_engine *e, const struct fwd *f,
@@ -1564,6 +1605,14 @@ static enum hr_status matmul_in_step(struct hr_cuda_engine *e, const struct fwd 
                         e->stream), "the GEMV kernel");
         return HR_OK;
     }
+    if (f->actq16.q && int_gemm(w)) {
+        if (!prep_have(e, x, m, k, w->act, PREP_INT_WIDE))
+            CU(hr_cuda_quant_act(w->act, x, m, k, &f->actq16, e->stream),
+               "quantizing matmul inputs");
+        CU(hr_cuda_gemm_int((int)w->type, w->d, w->row_bytes, k, n, &f->actq16, m, y, ldy, b,
+                            accumulate, e->stream), "the integer GEMM kernel");
+        return HR_OK;
+    }
     if (tc_type(w)) {
         bool done = false;
         TRY(matmul_tc(e, f, w, x, m, y, ldy, accumulate, &done, err));
@@ -1573,15 +1622,7 @@ static enum hr_status matmul_in_step(struct hr_cuda_engine *e, const struct fwd 
             return HR_OK;
         }
     }
-    const float *in = x;
-    if (w->act != HR_CUDA_ACT_F32) {
-        if (!prep_have(e, x, m, k, w->act, PREP_F32))
-            CU(hr_cuda_act_round(w->act, x, m, k, f->act, e->stream), "rounding matmul inputs");
-        in = f->act;
-    }
-    CU(hr_cuda_gemm((int)w->type, w->d, w->row_bytes, k, n, in, m, y, ldy, b, accumulate,
-                    e->stream), "the GEMM kernel");
-    return HR_OK;
+    return matmul_simt(e, f, w, x, m, y, ldy, b, accumulate, err);
 }
 
 /* y (+)= round(x) W^T (+ bias): all m rows of the step. */
@@ -1603,16 +1644,7 @@ static enum hr_status matmul_f32(struct hr_cuda_engine *e, const struct fwd *f,
 {
     if (m <= e->dims.gemv_max_tokens)
         return matmul(e, f, w, x, m, y, ldy, NULL, 0, err);
-    const uint32_t k = (uint32_t)w->ne0, n = (uint32_t)w->ne1;
-    const float *in = x;
-    if (w->act != HR_CUDA_ACT_F32) {
-        if (!prep_have(e, x, m, k, w->act, PREP_F32))
-            CU(hr_cuda_act_round(w->act, x, m, k, f->act, e->stream), "rounding matmul inputs");
-        in = f->act;
-    }
-    CU(hr_cuda_gemm((int)w->type, w->d, w->row_bytes, k, n, in, m, y, ldy, NULL, 0, e->stream),
-       "the GEMM kernel");
-    return HR_OK;
+    return matmul_simt(e, f, w, x, m, y, ldy, NULL, 0, err);
 }
 
 /* Expert x of a stacked weight as a plain matrix. */
@@ -2046,7 +2078,15 @@ enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *ste
                                          .s = (int16_t *)(q + s_off)};
     }
     const bool tc = e->dims.tc_gemm && R > e->dims.gemv_max_tokens;
-    f.act16 = tc ? view(e, p.off_act16, R * max_in * 2) : NULL;
+    f.act16 = tc ? view(e, p.off_act16, hr_cuda_act16_bytes(&e->dims, R)) : NULL;
+    memset(&f.actq16, 0, sizeof(f.actq16));
+    if (tc && e->dims.int_gemm) {
+        uint64_t d_off, s_off, bytes;
+        hr_cuda_actq_parts(R, max_in, &d_off, &s_off, &bytes);
+        uint8_t *q = f.act16;
+        f.actq16 = (struct hr_cuda_q8_act){.q = (int8_t *)q, .d = (float *)(q + d_off),
+                                           .s = (int16_t *)(q + s_off)};
+    }
     f.wdq = tc && e->dims.wdq_elems ? view(e, p.off_wdq, e->dims.wdq_elems * 2) : NULL;
     f.out_x = view(e, p.off_out_x, L * e->dims.n_embd * fz);
     f.logits = view(e, p.off_logits, L * n_vocab * fz);

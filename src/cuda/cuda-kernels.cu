@@ -1483,6 +1483,250 @@ extern "C" cudaError_t hr_cuda_gemm(int type, const void *w, uint64_t row_bytes,
     return cudaGetLastError();
 }
 
+/* ---- integer GEMM: prefill on the int8 tensor cores -----------------------
+ *
+ * For the weight types whose CPU dot is an integer sum per block of 32
+ * times the two blocks' scales (Q8_0, Q4_0, Q5_0, IQ4_NL and MXFP4, all on
+ * Q8_0 inputs): the same integer sums, made by mma.sync m16n8k32 (s8 x s8
+ * -> s32, exact), then y += (dw * dx) * sum per block as the CPU and the
+ * integer GEMV do. The f16 path rounds inputs and weights to f16 instead
+ * (cuBLASLt on a dequantized copy), which moved a qwen35moe Q8_0 model's
+ * MoE routing on 3 of 55 rows; this path has no rounding but the scales'.
+ *
+ * A block of 4 warps takes 64 weight rows x 64 tokens; per stage it decodes
+ * 4 blocks of 32 of each weight row into int8 in shared memory (the weights
+ * stay quantized in VRAM: nothing is dequantized into the arena) and copies
+ * the inputs' int8 beside them. Each warp multiplies 32 rows x 32 tokens:
+ * 2 x 4 MMAs per block of 32, whose int32 results are scaled and added in
+ * block order. So an output is one chain over k's blocks in order, whatever
+ * m and the tile: a token's result does not depend on its batch. */
+#define MQ_N 64
+#define MQ_M 64
+#define MQ_KB 4
+/* a row's stride in 32-bit words: 8 per block, +4 so that the 32 lanes'
+ * fragment reads (row g + 4 t words apart) fall in 32 different banks */
+#define MQ_LDW (MQ_KB * 8 + 4)
+
+__device__ __forceinline__ void mma_s8(int d[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Four 4-bit indices (one per byte) through a 16-entry int8 table. */
+__device__ __forceinline__ uint32_t lut4(uint32_t x, const int8_t *lut)
+{
+    return (uint32_t)(uint8_t)lut[x & 15] | (uint32_t)(uint8_t)lut[(x >> 8) & 15] << 8 |
+           (uint32_t)(uint8_t)lut[(x >> 16) & 15] << 16 | (uint32_t)(uint8_t)lut[x >> 24] << 24;
+}
+
+/* Bits 0..3 of x to bit 4 of bytes 0..3 (Q5_0's fifth bit). */
+__device__ __forceinline__ uint32_t bit4_spread(uint32_t x)
+{
+    return (x & 1) << 4 | (x & 2) << 11 | (x & 4) << 18 | (x & 8) << 25;
+}
+
+/* Block c of a row: its 32 quants as int8 in k order (q[e] holds values
+ * 4e .. 4e + 3) and its scale. The values are dequant_chunk's divided by
+ * the scale: MXFP4's table is doubled and its scale halved, as on the CPU. */
+template <int TYPE>
+__device__ __forceinline__ float mq_chunk(const uint8_t *row, uint32_t c, uint32_t q[8],
+                                          const int8_t *lut)
+{
+    if constexpr (TYPE == HR_CUDA_T_Q8_0) {
+        const unsigned short *p = (const unsigned short *)(row + (size_t)c * 34);
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            q[e] = (uint32_t)p[1 + 2 * e] | (uint32_t)p[2 + 2 * e] << 16;
+        return __half2float(__ushort_as_half(p[0]));
+    } else if constexpr (TYPE == HR_CUDA_T_Q4_0 || TYPE == HR_CUDA_T_IQ4_NL) {
+        const unsigned short *p = (const unsigned short *)(row + (size_t)c * 18);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t qs = (uint32_t)p[1 + 2 * i] | (uint32_t)p[2 + 2 * i] << 16;
+            const uint32_t lo = qs & 0x0F0F0F0Fu, hi = (qs >> 4) & 0x0F0F0F0Fu;
+            if constexpr (TYPE == HR_CUDA_T_Q4_0) {
+                q[i] = __vsub4(lo, 0x08080808u);
+                q[4 + i] = __vsub4(hi, 0x08080808u);
+            } else {
+                q[i] = lut4(lo, lut);
+                q[4 + i] = lut4(hi, lut);
+            }
+        }
+        return __half2float(__ushort_as_half(p[0]));
+    } else if constexpr (TYPE == HR_CUDA_T_Q5_0) {
+        const unsigned short *p = (const unsigned short *)(row + (size_t)c * 22);
+        const uint32_t qh = (uint32_t)p[1] | (uint32_t)p[2] << 16;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t qs = (uint32_t)p[3 + 2 * i] | (uint32_t)p[4 + 2 * i] << 16;
+            const uint32_t lo = (qs & 0x0F0F0F0Fu) | bit4_spread(qh >> (4 * i));
+            const uint32_t hi = ((qs >> 4) & 0x0F0F0F0Fu) | bit4_spread(qh >> (16 + 4 * i));
+            q[i] = __vsub4(lo, 0x10101010u);
+            q[4 + i] = __vsub4(hi, 0x10101010u);
+        }
+        return __half2float(__ushort_as_half(p[0]));
+    } else { /* MXFP4: 17-byte blocks, byte loads */
+        const uint8_t *b = row + (size_t)c * 17;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t qs = u32_at(b + 1 + 4 * i);
+            q[i] = lut4(qs & 0x0F0F0F0Fu, lut);
+            q[4 + i] = lut4((qs >> 4) & 0x0F0F0F0Fu, lut);
+        }
+        return e8m0_half(b[0]);
+    }
+}
+
+template <int TYPE>
+__global__ void __launch_bounds__(128) gemm_mq_kernel(const uint8_t *w, uint64_t row_bytes,
+                                                      uint32_t k, uint32_t n, hr_cuda_q8_act xa,
+                                                      uint32_t m, float *y, uint32_t ldy,
+                                                      const float *bias, int accumulate)
+{
+    pdl_begin();
+    __shared__ __align__(16) uint32_t ws[MQ_N * MQ_LDW], xs[MQ_M * MQ_LDW];
+    __shared__ float wd[MQ_N][MQ_KB], xd[MQ_M][MQ_KB];
+    __shared__ int8_t lut[16];
+    const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const uint32_t g = lane >> 2, t4 = lane & 3;
+    const uint32_t n0 = blockIdx.x * MQ_N, m0 = blockIdx.y * MQ_M;
+    const uint32_t wn = (warp & 1) * 32, wm = (warp >> 1) * 32; /* the warp's rows, tokens */
+    if (tid < 16)
+        lut[tid] = TYPE == HR_CUDA_T_MXFP4 ? mxfp4_values[tid] : iq4nl_values[tid];
+    const uint32_t nb = k / 32;
+    float acc[2][4][4];
+#pragma unroll
+    for (int a = 0; a < 2; a++)
+#pragma unroll
+        for (int b = 0; b < 4; b++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                acc[a][b][i] = 0.0f;
+    for (uint32_t b0 = 0; b0 < nb; b0 += MQ_KB) {
+        __syncthreads(); /* the last stage is used up (and lut written) */
+        for (uint32_t c = tid; c < MQ_N * MQ_KB; c += blockDim.x) {
+            const uint32_t r = c / MQ_KB, kb = c % MQ_KB;
+            uint32_t q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            float d = 0.0f;
+            if (n0 + r < n && b0 + kb < nb)
+                d = mq_chunk<TYPE>(w + (uint64_t)(n0 + r) * row_bytes, b0 + kb, q, lut);
+            uint4 *dst = (uint4 *)(ws + r * MQ_LDW + kb * 8);
+            dst[0] = make_uint4(q[0], q[1], q[2], q[3]);
+            dst[1] = make_uint4(q[4], q[5], q[6], q[7]);
+            wd[r][kb] = d;
+        }
+        for (uint32_t c = tid; c < MQ_M * MQ_KB; c += blockDim.x) {
+            const uint32_t r = c / MQ_KB, kb = c % MQ_KB;
+            uint4 a = make_uint4(0, 0, 0, 0), b = a;
+            float d = 0.0f;
+            if (m0 + r < m && b0 + kb < nb) {
+                const uint4 *p = (const uint4 *)(xa.q + (uint64_t)(m0 + r) * k +
+                                                 (uint64_t)(b0 + kb) * 32);
+                a = p[0], b = p[1];
+                d = xa.d[(uint64_t)(m0 + r) * nb + b0 + kb];
+            }
+            uint4 *dst = (uint4 *)(xs + r * MQ_LDW + kb * 8);
+            dst[0] = a, dst[1] = b;
+            xd[r][kb] = d;
+        }
+        __syncthreads();
+        const uint32_t kbs = nb - b0 < MQ_KB ? nb - b0 : MQ_KB;
+        for (uint32_t kb = 0; kb < kbs; kb++) {
+            uint32_t af[2][4], bf[4][2];
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                const uint32_t *r = ws + (wn + mt * 16 + g) * MQ_LDW + kb * 8 + t4;
+                af[mt][0] = r[0], af[mt][1] = r[8 * MQ_LDW];
+                af[mt][2] = r[4], af[mt][3] = r[8 * MQ_LDW + 4];
+            }
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++) {
+                const uint32_t *r = xs + (wm + nt * 8 + g) * MQ_LDW + kb * 8 + t4;
+                bf[nt][0] = r[0], bf[nt][1] = r[4];
+            }
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                const float dw0 = wd[wn + mt * 16 + g][kb], dw1 = wd[wn + mt * 16 + g + 8][kb];
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++) {
+                    int s[4] = {0, 0, 0, 0};
+                    mma_s8(s, af[mt], bf[nt][0], bf[nt][1]);
+                    const float dx0 = xd[wm + nt * 8 + 2 * t4][kb];
+                    const float dx1 = xd[wm + nt * 8 + 2 * t4 + 1][kb];
+                    acc[mt][nt][0] += dw0 * dx0 * (float)s[0];
+                    acc[mt][nt][1] += dw0 * dx1 * (float)s[1];
+                    acc[mt][nt][2] += dw1 * dx0 * (float)s[2];
+                    acc[mt][nt][3] += dw1 * dx1 * (float)s[3];
+                }
+            }
+        }
+    }
+    /* s[0], s[1]: row g, tokens 2 t4 and 2 t4 + 1; s[2], s[3]: row g + 8 */
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const uint32_t j = n0 + wn + mt * 16 + g + (i >= 2 ? 8 : 0);
+                const uint32_t t = m0 + wm + nt * 8 + 2 * t4 + (i & 1);
+                if (j < n && t < m) {
+                    float v = acc[mt][nt][i];
+                    if (bias)
+                        v += bias[j];
+                    float *yp = y + (uint64_t)t * ldy + j;
+                    *yp = accumulate ? *yp + v : v;
+                }
+            }
+}
+
+/* HR_CUDA_GEMM=f16 (cuBLASLt on dequantized f16 tiles) or simt (the f32
+ * GEMM) turns the integer GEMM off: the A/B switch benchmarks use. */
+static int gemm_int_off(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("HR_CUDA_GEMM");
+        v = e && (!strcmp(e, "f16") || !strcmp(e, "simt"));
+    }
+    return v;
+}
+
+extern "C" int hr_cuda_gemm_int_type(int type, enum hr_cuda_act act)
+{
+    return act == HR_CUDA_ACT_Q8_0 && !gemm_int_off() &&
+           (type == HR_CUDA_T_Q8_0 || type == HR_CUDA_T_Q4_0 || type == HR_CUDA_T_Q5_0 ||
+            type == HR_CUDA_T_IQ4_NL || type == HR_CUDA_T_MXFP4);
+}
+
+extern "C" cudaError_t hr_cuda_gemm_int(int type, const void *w, uint64_t row_bytes, uint32_t k,
+                                        uint32_t n, const struct hr_cuda_q8_act *a, uint32_t m,
+                                        float *y, uint32_t ldy, const float *bias, int accumulate,
+                                        cudaStream_t s)
+{
+    if (!m || !n)
+        return cudaSuccess;
+    if (k % 32 || (type != HR_CUDA_T_MXFP4 && ((uintptr_t)w | row_bytes) % 2))
+        return cudaErrorInvalidValue;
+    const dim3 grid((n + MQ_N - 1) / MQ_N, (m + MQ_M - 1) / MQ_M);
+#define L_MQ(T)                                                                                   \
+    hr_launch(gemm_mq_kernel<T>, grid, 128, 0, s, (const uint8_t *)w, row_bytes, k, n, *a, m, y, \
+              ldy, bias, accumulate)
+    switch (type) {
+    case HR_CUDA_T_Q8_0: L_MQ(HR_CUDA_T_Q8_0); break;
+    case HR_CUDA_T_Q4_0: L_MQ(HR_CUDA_T_Q4_0); break;
+    case HR_CUDA_T_Q5_0: L_MQ(HR_CUDA_T_Q5_0); break;
+    case HR_CUDA_T_IQ4_NL: L_MQ(HR_CUDA_T_IQ4_NL); break;
+    case HR_CUDA_T_MXFP4: L_MQ(HR_CUDA_T_MXFP4); break;
+    default: return cudaErrorInvalidValue;
+    }
+#undef L_MQ
+    return cudaGetLastError();
+}
+
 __global__ void add_bias_kernel(float *y, uint32_t m, uint32_t n, uint32_t ldy, const float *b)
 {
     pdl_begin();
@@ -2585,6 +2829,11 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
                        (const void *)gemv_raw16_kernel<1, 8, 0>,
                        (const void *)gemv_raw16_kernel<0, 8, 1>,
                        (const void *)gemv_raw16_kernel<1, 8, 1>,
+                       (const void *)gemm_mq_kernel<HR_CUDA_T_Q8_0>,
+                       (const void *)gemm_mq_kernel<HR_CUDA_T_Q4_0>,
+                       (const void *)gemm_mq_kernel<HR_CUDA_T_Q5_0>,
+                       (const void *)gemm_mq_kernel<HR_CUDA_T_IQ4_NL>,
+                       (const void *)gemm_mq_kernel<HR_CUDA_T_MXFP4>,
                        (const void *)quant_q8k_kernel,
                        (const void *)rope_table_kernel, (const void *)rms_norm_kernel,
                        (const void *)act_round_kernel, (const void *)add_bias_kernel,

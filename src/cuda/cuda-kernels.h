@@ -148,6 +148,19 @@ cudaError_t hr_cuda_gemv_int(int type, const void *w, uint64_t row_bytes, uint32
                              const struct hr_cuda_q8_act *a, uint32_t m, float *y, uint32_t ldy,
                              const float *bias, int accumulate, cudaStream_t s);
 
+/* Whether weights of `type` whose inputs round to `act` have an integer
+ * GEMM for m > HR_CUDA_GEMV_MAX_ROWS (Q8_0, Q4_0, Q5_0, IQ4_NL and MXFP4 on
+ * Q8_0 inputs; HR_CUDA_GEMM=f16 or simt turns it off). */
+int hr_cuda_gemm_int_type(int type, enum hr_cuda_act act);
+
+/* y[t][j] (+)= sum_i x[t][i] w[j][i] (+ bias[j]) for any m, on inputs
+ * quantized to Q8_0 (hr_cuda_quant_act): per block of 32 an exact integer
+ * sum on the int8 tensor cores times the two scales, added in block order,
+ * so a row's result does not depend on m. Rows 2-byte aligned (MXFP4: any). */
+cudaError_t hr_cuda_gemm_int(int type, const void *w, uint64_t row_bytes, uint32_t k, uint32_t n,
+                             const struct hr_cuda_q8_act *a, uint32_t m, float *y, uint32_t ldy,
+                             const float *bias, int accumulate, cudaStream_t s);
+
 /* The same for m > HR_CUDA_GEMV_MAX_ROWS (prefill): tiled, weights decoded
  * a chunk at a time into shared memory, full f32; each output is one fmaf
  * chain over k in order, so it does not depend on m. */

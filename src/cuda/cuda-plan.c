@@ -59,7 +59,7 @@ void hr_cuda_plan_layout(const struct hr_cuda_plan_dims *d, const struct hr_cuda
         p->off_actq = place(&c, 0, &end);
     }
     const int tc = d->tc_gemm && max64(T, L) > d->gemv_max_tokens;
-    p->off_act16 = place(&c, tc ? max64(T, L) * max_in * 2 : 0, &end);
+    p->off_act16 = place(&c, tc ? hr_cuda_act16_bytes(d, max64(T, L)) : 0, &end);
     p->off_wdq = place(&c, tc ? d->wdq_elems * 2 : 0, &end);
 
     /* Attention and FFN buffers are never live at once: both from one base. */

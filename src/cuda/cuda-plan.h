@@ -31,7 +31,9 @@
  *            scales [G][max_in / 32], then int16 sums [G][max_in / 16]
  *            (hr_cuda_actq_parts)
  *   -- only in steps that run a tensor-core GEMM (max(T, L) > gemv_max_tokens) --
- *   act16    [R][max_in] f16  the same input as 16-bit floats, R = max(T, L)
+ *   act16    [R][max_in] f16  the same input as 16-bit floats, R = max(T, L);
+ *            in models with an integer GEMM (int_gemm) at least R rows of actq's
+ *            layout (its Q8_0 inputs; hr_cuda_act16_bytes)
  *   wdq      [wdq_elems] f16  one weight matrix (or a slice of rows) dequantized
  *            to f16 for cuBLASLt; the largest layer matrix of a quantized type
  *            (an 8B Q4_K model: 14336 x 4096, 112 MiB); the output matrix goes
@@ -89,6 +91,7 @@ struct hr_cuda_plan_dims {
     uint32_t gemv_max_tokens;     /* steps of up to this many rows use the GEMV kernels */
     uint32_t tc_gemm;             /* 1: larger steps multiply on tensor cores (act16, wdq) */
     uint32_t int_gemv;            /* 1: some matrix has an integer GEMV (actq) */
+    uint32_t int_gemm;            /* 1: some matrix has an integer GEMM (inputs in act16) */
     uint64_t wdq_elems;           /* f16 elements of the dequantized-weight scratch */
     uint64_t kv_block_bytes;
 };
@@ -135,6 +138,18 @@ static inline void hr_cuda_actq_parts(uint64_t rows, uint64_t max_in, uint64_t *
     *d_off = (rows * max_in + a) & ~a;
     *s_off = (*d_off + rows * ((max_in + 31) / 32) * 4 + a) & ~a;
     *bytes = rows ? *s_off + rows * ((max_in + 15) / 16) * 2 : 0;
+}
+
+/* act16's bytes in a step of R = max(T, L) rows that runs tensor-core GEMMs:
+ * R rows of 16-bit inputs, or of the integer GEMM's quantized inputs
+ * (actq's layout) where that is more. */
+static inline uint64_t hr_cuda_act16_bytes(const struct hr_cuda_plan_dims *d, uint64_t rows)
+{
+    const uint64_t max_in = hr_cuda_plan_max_in(d);
+    uint64_t d_off, s_off, q8 = 0;
+    if (d->int_gemm)
+        hr_cuda_actq_parts(rows, max_in, &d_off, &s_off, &q8);
+    return rows * max_in * 2 > q8 ? rows * max_in * 2 : q8;
 }
 
 /* Fills `p` for `s`. Monotone: more of anything never plans fewer bytes. */

@@ -304,6 +304,58 @@ static void test_type(enum hr_ggml_type t)
         from_dev(gy9, dgy, sizeof(float) * n * 9);
         CT_CHECK(memcmp(gy + (size_t)64 * n, gy9 + (size_t)3 * n, sizeof(float) * n) == 0,
                  "%-5s GEMM row 64 of 70 == row 3 of 9 (another tile), bit for bit", name);
+
+        /* The integer GEMM (int8 MMA on Q8_0 inputs), where the type has one:
+         * against the dot of the weights' values and the inputs' rounded
+         * values, every mode, and a row's result independent of m. */
+        if (hr_cuda_gemm_int_type((int)t, act)) {
+            struct hr_cuda_q8_act qg;
+            float *dgxr = NULL, *gxr = malloc(sizeof(float) * k * MG);
+            CT_CUDA(cudaMalloc((void **)&qg.q, (size_t)k * MG));
+            CT_CUDA(cudaMalloc((void **)&qg.d, sizeof(float) * (k / 32) * MG));
+            CT_CUDA(cudaMalloc((void **)&dgxr, sizeof(float) * k * MG));
+            qg.s = NULL;
+            CT_CUDA(hr_cuda_quant_act(act, dgx, MG, k, &qg, 0));
+            CT_CUDA(hr_cuda_act_round(act, dgx, MG, k, dgxr, 0));
+            from_dev(gxr, dgxr, sizeof(float) * k * MG);
+            double qw = 0.0;
+            for (int mode = 0; mode < 3; mode++) {
+                float *y0g = malloc(sizeof(float) * n * MG);
+                for (size_t i = 0; i < (size_t)n * MG; i++)
+                    y0g[i] = frand();
+                CT_CUDA(cudaMemcpy(dgy, y0g, sizeof(float) * n * MG, cudaMemcpyHostToDevice));
+                CT_CUDA(hr_cuda_gemm_int((int)t, dw, rb, k, n, &qg, MG, dgy, n,
+                                         mode == 1 ? dbias : NULL, mode == 2, 0));
+                from_dev(gy, dgy, sizeof(float) * n * MG);
+                for (uint32_t r = 0; r < MG; r++)
+                    for (uint32_t j = 0; j < n; j++) {
+                        double ref = 0.0, mag = 0.0;
+                        for (uint32_t i = 0; i < k; i++) {
+                            const double p = (double)wd[(size_t)j * k + i] * gxr[(size_t)r * k + i];
+                            ref += p, mag += fabs(p);
+                        }
+                        if (mode == 1)
+                            ref += bias[j];
+                        if (mode == 2)
+                            ref += y0g[(size_t)r * n + j];
+                        double e = fabs(gy[(size_t)r * n + j] - ref) / (mag + 1e-30);
+                        qw = e > qw ? e : qw;
+                    }
+                free(y0g);
+            }
+            CT_CHECK(qw < 1e-6, "%-5s integer GEMM m = %u (plain, bias, accumulate): worst error "
+                     "%.2e of sum |terms| (< 1e-6)", name, MG, qw);
+            CT_CUDA(hr_cuda_gemm_int((int)t, dw, rb, k, n, &qg, MG, dgy, n, NULL, 0, 0));
+            from_dev(gy, dgy, sizeof(float) * n * MG);
+            struct hr_cuda_q8_act q61 = {qg.q + (size_t)61 * k, qg.d + (size_t)61 * (k / 32), NULL};
+            CT_CUDA(hr_cuda_gemm_int((int)t, dw, rb, k, n, &q61, 9, dgy, n, NULL, 0, 0));
+            from_dev(gy9, dgy, sizeof(float) * n * 9);
+            CT_CHECK(memcmp(gy + (size_t)64 * n, gy9 + (size_t)3 * n, sizeof(float) * n) == 0,
+                     "%-5s integer GEMM row 64 of 70 == row 3 of 9 (another tile), bit for bit",
+                     name);
+            cudaFree(qg.q), cudaFree(qg.d), cudaFree(dgxr);
+            free(gxr);
+        }
         cudaFree(dgx), cudaFree(dgy);
         free(gx), free(gy), free(gy9);
     }

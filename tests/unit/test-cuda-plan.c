@@ -60,6 +60,12 @@ static void check_plan(const struct hr_cuda_plan_dims *d, const struct hr_cuda_s
     g = g < d->gemv_max_tokens ? g : d->gemv_max_tokens;
     if (d->int_gemv)
         hr_cuda_actq_parts(g, max_in, &d_off, &s_off, &actq_bytes);
+    /* act16: R rows of f16, or of the integer GEMM's Q8_0 inputs when larger */
+    const uint64_t R = T > L ? T : L;
+    uint64_t act16 = R * max_in * 2, q8_bytes = 0;
+    if (d->int_gemm)
+        hr_cuda_actq_parts(R, max_in, &d_off, &s_off, &q8_bytes);
+    act16 = q8_bytes > act16 ? q8_bytes : act16;
     const struct buf b[] = {
         {p.off_tokens, T * 4, 0}, {p.off_pos, T * 4, 0}, {p.off_seq_of, T * 4, 0},
         {p.off_rows, L * 4, 0}, {p.off_tab_off, (uint64_t)s->n_seqs * 4, 0},
@@ -71,7 +77,7 @@ static void check_plan(const struct hr_cuda_plan_dims *d, const struct hr_cuda_s
         {p.off_x, T * d->n_embd * f, 0}, {p.off_xn, T * d->n_embd * f, 0},
         {p.off_act, (T > L ? T : L) * max_in * f, 0},
         {p.off_actq, actq_bytes, 0},
-        {p.off_act16, tc ? (T > L ? T : L) * max_in * 2 : 0, 0},
+        {p.off_act16, tc ? act16 : 0, 0},
         {p.off_wdq, tc ? d->wdq_elems * 2 : 0, 0}, {p.off_q, T * qd * f, 1}, {p.off_k, T * kvd * f, 1},
         {p.off_v, T * kvd * f, 1}, {p.off_attn, T * qd * f, 1},
         {p.off_qg, d->attn_gated ? T * 2 * qd * f : 0, 1},
@@ -136,6 +142,7 @@ static void random_dims(struct hr_cuda_plan_dims *d)
     d->gemv_max_tokens = 8;
     d->tc_gemm = urand(2);
     d->int_gemv = urand(2);
+    d->int_gemm = urand(2);
     d->wdq_elems = 32 * (uint64_t)urand(1u << 20);
     d->kv_block_bytes = 1024 * (1 + urand(1000));
 }
