@@ -86,6 +86,9 @@ static float median(float *v, int n)
     return v[n / 2];
 }
 
+/* tg128_d16384's context, as llama-bench -d 16384 */
+#define DEPTH 16384
+
 int main(int argc, char **argv)
 {
     const char *shape = "llama-3.2-1b", *tname = "q4_k";
@@ -148,7 +151,7 @@ int main(int argc, char **argv)
     }
     struct hr_cuda_config cfg = {.device = 0, .kv_type = HR_GGML_F16, .kv_budget_bytes = 4ull << 30,
                                  .max_step_tokens = 512, .max_step_logits = 32,
-                                 .max_step_seqs = 32, .max_seq_tokens = 4096};
+                                 .max_step_seqs = 32, .max_seq_tokens = DEPTH + 256};
     struct hr_cuda_engine *e = NULL;
     struct hr_err err = {{0}};
     if (hr_cuda_engine_init(&m, &cfg, &e, &err) != HR_OK) {
@@ -161,7 +164,7 @@ int main(int argc, char **argv)
     struct hr_kv_seq seqs[32];
     memset(seqs, 0, sizeof(seqs));
     for (int i = 0; i < 32; i++)
-        hr_cuda_engine_seq_init(e, &seqs[i], 4096, &err);
+        hr_cuda_engine_seq_init(e, &seqs[i], i ? 4096 : DEPTH + 256, &err);
     struct hr_kv_pool *pool = hr_cuda_engine_kv_pool(e);
     float t_pre[5], t_dec[32], t_b8[8], t_b32[8];
     int ok = 1;
@@ -256,6 +259,26 @@ int main(int argc, char **argv)
         }
         w_tg128[r] = (float)(now_ms() - t0);
     }
+    /* tg128 at depth (llama-bench -d 16384): the 128 tokens after 16384 of
+     * context (32 steps of 512, not timed) */
+    float w_tgd[3];
+    for (int r = 0; ok && r < 3; r++) {
+        hr_kv_seq_clear(&seqs[0], pool);
+        for (int c = 0; ok && c < DEPTH / 512; c++) {
+            struct hr_step_seq it = {.kv = &seqs[0], .tokens = toks, .n_tokens = 512,
+                                     .n_logits = 0};
+            struct hr_step st = {.seqs = &it, .n_seqs = 1};
+            ok = hr_cuda_engine_step(e, &st, &err) == HR_OK;
+        }
+        const double t0 = now_ms();
+        for (int i = 0; ok && i < 128; i++) {
+            struct hr_step_seq it = {.kv = &seqs[0], .tokens = &toks[i], .n_tokens = 1,
+                                     .n_logits = 1};
+            struct hr_step st = {.seqs = &it, .n_seqs = 1};
+            ok = hr_cuda_engine_step(e, &st, &err) == HR_OK;
+        }
+        w_tgd[r] = (float)(now_ms() - t0);
+    }
     if (!ok) {
         fprintf(stderr, "bench-cuda: %s\n", err.msg);
         return 1;
@@ -266,9 +289,12 @@ int main(int argc, char **argv)
     const float pp512 = median(w_pp512, 5), pp4096 = median(w_pp4096, 3);
     const float tg128 = median(w_tg128, 3);
     printf("bench-cuda-llama shape=%s type=%s gemm=%s gemv=%s attn=%s graph=%s pdl=%s "
-           "pp512_tok_s=%.0f pp4096_tok_s=%.0f tg128_tok_s=%.1f rounds=5/3/3\n", shape, tname,
+           "pp512_tok_s=%.0f pp4096_tok_s=%.0f tg128_tok_s=%.1f tg128_d16384_tok_s=%.1f "
+           "rounds=5/3/3/3 attn_split=%s\n", shape, tname,
            gm ? gm : "tc", gv ? gv : "fast", ga ? ga : "tiled", gg ? gg : "1", gp ? gp : "1",
-           512.0 / (pp512 / 1000.0), 4096.0 / (pp4096 / 1000.0), 128.0 / (tg128 / 1000.0));
+           512.0 / (pp512 / 1000.0), 4096.0 / (pp4096 / 1000.0), 128.0 / (tg128 / 1000.0),
+           128.0 / (median(w_tgd, 3) / 1000.0),
+           getenv("HR_CUDA_ATTN_SPLIT") ? getenv("HR_CUDA_ATTN_SPLIT") : "1");
     const float pre = median(t_pre, 5), dec = median(t_dec + 2, 30);
     const float b8 = median(t_b8, 8), b32 = median(t_b32, 8);
     const struct hr_cuda_mem *mem = hr_cuda_engine_mem(e);

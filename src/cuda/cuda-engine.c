@@ -1467,6 +1467,18 @@ static enum hr_status lt_init(struct hr_cuda_engine *e, struct hr_err *err)
 
 /* ---- the forward pass ------------------------------------------------------ */
 
+/* HR_CUDA_ATTN_SPLIT=0: decode attention one warp per (token, head), not
+ * split over keys (the A/B switch benchmarks use). */
+static bool attn_split_on(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *s = getenv("HR_CUDA_ATTN_SPLIT");
+        v = !(s && !strcmp(s, "0"));
+    }
+    return v;
+}
+
 /* Every buffer the runner touches comes through here, so the high-water mark
  * is exactly the end of the furthest buffer used. */
 static void *view(struct hr_cuda_engine *e, uint64_t off, uint64_t bytes)
@@ -1486,6 +1498,7 @@ struct fwd {
     int32_t *moe_sel, *moe_row, *moe_tok, *moe_rx, *moe_off;
     /* gated attention and the Gated DeltaNet (cuda-plan.h); NULL where absent */
     float *qg, *qgate, *dn_qkv, *dn_z, *dn_beta, *dn_g, *dn_conv, *dn_o;
+    float *attn_part; /* decode steps: the split attention's runs; else NULL */
     int32_t *seq_tok, *seq_slot;
     void *act16, *wdq; /* NULL in steps without tensor-core GEMMs */
     struct hr_cuda_q8_act actq; /* q NULL in models without integer GEMVs */
@@ -1794,7 +1807,8 @@ static enum hr_status attention_mixer(struct hr_cuda_engine *e, const struct fwd
                                    .n_head = hp->n_head, .scale = 1.0f / sqrtf((float)hd),
                                    .kv = kv, .seq_fa = f->n_tiles ? f->seq_fa : NULL,
                                    .tiles = f->tiles, .n_tiles = f->n_tiles,
-                                   .window = D->window, .sinks = (const float *)D->sinks.d};
+                                   .window = D->window, .sinks = (const float *)D->sinks.d,
+                                   .part = f->attn_part, .n_split = HR_CUDA_ATTN_SPLITS};
     CU(hr_cuda_attention(&aa, s), "attention");
     if (m->attn_gated)
         CU(hr_cuda_gate_mul(f->attn, f->qgate, (uint64_t)T * q_dim, s), "the attention gate");
@@ -2034,6 +2048,9 @@ enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *ste
     f.k = view(e, p.off_k, T * kv_dim * fz);
     f.v = view(e, p.off_v, T * kv_dim * fz);
     f.attn = view(e, p.off_attn, T * q_dim * fz);
+    f.attn_part = NULL;
+    if (T <= e->dims.gemv_max_tokens && attn_split_on())
+        f.attn_part = view(e, p.off_attn_part, hr_cuda_attn_part_bytes(&e->dims, T));
     f.gate = view(e, p.off_gate, T * e->dims.n_ff * fz);
     f.up = view(e, p.off_up, T * e->dims.n_ff * fz);
     const uint64_t NX = e->dims.n_expert, TK = (uint64_t)T * e->dims.n_expert_used;

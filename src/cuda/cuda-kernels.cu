@@ -1092,6 +1092,119 @@ __global__ void __launch_bounds__(128) gemv_q80_q8_kernel(const uint8_t *w, uint
     }
 }
 
+/* The same dot, the rows read as 16-byte vectors. A Q8_0 block is 34
+ * bytes, so lane l's blocks l, l + 32, ... lie 34 bytes apart and the
+ * kernel above reads them 2 bytes at a time: 17 loads a block, each warp
+ * load touching 32 blocks' worth of sectors. Here a warp loads 128 blocks
+ * of its row at once (4352 bytes, from the row's start rounded down to 16)
+ * with coalesced 16-byte loads into shared memory, then each lane takes its
+ * blocks from there as 32-bit words (a block starts 0 or 2 bytes past a
+ * word: funnel shifts). Lanes take the same blocks in the same order as
+ * above, so the results are the same bit for bit. Rows need not be
+ * 16-byte aligned (Qwen2.5-0.5B's 896 inputs: 952-byte rows): the 16-byte
+ * pieces read around a row lie in the weights' own pages. */
+#define Q80S_BLOCKS 128
+#define Q80S_VECS ((Q80S_BLOCKS * 34 + 14 + 4 + 15) / 16) /* + misalignment + word overrun */
+__global__ void __launch_bounds__(128) gemv_q80s_q8_kernel(const uint8_t *w, uint64_t row_bytes,
+                                                           uint32_t k, uint32_t n,
+                                                           hr_cuda_q8_act xa, uint32_t m, float *y,
+                                                           uint32_t ldy, const float *bias,
+                                                           int accumulate)
+{
+    pdl_begin();
+    __shared__ uint4 sbuf[4][Q80S_VECS];
+    const uint32_t lane = threadIdx.x & 31, wi = threadIdx.x / 32;
+    const uint32_t j = blockIdx.x * 4 + wi;
+    if (j >= n)
+        return;
+    const uintptr_t ra = (uintptr_t)(w + (uint64_t)j * row_bytes);
+    const uint4 *base = (const uint4 *)(ra & ~(uintptr_t)15);
+    const uint32_t off = (uint32_t)(ra & 15);
+    uint4 *sb = sbuf[wi];
+    const uint32_t *sw = (const uint32_t *)sb;
+    float acc[HR_CUDA_GEMV_MAX_ROWS];
+#pragma unroll
+    for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++)
+        acc[t] = 0.0f;
+    const uint32_t nb = k / 32;
+    for (uint32_t b0 = 0; b0 < nb; b0 += Q80S_BLOCKS) {
+        const uint32_t nbi = min((uint32_t)Q80S_BLOCKS, nb - b0);
+        const uint32_t g0 = off + b0 * 34, g1 = off + (b0 + nbi) * 34; /* bytes past base */
+        const uint32_t v0 = g0 / 16, nv = (g1 + 15) / 16 - v0;
+        uint4 r[(Q80S_VECS + 31) / 32];
+#pragma unroll
+        for (int i = 0; i < (Q80S_VECS + 31) / 32; i++) {
+            const uint32_t v = lane + 32 * (uint32_t)i;
+            if (v < nv)
+                r[i] = base[v0 + v];
+        }
+        __syncwarp(); /* the last pass's reads of sb are done */
+#pragma unroll
+        for (int i = 0; i < (Q80S_VECS + 31) / 32; i++) {
+            const uint32_t v = lane + 32 * (uint32_t)i;
+            if (v < nv)
+                sb[v] = r[i];
+        }
+        __syncwarp();
+        const uint32_t sh = g0 % 16;
+        for (uint32_t bl = lane; bl < nbi; bl += 32) {
+            const uint32_t a = sh + 34 * bl, w0 = a / 4;
+            uint32_t wv[9];
+#pragma unroll
+            for (int e = 0; e < 9; e++)
+                wv[e] = sw[w0 + e];
+            const bool odd = a & 2; /* the block starts mid-word: d is wv[0]'s high half */
+            const float dw =
+                __half2float(__ushort_as_half((unsigned short)(odd ? wv[0] >> 16 : wv[0])));
+            uint32_t q[8];
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                q[e] = odd ? wv[e + 1] : __funnelshift_r(wv[e], wv[e + 1], 16);
+            const uint32_t b = b0 + bl;
+#pragma unroll
+            for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
+                if ((uint32_t)t >= m)
+                    break;
+                const int4 *xp = (const int4 *)(xa.q + (uint64_t)t * k + (uint64_t)b * 32);
+                const int4 va = xp[0], vb = xp[1];
+                int sum = 0;
+                sum = __dp4a((int)q[0], va.x, sum);
+                sum = __dp4a((int)q[1], va.y, sum);
+                sum = __dp4a((int)q[2], va.z, sum);
+                sum = __dp4a((int)q[3], va.w, sum);
+                sum = __dp4a((int)q[4], vb.x, sum);
+                sum = __dp4a((int)q[5], vb.y, sum);
+                sum = __dp4a((int)q[6], vb.z, sum);
+                sum = __dp4a((int)q[7], vb.w, sum);
+                acc[t] += dw * xa.d[(uint64_t)t * nb + b] * (float)sum;
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
+        if ((uint32_t)t < m) {
+            float a = warp_sum(acc[t]);
+            if (lane == 0) {
+                if (bias)
+                    a += bias[j];
+                float *yp = y + (uint64_t)t * ldy + j;
+                *yp = accumulate ? *yp + a : a;
+            }
+        }
+    }
+}
+
+/* HR_CUDA_Q80=strided keeps the 2-byte-load Q8_0 GEMV (the A/B switch). */
+static int q80_strided(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("HR_CUDA_Q80");
+        v = e && !strcmp(e, "strided");
+    }
+    return v;
+}
+
 /* Q8_0 quantization (k % 32 == 0) for the integer GEMV: the values
  * act_round_kernel's Q8_0 branch makes, as int8 q and the f16-rounded
  * scale d per 32 (a warp is one block). */
@@ -1154,6 +1267,12 @@ extern "C" cudaError_t hr_cuda_gemv_int(int type, const void *w, uint64_t row_by
         return cudaSuccess;
     if (m > HR_CUDA_GEMV_MAX_ROWS)
         return cudaErrorInvalidValue;
+    if (type == HR_CUDA_T_Q8_0 && k % 32 == 0 && ((uintptr_t)w | row_bytes) % 2 == 0 &&
+        !q80_strided()) {
+        hr_launch(gemv_q80s_q8_kernel, (n + 3) / 4, 128, 0, s, (const uint8_t *)w, row_bytes, k, n,
+                  *a, m, y, ldy, bias, accumulate);
+        return cudaGetLastError();
+    }
     if (type == HR_CUDA_T_Q8_0 && k % 32 == 0 && ((uintptr_t)w | row_bytes) % 2 == 0) {
         hr_launch(gemv_q80_q8_kernel, (n + 3) / 4, 128, 0, s, (const uint8_t *)w, row_bytes, k, n, *a, m,
                                                        y, ldy, bias, accumulate);
@@ -1848,10 +1967,36 @@ extern "C" cudaError_t hr_cuda_qkv_post(const struct hr_cuda_qkv_args *a, cudaSt
  * Earlier versions read the rows one value at a time (each lane its own
  * key's row, then row by row with a shared store after each load): ncu
  * showed attention taking 4.8 of the 7.8 ms of a 1B model's decode step at
- * 512 positions, waiting on those loads one after another. */
+ * 512 positions, waiting on those loads one after another.
+ *
+ * Split over keys (a.part set: decode steps). One warp streaming a whole
+ * context is one warp per head on the GPU: 32 warps for an 8B model's
+ * decode token, 98 us a layer at 512 positions (ncu, H100). So a token's
+ * keys are cut into up to n_split runs of whole 32-key tiles (attn_split:
+ * from its own position only, so a token's result does not depend on the
+ * step), a warp each; each writes its run's max m, sum l and unnormalized
+ * output to a.part, and attn_combine_kernel merges the runs in order, the
+ * sink joining there. */
 __host__ __device__ constexpr size_t attn_smem_floats(uint32_t hd)
 {
     return (size_t)hd + 32 * ((size_t)hd + 1) + 32 * (size_t)hd;
+}
+
+/* A token's keys: tiles from *a0 (lo rounded down to 32) to pos; with
+ * n_split > 1, runs of *c keys (a multiple of 32), *ns of them. */
+__device__ __forceinline__ void attn_split(int32_t lo, int32_t pos, uint32_t n_split, int32_t *a0,
+                                           int32_t *c, int32_t *ns)
+{
+    *a0 = lo / 32 * 32;
+    const int32_t n = pos + 1 - *a0, S = n_split > 1 ? (int32_t)n_split : 1;
+    *c = max(32, ((n + S - 1) / S + 31) / 32 * 32);
+    *ns = (n + *c - 1) / *c;
+}
+
+/* keys lo..pos (a sliding window: the last `window`) */
+__device__ __forceinline__ int32_t attn_lo(const hr_cuda_attn_args &a, int32_t pos)
+{
+    return a.window && pos >= (int32_t)a.window ? pos - (int32_t)a.window + 1 : 0;
 }
 
 template <int F16>
@@ -1871,15 +2016,23 @@ __global__ void attention_kernel(hr_cuda_attn_args a)
     for (uint32_t i = lane; i < hd; i += 32)
         qs[i] = q[i];
     const int32_t pos = a.kv.pos[t], tab0 = a.kv.tab_off[a.kv.seq_of[t]];
-    /* keys lo..pos (a sliding window: the last `window`); a sink starts the
-     * softmax at m = sink, l = 1 */
-    const int32_t lo = a.window && pos >= (int32_t)a.window ? pos - (int32_t)a.window + 1 : 0;
-    float m = a.sinks ? a.sinks[h] : -INFINITY, l = a.sinks ? 1.0f : 0.0f, acc[MAXD];
+    const int32_t lo = attn_lo(a, pos);
+    int32_t j_begin, c, ns, j_end = pos + 1;
+    attn_split(lo, pos, a.part ? a.n_split : 1, &j_begin, &c, &ns);
+    if (a.part) { /* this warp's run of keys */
+        if ((int32_t)blockIdx.z >= ns)
+            return;
+        j_begin += (int32_t)blockIdx.z * c;
+        j_end = min(j_end, j_begin + c);
+    }
+    /* a sink starts the softmax at m = sink, l = 1 (split: in the combine) */
+    const bool sink = a.sinks && !a.part;
+    float m = sink ? a.sinks[h] : -INFINITY, l = sink ? 1.0f : 0.0f, acc[MAXD];
 #pragma unroll
     for (int i = 0; i < MAXD; i++)
         acc[i] = 0.0f;
-    for (int32_t j0 = lo / 32 * 32; j0 <= pos; j0 += 32) {
-        const int32_t n_keys = min(32, pos - j0 + 1);
+    for (int32_t j0 = j_begin; j0 < j_end; j0 += 32) {
+        const int32_t n_keys = min(32, j_end - j0);
         unsigned long long koff = 0, voff = 0;
         if ((int32_t)lane < n_keys) {
             koff = kv_row(a.kv, tab0, j0 + (int32_t)lane, 0, g);
@@ -1956,8 +2109,56 @@ __global__ void attention_kernel(hr_cuda_attn_args a)
                     acc[i] = fmaf(pj, vv[32 * i], acc[i]);
         }
     }
+    if (a.part) {
+        float *pp = a.part + (((uint64_t)t * a.n_head + h) * a.n_split + blockIdx.z) * (hd + 2);
+        if (lane == 0)
+            pp[0] = m, pp[1] = l;
+#pragma unroll
+        for (int i = 0; i < MAXD; i++)
+            if ((uint32_t)i < nd)
+                pp[2 + lane + 32 * i] = acc[i];
+        return;
+    }
     float *o = a.out + (uint64_t)t * q_dim + (uint64_t)h * hd;
     const float inv = 1.0f / l;
+#pragma unroll
+    for (int i = 0; i < MAXD; i++)
+        if ((uint32_t)i < nd)
+            o[lane + 32 * i] = acc[i] * inv;
+}
+
+/* The runs of a split token, merged in run order: M = max(sink, m_s),
+ * L = e^(sink - M) + sum l_s e^(m_s - M), out = sum acc_s e^(m_s - M) / L. */
+__global__ void attn_combine_kernel(hr_cuda_attn_args a)
+{
+    pdl_begin();
+    constexpr int MAXD = HR_CUDA_MAX_HEAD_DIM / 32;
+    const uint32_t t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
+    if (a.seq_fa && a.seq_fa[a.kv.seq_of[t]])
+        return;
+    const uint32_t hd = a.kv.head_dim, nd = hd / 32;
+    const int32_t pos = a.kv.pos[t];
+    int32_t a0, c, ns;
+    attn_split(attn_lo(a, pos), pos, a.n_split, &a0, &c, &ns);
+    const float *pp = a.part + ((uint64_t)t * a.n_head + h) * a.n_split * (hd + 2);
+    float M = a.sinks ? a.sinks[h] : -INFINITY;
+    for (int32_t s = 0; s < ns; s++)
+        M = fmaxf(M, pp[(uint64_t)s * (hd + 2)]);
+    float L = a.sinks ? expf(a.sinks[h] - M) : 0.0f, acc[MAXD];
+#pragma unroll
+    for (int i = 0; i < MAXD; i++)
+        acc[i] = 0.0f;
+    for (int32_t s = 0; s < ns; s++) {
+        const float *ps = pp + (uint64_t)s * (hd + 2);
+        const float w = expf(ps[0] - M);
+        L += ps[1] * w;
+#pragma unroll
+        for (int i = 0; i < MAXD; i++)
+            if ((uint32_t)i < nd)
+                acc[i] = fmaf(w, ps[2 + lane + 32 * i], acc[i]);
+    }
+    float *o = a.out + (uint64_t)t * a.n_head * hd + (uint64_t)h * hd;
+    const float inv = 1.0f / L;
 #pragma unroll
     for (int i = 0; i < MAXD; i++)
         if ((uint32_t)i < nd)
@@ -2259,12 +2460,20 @@ extern "C" cudaError_t hr_cuda_attention(const struct hr_cuda_attn_args *a, cuda
         if (ce != cudaSuccess)
             return ce;
     }
-    dim3 grid(a->n_tokens, a->n_head);
+    if (a->part && (a->n_split < 1 || a->n_split > HR_CUDA_ATTN_SPLITS))
+        return cudaErrorInvalidValue;
+    dim3 grid(a->n_tokens, a->n_head, a->part ? a->n_split : 1);
     const size_t smem = attn_smem_floats(a->kv.head_dim) * sizeof(float);
     if (a->kv.f16)
         hr_launch(attention_kernel<1>, grid, 32, smem, s, *a);
     else
         hr_launch(attention_kernel<0>, grid, 32, smem, s, *a);
+    if (a->part) {
+        const cudaError_t ce = cudaGetLastError();
+        if (ce != cudaSuccess)
+            return ce;
+        hr_launch(attn_combine_kernel, dim3(a->n_tokens, a->n_head), 32, 0, s, *a);
+    }
     return cudaGetLastError();
 }
 
@@ -2822,7 +3031,8 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
         (ce = preload_type<HR_CUDA_T_IQ4_XS>()) != cudaSuccess)
         return ce;
     const void *k[] = {(const void *)gemv_q4k_kernel, (const void *)gemv_q4k_q8_kernel,
-                       (const void *)gemv_q80_q8_kernel, (const void *)quant_q80_kernel,
+                       (const void *)gemv_q80_q8_kernel, (const void *)gemv_q80s_q8_kernel,
+                       (const void *)quant_q80_kernel,
                        (const void *)gemv_raw16_kernel<0, 4, 0>,
                        (const void *)gemv_raw16_kernel<1, 4, 0>,
                        (const void *)gemv_raw16_kernel<0, 8, 0>,
@@ -2838,7 +3048,8 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
                        (const void *)rope_table_kernel, (const void *)rms_norm_kernel,
                        (const void *)act_round_kernel, (const void *)add_bias_kernel,
                        (const void *)qkv_post_kernel, (const void *)attention_kernel<0>,
-                       (const void *)attention_kernel<1>, (const void *)swiglu_kernel,
+                       (const void *)attention_kernel<1>, (const void *)attn_combine_kernel,
+                       (const void *)swiglu_kernel,
                        (const void *)moe_route_kernel, (const void *)moe_group_kernel,
                        (const void *)moe_gather_kernel, (const void *)moe_act_kernel,
                        (const void *)moe_combine_kernel, (const void *)dn_gates_kernel,

@@ -215,6 +215,11 @@ struct hr_cuda_attn_args {
      * that weighs no value; NULL: none) */
     uint32_t window;
     const float *sinks;
+    /* Split over keys (decode): each one-warp token's keys in up to n_split
+     * runs (<= HR_CUDA_ATTN_SPLITS, cuda-plan.h), partial results in part
+     * [T][n_head][n_split][head_dim + 2] f32, then merged. NULL: one run. */
+    float *part;
+    uint32_t n_split;
 };
 
 /* Whether the tiled attention runs this head size and KV type. */

@@ -70,6 +70,7 @@ void hr_cuda_plan_layout(const struct hr_cuda_plan_dims *d, const struct hr_cuda
     p->off_attn = place(&ca, T * q_dim * f, &end);
     p->off_qg = place(&ca, d->attn_gated ? T * 2 * q_dim * f : 0, &end);
     p->off_qgate = place(&ca, d->attn_gated ? T * q_dim * f : 0, &end);
+    p->off_attn_part = place(&ca, hr_cuda_attn_part_bytes(d, T), &end);
     p->off_gate = place(&cf, T * d->n_ff * f, &end);
     p->off_up = place(&cf, T * d->n_ff * f, &end);
     p->off_moe_logits = place(&cf, T * NX * f, &end);

@@ -41,7 +41,10 @@
  *            algorithm chosen at init without split-K: deterministic, and its
  *            result for a row does not depend on the other rows).
  *   work     union of  { q [T][q_dim], k [T][kv_dim], v [T][kv_dim], attn [T][q_dim],
- *                        gated attention (qwen35): qg [T][2 q_dim], qgate [T][q_dim] }
+ *                        gated attention (qwen35): qg [T][2 q_dim], qgate [T][q_dim],
+ *                        attn_part [G][n_head][HR_CUDA_ATTN_SPLITS][head_dim + 2]
+ *                        f32, G = min(T, gemv_max_tokens): the split attention's
+ *                        runs (decode steps, T <= gemv_max_tokens) }
  *                      { gate [T][n_ff], up [T][n_ff], the MoE buffers below }
  *                      { the Gated DeltaNet's: dn_qkv [T][conv_dim] (the projection),
  *                        dn_z [T][value_dim], dn_beta, dn_g [T][n_v_heads],
@@ -82,6 +85,9 @@
 /* Query rows per tile of the tiled (flash) attention. */
 #define HR_CUDA_FA_TILE 64
 
+/* The most runs a decode token's keys are split into (attn_part). */
+#define HR_CUDA_ATTN_SPLITS 32
+
 struct hr_cuda_plan_dims {
     uint32_t n_embd, n_head, n_head_kv, head_dim, n_rot, n_vocab;
     uint32_t n_ff;                /* the widest dense FFN (a MoE's shared expert) */
@@ -109,7 +115,7 @@ struct hr_cuda_plan {
     uint64_t off_seq_fa, off_tiles, off_seq_tok, off_seq_slot;
     uint64_t meta_bytes;   /* the staged prefix: one host-to-device copy */
     uint64_t off_rope, off_x, off_xn, off_act, off_actq, off_act16, off_wdq;
-    uint64_t off_q, off_k, off_v, off_attn, off_qg, off_qgate, off_gate, off_up;
+    uint64_t off_q, off_k, off_v, off_attn, off_qg, off_qgate, off_attn_part, off_gate, off_up;
     uint64_t off_dn_qkv, off_dn_z, off_dn_beta, off_dn_g, off_dn_conv, off_dn_o;
     uint64_t off_moe_logits, off_moe_sel, off_moe_w, off_moe_row, off_moe_tok, off_moe_rx;
     uint64_t off_moe_off, off_moe_shg, off_moe_x, off_moe_gu, off_moe_h;
@@ -150,6 +156,14 @@ static inline uint64_t hr_cuda_act16_bytes(const struct hr_cuda_plan_dims *d, ui
     if (d->int_gemm)
         hr_cuda_actq_parts(rows, max_in, &d_off, &s_off, &q8);
     return rows * max_in * 2 > q8 ? rows * max_in * 2 : q8;
+}
+
+/* attn_part's bytes in a step of T tokens: min(T, gemv_max_tokens) rows
+ * (only decode steps split, but the plan stays monotone in T). */
+static inline uint64_t hr_cuda_attn_part_bytes(const struct hr_cuda_plan_dims *d, uint64_t T)
+{
+    const uint64_t rows = T < d->gemv_max_tokens ? T : d->gemv_max_tokens;
+    return rows * d->n_head * HR_CUDA_ATTN_SPLITS * ((uint64_t)d->head_dim + 2) * sizeof(float);
 }
 
 /* Fills `p` for `s`. Monotone: more of anything never plans fewer bytes. */

@@ -22,6 +22,7 @@
 #include "base/rand.h"
 #include "cuda-test.h"
 #include "cuda/cuda-kernels.h"
+#include "cuda/cuda-plan.h"
 #include "engine/engine.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
@@ -528,10 +529,17 @@ static void test_attention(uint32_t hd, uint32_t window, int sinks)
     a.window = window;
     a.sinks = sinks ? to_dev(sink, sizeof(sink)) : NULL;
     CT_CUDA(hr_cuda_kernels_preload());
-    for (int tiled = 1; tiled >= 0; tiled--) {
+    float *part = NULL;
+    CT_CUDA(cudaMalloc((void **)&part, sizeof(float) * T * NH * HR_CUDA_ATTN_SPLITS * (hd + 2)));
+    /* mode 2: tiled; 1: one warp per (token, head); 0: the same split over
+     * keys (decode's: runs of 32-key tiles, then merged) */
+    for (int mode = 2; mode >= 0; mode--) {
+        const int tiled = mode == 2;
         struct hr_cuda_attn_args b = a;
         if (!tiled)
             b.seq_fa = NULL, b.tiles = NULL, b.n_tiles = 0;
+        if (mode == 0)
+            b.part = part, b.n_split = HR_CUDA_ATTN_SPLITS;
         CT_CUDA(cudaMemset(a.out, 0xff, sizeof(float) * T * qd)); /* NaN: rows not written show */
         CT_CUDA(hr_cuda_attention(&b, 0));
         from_dev(out, a.out, sizeof(float) * T * qd);
@@ -577,13 +585,66 @@ static void test_attention(uint32_t hd, uint32_t window, int sinks)
             snprintf(what, sizeof(what), ", a %u-token window", window);
         CT_CHECK(worst <= (tiled ? 2e-3 : 1e-5),
                  "attention head_dim %u, %s, 2 sequences (200 from 0, 71 after 300)%s%s: worst "
-                 "abs error %.2e", hd, tiled ? "tiled (f16 MMA)" : "one warp per token (f32)",
-                 what, sinks ? ", sinks" : "", worst);
+                 "abs error %.2e", hd, tiled ? "tiled (f16 MMA)" : mode == 1 ? "one warp per "
+                 "token (f32)" : "split over keys (f32, up to 32 runs)", what, sinks ? ", sinks" : "",
+                 worst);
     }
+    cudaFree(part);
     cudaFree((void *)a.q), cudaFree(a.out), cudaFree(a.kv.pool), cudaFree((void *)a.kv.pos);
     cudaFree((void *)a.kv.seq_of), cudaFree((void *)a.kv.tab_off), cudaFree((void *)a.kv.tables);
     cudaFree((void *)a.seq_fa), cudaFree((void *)a.tiles), cudaFree((void *)a.sinks);
     free(pool), free(q), free(out);
+}
+
+/* The Q8_0 integer GEMV on rows that are not 16-byte aligned (896 inputs:
+ * 952-byte rows, Qwen2.5-0.5B's), which the 16-byte-load kernel reads from
+ * each row's start rounded down: against the dot of the weights' and the
+ * rounded inputs' values. */
+static void test_q80_rows(void)
+{
+    const uint32_t k = 896, n = 37, M = 3;
+    const size_t rb = hr_row_bytes(HR_GGML_Q8_0, k);
+    float *wf = malloc(sizeof(float) * k * n), *wd = malloc(sizeof(float) * k * n);
+    float *x = malloc(sizeof(float) * k * M), *xr = malloc(sizeof(float) * k * M);
+    float *y = malloc(sizeof(float) * n * M);
+    uint8_t *wq = malloc(rb * n);
+    for (size_t i = 0; i < (size_t)k * n; i++)
+        wf[i] = frand() * 0.5f;
+    for (uint32_t r = 0; r < n; r++) {
+        hr_quantize_row(HR_GGML_Q8_0, wf + (size_t)r * k, wq + r * rb, k);
+        hr_dequantize_row(HR_GGML_Q8_0, wq + r * rb, wd + (size_t)r * k, k);
+    }
+    for (size_t i = 0; i < (size_t)k * M; i++)
+        x[i] = frand() * 3.0f;
+    void *dw = to_dev(wq, rb * n);
+    float *dx = to_dev(x, sizeof(float) * k * M), *dxr = NULL, *dy = NULL;
+    struct hr_cuda_q8_act qa = {0};
+    CT_CUDA(cudaMalloc((void **)&dxr, sizeof(float) * k * M));
+    CT_CUDA(cudaMalloc((void **)&dy, sizeof(float) * n * M));
+    CT_CUDA(cudaMalloc((void **)&qa.q, (size_t)k * M));
+    CT_CUDA(cudaMalloc((void **)&qa.d, sizeof(float) * (k / 32) * M));
+    CT_CUDA(hr_cuda_act_round(HR_CUDA_ACT_Q8_0, dx, M, k, dxr, 0));
+    CT_CUDA(hr_cuda_quant_act(HR_CUDA_ACT_Q8_0, dx, M, k, &qa, 0));
+    from_dev(xr, dxr, sizeof(float) * k * M);
+    double worst = 0.0;
+    for (uint32_t m = 1; m <= M; m++) {
+        CT_CUDA(hr_cuda_gemv_int((int)HR_GGML_Q8_0, dw, rb, k, n, &qa, m, dy, n, NULL, 0, 0));
+        from_dev(y, dy, sizeof(float) * n * m);
+        for (uint32_t r = 0; r < m; r++)
+            for (uint32_t j = 0; j < n; j++) {
+                double ref = 0.0, mag = 0.0;
+                for (uint32_t i = 0; i < k; i++) {
+                    const double p = (double)wd[(size_t)j * k + i] * xr[(size_t)r * k + i];
+                    ref += p, mag += fabs(p);
+                }
+                const double e = fabs(y[(size_t)r * n + j] - ref) / (mag + 1e-30);
+                worst = e > worst || e != e ? e : worst;
+            }
+    }
+    CT_CHECK(worst < 1e-6, "Q8_0  integer GEMV on %zu-byte rows (not 16-byte aligned), m = 1..%u: "
+             "worst error %.2e of sum |terms| (< 1e-6)", rb, M, worst);
+    cudaFree(dw), cudaFree(dx), cudaFree(dxr), cudaFree(dy), cudaFree(qa.q), cudaFree(qa.d);
+    free(wf), free(wd), free(x), free(xr), free(y), free(wq);
 }
 
 int main(int argc, char **argv)
@@ -595,6 +656,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
         test_type(types[i]);
     test_small();
+    test_q80_rows();
     test_attention(64, 0, 0);
     test_attention(128, 0, 0);
     test_attention(64, 100, 1);
