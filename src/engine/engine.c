@@ -526,20 +526,9 @@ static void moe_route(const struct hr_moe *mo, const struct hr_layer *L, float *
         for (uint32_t i = 0; i < NX; i++)
             logits[i] += ((const float *)L->gate_inp_b.data)[i];
     switch (mo->gating) {
-    case HR_MOE_GATING_SOFTMAX: {
-        float mx = -INFINITY;
-        for (uint32_t i = 0; i < NX; i++)
-            mx = logits[i] > mx ? logits[i] : mx;
-        double sum = 0.0;
-        for (uint32_t i = 0; i < NX; i++) {
-            probs[i] = expf(logits[i] - mx);
-            sum += (double)probs[i];
-        }
-        const float inv = (float)(1.0 / sum);
-        for (uint32_t i = 0; i < NX; i++)
-            probs[i] *= inv;
+    case HR_MOE_GATING_SOFTMAX:
+        hr_moe_softmax(logits, probs, NX);
         break;
-    }
     case HR_MOE_GATING_SIGMOID:
         for (uint32_t i = 0; i < NX; i++)
             probs[i] = 1.0f / (1.0f + expf(-logits[i]));

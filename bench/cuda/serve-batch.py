@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""serve-batch.py - batched decode through `headroom serve`: N streams at
+once, each a short prompt and 128 generated tokens (non-streaming
+completions, ignore_eos), for N in STREAMS (default 1 8 32). Prints one
+line per N: the streams' tokens / wall seconds from the first request to
+the last answer, and the ratio to N = 1. Needs nothing but python3.
+
+    bench/cuda/serve-batch.py HEADROOM MODEL [STREAMS...]
+"""
+import http.client, json, os, signal, socket, subprocess, sys, threading, time
+
+headroom, model = sys.argv[1], sys.argv[2]
+streams = [int(a) for a in sys.argv[3:]] or [1, 8, 32]
+N_GEN = 128
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+port = free_port()
+log = os.environ.get("OUT", "/tmp") + "/serve-batch.log"
+proc = subprocess.Popen([headroom, "serve", "--model", model, "--port", str(port),
+                         "--parallel", str(max(streams)), "--ctx", "1024"],
+                        stdout=open(log, "w"), stderr=subprocess.STDOUT)
+
+
+def post(i, out):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    c.request("POST", "/v1/completions",
+              json.dumps({"model": "m", "prompt": "Stream %d: the story begins" % i,
+                          "max_tokens": N_GEN, "temperature": 0, "ignore_eos": True}),
+              {"Content-Type": "application/json"})
+    r = c.getresponse()
+    j = json.loads(r.read())
+    out[i] = j.get("usage", {}).get("completion_tokens", 0) if r.status == 200 else 0
+
+
+try:
+    t0 = time.time()
+    while True:
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            c.request("GET", "/health")
+            if c.getresponse().status == 200:
+                break
+        except OSError:
+            pass
+        if proc.poll() is not None or time.time() - t0 > 300:
+            sys.exit("serve-batch: the server did not start; see " + log)
+        time.sleep(0.5)
+    post(0, [0])  # warm-up: the first request's one-time costs
+    base = None
+    for n in streams:
+        out = [0] * n
+        th = [threading.Thread(target=post, args=(i, out)) for i in range(n)]
+        t = time.time()
+        for x in th:
+            x.start()
+        for x in th:
+            x.join()
+        dt = time.time() - t
+        tps = sum(out) / dt
+        base = base or tps
+        print("serve-batch streams=%d tokens=%d seconds=%.2f tok_s=%.1f vs_1=%.2f"
+              % (n, sum(out), dt, tps, tps / base), flush=True)
+finally:
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
