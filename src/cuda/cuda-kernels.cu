@@ -1427,16 +1427,106 @@ __global__ void __launch_bounds__(128) gemv_raw16_kernel(const uint8_t *w, uint6
     }
 }
 
-/* The F16/BF16 GEMV's loads (HR_CUDA_RAW16=u4|u8|u8nc; the A/B switch):
- * 4 or 8 16-byte pieces in flight per lane, u8nc with L1-bypassing loads.
- * A lane's pieces are the same in the same order in all three, so their
- * results are identical. */
+/* The same product, one block of 4 warps per weight row: thread i takes the
+ * row's 16-byte pieces i, i + 128, ... (4 in flight), each warp sums its
+ * lanes, then thread t < m adds the 4 warps' sums in warp order. With a
+ * warp per row, the 8B shape's 4096-row matrices were 1024 blocks on an
+ * H100's ~900 resident: one full wave and a tenth of another, whose few
+ * blocks then ran with few loads in flight. A block per row is 4096
+ * blocks, 4.4 waves. The order depends on k only, so a row's result does
+ * not depend on m. */
+template <int BF>
+__global__ void __launch_bounds__(128) gemv_raw16_row_kernel(const uint8_t *w, uint64_t row_bytes,
+                                                             uint32_t k, uint32_t n, const float *x,
+                                                             uint32_t m, float *y, uint32_t ldy,
+                                                             const float *bias, int accumulate)
+{
+    pdl_begin();
+    __shared__ float part[4][HR_CUDA_GEMV_MAX_ROWS];
+    const uint32_t lane = threadIdx.x & 31, wi = threadIdx.x / 32, j = blockIdx.x;
+    const uint4 *row = (const uint4 *)(w + (uint64_t)j * row_bytes);
+    float acc[HR_CUDA_GEMV_MAX_ROWS];
+#pragma unroll
+    for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++)
+        acc[t] = 0.0f;
+    const uint32_t np = k / 8;
+    for (uint32_t p0 = threadIdx.x; p0 < np; p0 += 4 * 128) {
+        uint4 wv[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t pc = p0 + 128 * (uint32_t)i;
+            if (pc < np)
+                wv[i] = ld_weights(row + pc);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t pc = p0 + 128 * (uint32_t)i;
+            if (pc >= np)
+                break;
+            const uint32_t wd[4] = {wv[i].x, wv[i].y, wv[i].z, wv[i].w};
+            float f[8];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                if (BF) {
+                    f[2 * e] = __uint_as_float(wd[e] << 16);
+                    f[2 * e + 1] = __uint_as_float(wd[e] & 0xFFFF0000u);
+                } else {
+                    const float2 a2 = __half22float2(*(const __half2 *)&wd[e]);
+                    f[2 * e] = a2.x, f[2 * e + 1] = a2.y;
+                }
+            }
+#pragma unroll
+            for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
+                if ((uint32_t)t >= m)
+                    break;
+                const float4 *xp = (const float4 *)(x + (uint64_t)t * k + (uint64_t)pc * 8);
+                const float4 xa = xp[0], xb = xp[1];
+                float a = acc[t];
+                a = fmaf(f[0], xa.x, a);
+                a = fmaf(f[1], xa.y, a);
+                a = fmaf(f[2], xa.z, a);
+                a = fmaf(f[3], xa.w, a);
+                a = fmaf(f[4], xb.x, a);
+                a = fmaf(f[5], xb.y, a);
+                a = fmaf(f[6], xb.z, a);
+                a = fmaf(f[7], xb.w, a);
+                acc[t] = a;
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
+        if ((uint32_t)t < m) {
+            const float a = warp_sum(acc[t]);
+            if (lane == 0)
+                part[wi][t] = a;
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x < m) {
+        const uint32_t t = threadIdx.x;
+        float a = ((part[0][t] + part[1][t]) + part[2][t]) + part[3][t];
+        if (bias)
+            a += bias[j];
+        float *yp = y + (uint64_t)t * ldy + j;
+        *yp = accumulate ? *yp + a : a;
+    }
+}
+
+/* The F16/BF16 GEMV (HR_CUDA_RAW16=u4|u8|u8nc|row; the A/B switch): a warp
+ * per row with 4 or 8 16-byte pieces in flight per lane, u8nc with
+ * L1-bypassing loads (a lane's pieces are the same in the same order in
+ * these three, so their results are identical), or by default a block per
+ * row (gemv_raw16_row_kernel: another order). */
 static int raw16_variant(void)
 {
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("HR_CUDA_RAW16");
-        v = e && !strcmp(e, "u4") ? 0 : e && !strcmp(e, "u8") ? 1 : 2;
+        v = e && !strcmp(e, "u4")     ? 0
+            : e && !strcmp(e, "u8")   ? 1
+            : e && !strcmp(e, "u8nc") ? 2
+                                      : 3;
     }
     return v;
 }
@@ -1475,7 +1565,14 @@ extern "C" cudaError_t hr_cuda_gemv(int type, const void *w, uint64_t row_bytes,
     hr_launch(gemv_raw16_kernel<BF, U, NC>, (n + 3) / 4, 128, 0, s, (const uint8_t *)w, row_bytes, \
               k, n, x, m, y, ldy, bias, accumulate)
         const int v = raw16_variant(), bf = type == HR_CUDA_T_BF16;
-        if (v == 0)
+        if (v == 3) {
+            if (bf)
+                hr_launch(gemv_raw16_row_kernel<1>, n, 128, 0, s, (const uint8_t *)w, row_bytes, k,
+                          n, x, m, y, ldy, bias, accumulate);
+            else
+                hr_launch(gemv_raw16_row_kernel<0>, n, 128, 0, s, (const uint8_t *)w, row_bytes, k,
+                          n, x, m, y, ldy, bias, accumulate);
+        } else if (v == 0)
             bf ? L_RAW16(1, 4, 0) : L_RAW16(0, 4, 0);
         else if (v == 1)
             bf ? L_RAW16(1, 8, 0) : L_RAW16(0, 8, 0);
@@ -3039,6 +3136,8 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
                        (const void *)gemv_raw16_kernel<1, 8, 0>,
                        (const void *)gemv_raw16_kernel<0, 8, 1>,
                        (const void *)gemv_raw16_kernel<1, 8, 1>,
+                       (const void *)gemv_raw16_row_kernel<0>,
+                       (const void *)gemv_raw16_row_kernel<1>,
                        (const void *)gemm_mq_kernel<HR_CUDA_T_Q8_0>,
                        (const void *)gemm_mq_kernel<HR_CUDA_T_Q4_0>,
                        (const void *)gemm_mq_kernel<HR_CUDA_T_Q5_0>,
