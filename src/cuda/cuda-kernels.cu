@@ -1099,12 +1099,18 @@ __global__ void __launch_bounds__(128) gemv_q80_q8_kernel(const uint8_t *w, uint
  * of its row at once (4352 bytes, from the row's start rounded down to 16)
  * with coalesced 16-byte loads into shared memory, then each lane takes its
  * blocks from there as 32-bit words (a block starts 0 or 2 bytes past a
- * word: funnel shifts). Lanes take the same blocks in the same order as
- * above, so the results are the same bit for bit. Rows need not be
+ * word: funnel shifts). Rows need not be
  * 16-byte aligned (Qwen2.5-0.5B's 896 inputs: 952-byte rows): the 16-byte
  * pieces read around a row lie in the weights' own pages. */
 #define Q80S_BLOCKS 128
 #define Q80S_VECS ((Q80S_BLOCKS * 34 + 14 + 4 + 15) / 16) /* + misalignment + word overrun */
+/* ROW 0: a warp per row (4 rows a block), lane l takes blocks l, l + 32, ...
+ * in the order of the kernel above, so its results are the same bit for
+ * bit. ROW 1 (the default): a block of 4 warps per row, thread i takes
+ * blocks i, i + 128, ..., then thread t < m adds the 4 warps' sums in warp
+ * order (the F16 GEMV's reason: whole waves of blocks; see
+ * gemv_raw16_row_kernel). Either way a row's order depends on k only. */
+template <int ROW>
 __global__ void __launch_bounds__(128) gemv_q80s_q8_kernel(const uint8_t *w, uint64_t row_bytes,
                                                            uint32_t k, uint32_t n,
                                                            hr_cuda_q8_act xa, uint32_t m, float *y,
@@ -1112,15 +1118,19 @@ __global__ void __launch_bounds__(128) gemv_q80s_q8_kernel(const uint8_t *w, uin
                                                            int accumulate)
 {
     pdl_begin();
-    __shared__ uint4 sbuf[4][Q80S_VECS];
+    constexpr uint32_t NT = ROW ? 128 : 32; /* threads sharing a row */
+    constexpr int NR = (Q80S_VECS + NT - 1) / NT;
+    __shared__ uint4 sbuf[ROW ? 1 : 4][Q80S_VECS];
+    __shared__ float part[ROW ? 4 : 1][HR_CUDA_GEMV_MAX_ROWS];
     const uint32_t lane = threadIdx.x & 31, wi = threadIdx.x / 32;
-    const uint32_t j = blockIdx.x * 4 + wi;
-    if (j >= n)
+    const uint32_t tl = ROW ? threadIdx.x : lane;
+    const uint32_t j = ROW ? blockIdx.x : blockIdx.x * 4 + wi;
+    if (!ROW && j >= n)
         return;
     const uintptr_t ra = (uintptr_t)(w + (uint64_t)j * row_bytes);
     const uint4 *base = (const uint4 *)(ra & ~(uintptr_t)15);
     const uint32_t off = (uint32_t)(ra & 15);
-    uint4 *sb = sbuf[wi];
+    uint4 *sb = sbuf[ROW ? 0 : wi];
     const uint32_t *sw = (const uint32_t *)sb;
     float acc[HR_CUDA_GEMV_MAX_ROWS];
 #pragma unroll
@@ -1131,23 +1141,29 @@ __global__ void __launch_bounds__(128) gemv_q80s_q8_kernel(const uint8_t *w, uin
         const uint32_t nbi = min((uint32_t)Q80S_BLOCKS, nb - b0);
         const uint32_t g0 = off + b0 * 34, g1 = off + (b0 + nbi) * 34; /* bytes past base */
         const uint32_t v0 = g0 / 16, nv = (g1 + 15) / 16 - v0;
-        uint4 r[(Q80S_VECS + 31) / 32];
+        uint4 r[NR];
 #pragma unroll
-        for (int i = 0; i < (Q80S_VECS + 31) / 32; i++) {
-            const uint32_t v = lane + 32 * (uint32_t)i;
+        for (int i = 0; i < NR; i++) {
+            const uint32_t v = tl + NT * (uint32_t)i;
             if (v < nv)
                 r[i] = base[v0 + v];
         }
-        __syncwarp(); /* the last pass's reads of sb are done */
+        if (ROW) /* the last pass's reads of sb are done */
+            __syncthreads();
+        else
+            __syncwarp();
 #pragma unroll
-        for (int i = 0; i < (Q80S_VECS + 31) / 32; i++) {
-            const uint32_t v = lane + 32 * (uint32_t)i;
+        for (int i = 0; i < NR; i++) {
+            const uint32_t v = tl + NT * (uint32_t)i;
             if (v < nv)
                 sb[v] = r[i];
         }
-        __syncwarp();
+        if (ROW)
+            __syncthreads();
+        else
+            __syncwarp();
         const uint32_t sh = g0 % 16;
-        for (uint32_t bl = lane; bl < nbi; bl += 32) {
+        for (uint32_t bl = tl; bl < nbi; bl += NT) {
             const uint32_t a = sh + 34 * bl, w0 = a / 4;
             uint32_t wv[9];
 #pragma unroll
@@ -1184,7 +1200,9 @@ __global__ void __launch_bounds__(128) gemv_q80s_q8_kernel(const uint8_t *w, uin
     for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
         if ((uint32_t)t < m) {
             float a = warp_sum(acc[t]);
-            if (lane == 0) {
+            if (ROW && lane == 0)
+                part[ROW ? wi : 0][t] = a;
+            if (!ROW && lane == 0) {
                 if (bias)
                     a += bias[j];
                 float *yp = y + (uint64_t)t * ldy + j;
@@ -1192,15 +1210,29 @@ __global__ void __launch_bounds__(128) gemv_q80s_q8_kernel(const uint8_t *w, uin
             }
         }
     }
+    if (ROW) {
+        __syncthreads();
+        if (threadIdx.x < m) {
+            const uint32_t t = threadIdx.x;
+            float a = ((part[0][t] + part[ROW ? 1 : 0][t]) + part[ROW ? 2 : 0][t]) +
+                      part[ROW ? 3 : 0][t];
+            if (bias)
+                a += bias[j];
+            float *yp = y + (uint64_t)t * ldy + j;
+            *yp = accumulate ? *yp + a : a;
+        }
+    }
 }
 
-/* HR_CUDA_Q80=strided keeps the 2-byte-load Q8_0 GEMV (the A/B switch). */
-static int q80_strided(void)
+/* The Q8_0 GEMV (HR_CUDA_Q80=strided|warp|row; the A/B switch): 2-byte
+ * loads (gemv_q80_q8_kernel), or 16-byte loads a warp (ROW 0) or a block
+ * (ROW 1, the default) per row. */
+static int q80_variant(void)
 {
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("HR_CUDA_Q80");
-        v = e && !strcmp(e, "strided");
+        v = e && !strcmp(e, "strided") ? 0 : e && !strcmp(e, "warp") ? 1 : 2;
     }
     return v;
 }
@@ -1268,9 +1300,13 @@ extern "C" cudaError_t hr_cuda_gemv_int(int type, const void *w, uint64_t row_by
     if (m > HR_CUDA_GEMV_MAX_ROWS)
         return cudaErrorInvalidValue;
     if (type == HR_CUDA_T_Q8_0 && k % 32 == 0 && ((uintptr_t)w | row_bytes) % 2 == 0 &&
-        !q80_strided()) {
-        hr_launch(gemv_q80s_q8_kernel, (n + 3) / 4, 128, 0, s, (const uint8_t *)w, row_bytes, k, n,
-                  *a, m, y, ldy, bias, accumulate);
+        q80_variant()) {
+        if (q80_variant() == 2)
+            hr_launch(gemv_q80s_q8_kernel<1>, n, 128, 0, s, (const uint8_t *)w, row_bytes, k, n,
+                      *a, m, y, ldy, bias, accumulate);
+        else
+            hr_launch(gemv_q80s_q8_kernel<0>, (n + 3) / 4, 128, 0, s, (const uint8_t *)w,
+                      row_bytes, k, n, *a, m, y, ldy, bias, accumulate);
         return cudaGetLastError();
     }
     if (type == HR_CUDA_T_Q8_0 && k % 32 == 0 && ((uintptr_t)w | row_bytes) % 2 == 0) {
@@ -3128,7 +3164,8 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
         (ce = preload_type<HR_CUDA_T_IQ4_XS>()) != cudaSuccess)
         return ce;
     const void *k[] = {(const void *)gemv_q4k_kernel, (const void *)gemv_q4k_q8_kernel,
-                       (const void *)gemv_q80_q8_kernel, (const void *)gemv_q80s_q8_kernel,
+                       (const void *)gemv_q80_q8_kernel, (const void *)gemv_q80s_q8_kernel<0>,
+                       (const void *)gemv_q80s_q8_kernel<1>,
                        (const void *)quant_q80_kernel,
                        (const void *)gemv_raw16_kernel<0, 4, 0>,
                        (const void *)gemv_raw16_kernel<1, 4, 0>,
