@@ -2048,9 +2048,11 @@ enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *ste
     f.k = view(e, p.off_k, T * kv_dim * fz);
     f.v = view(e, p.off_v, T * kv_dim * fz);
     f.attn = view(e, p.off_attn, T * q_dim * fz);
-    f.attn_part = NULL;
-    if (T <= e->dims.gemv_max_tokens && attn_split_on())
-        f.attn_part = view(e, p.off_attn_part, hr_cuda_attn_part_bytes(&e->dims, T));
+    /* planned in every step (the plan stays monotone in T), split only in
+     * decode steps */
+    f.attn_part = view(e, p.off_attn_part, hr_cuda_attn_part_bytes(&e->dims, T));
+    if (T > e->dims.gemv_max_tokens || !attn_split_on())
+        f.attn_part = NULL;
     f.gate = view(e, p.off_gate, T * e->dims.n_ff * fz);
     f.up = view(e, p.off_up, T * e->dims.n_ff * fz);
     const uint64_t NX = e->dims.n_expert, TK = (uint64_t)T * e->dims.n_expert_used;
