@@ -2109,7 +2109,8 @@ extern "C" cudaError_t hr_cuda_qkv_post(const struct hr_cuda_qkv_args *a, cudaSt
  * from its own position only, so a token's result does not depend on the
  * step), a warp each; each writes its run's max m, sum l and unnormalized
  * output to a.part, and attn_combine_kernel merges the runs in order, the
- * sink joining there. */
+ * sink joining there. A token of one run (under 64 keys) is computed as
+ * without the split, bit for bit. */
 __host__ __device__ constexpr size_t attn_smem_floats(uint32_t hd)
 {
     return (size_t)hd + 32 * ((size_t)hd + 1) + 32 * (size_t)hd;
@@ -2152,14 +2153,16 @@ __global__ void attention_kernel(hr_cuda_attn_args a)
     const int32_t lo = attn_lo(a, pos);
     int32_t j_begin, c, ns, j_end = pos + 1;
     attn_split(lo, pos, a.part ? a.n_split : 1, &j_begin, &c, &ns);
-    if (a.part) { /* this warp's run of keys */
-        if ((int32_t)blockIdx.z >= ns)
-            return;
+    if ((int32_t)blockIdx.z >= ns)
+        return;
+    /* split into more than one run: this warp's run, merged by the combine */
+    const bool split = a.part && ns > 1;
+    if (split) {
         j_begin += (int32_t)blockIdx.z * c;
         j_end = min(j_end, j_begin + c);
     }
     /* a sink starts the softmax at m = sink, l = 1 (split: in the combine) */
-    const bool sink = a.sinks && !a.part;
+    const bool sink = a.sinks && !split;
     float m = sink ? a.sinks[h] : -INFINITY, l = sink ? 1.0f : 0.0f, acc[MAXD];
 #pragma unroll
     for (int i = 0; i < MAXD; i++)
@@ -2242,7 +2245,7 @@ __global__ void attention_kernel(hr_cuda_attn_args a)
                     acc[i] = fmaf(pj, vv[32 * i], acc[i]);
         }
     }
-    if (a.part) {
+    if (split) {
         float *pp = a.part + (((uint64_t)t * a.n_head + h) * a.n_split + blockIdx.z) * (hd + 2);
         if (lane == 0)
             pp[0] = m, pp[1] = l;
@@ -2273,6 +2276,8 @@ __global__ void attn_combine_kernel(hr_cuda_attn_args a)
     const int32_t pos = a.kv.pos[t];
     int32_t a0, c, ns;
     attn_split(attn_lo(a, pos), pos, a.n_split, &a0, &c, &ns);
+    if (ns == 1)
+        return; /* one run: the attention kernel wrote the output itself */
     const float *pp = a.part + ((uint64_t)t * a.n_head + h) * a.n_split * (hd + 2);
     float M = a.sinks ? a.sinks[h] : -INFINITY;
     for (int32_t s = 0; s < ns; s++)
