@@ -2109,7 +2109,7 @@ extern "C" cudaError_t hr_cuda_qkv_post(const struct hr_cuda_qkv_args *a, cudaSt
  * from its own position only, so a token's result does not depend on the
  * step), a warp each; each writes its run's max m, sum l and unnormalized
  * output to a.part, and attn_combine_kernel merges the runs in order, the
- * sink joining there. A token of one run (under 64 keys) is computed as
+ * sink joining there. A token of one run (32 keys or fewer) is computed as
  * without the split, bit for bit. */
 __host__ __device__ constexpr size_t attn_smem_floats(uint32_t hd)
 {
