@@ -3054,15 +3054,21 @@ extern "C" cudaError_t hr_cuda_dn_mix(const struct hr_cuda_dn_args *a, const str
                         L->eps)) != cudaSuccess)
         return ce;
     const dim3 grid(HV * (d / (DN_ROWS * DN_WARPS)), a->n_seqs);
-    switch (d / 32) {
-    case 1: ce = hr_launch(dn_recur_kernel<1>, grid, DN_WARPS * 32, 0, s, *a, (const float *)L->conv, (const float *)L->g, (const float *)L->beta, L->o); break;
-    case 2: ce = hr_launch(dn_recur_kernel<2>, grid, DN_WARPS * 32, 0, s, *a, (const float *)L->conv, (const float *)L->g, (const float *)L->beta, L->o); break;
-    case 3: ce = hr_launch(dn_recur_kernel<3>, grid, DN_WARPS * 32, 0, s, *a, (const float *)L->conv, (const float *)L->g, (const float *)L->beta, L->o); break;
-    case 4: ce = hr_launch(dn_recur_kernel<4>, grid, DN_WARPS * 32, 0, s, *a, (const float *)L->conv, (const float *)L->g, (const float *)L->beta, L->o); break;
-    case 6: ce = hr_launch(dn_recur_kernel<6>, grid, DN_WARPS * 32, 0, s, *a, (const float *)L->conv, (const float *)L->g, (const float *)L->beta, L->o); break;
-    case 8: ce = hr_launch(dn_recur_kernel<8>, grid, DN_WARPS * 32, 0, s, *a, (const float *)L->conv, (const float *)L->g, (const float *)L->beta, L->o); break;
-    default: return cudaErrorInvalidValue;
-    }
+    /* the instances, by head_dim / 32 (the sizes hr_cuda_dn_head_ok takes) */
+    void (*const recur[9])(hr_cuda_dn_args, const float *, const float *, const float *,
+                           float *) = {NULL,
+                                       dn_recur_kernel<1>,
+                                       dn_recur_kernel<2>,
+                                       dn_recur_kernel<3>,
+                                       dn_recur_kernel<4>,
+                                       NULL,
+                                       dn_recur_kernel<6>,
+                                       NULL,
+                                       dn_recur_kernel<8>};
+    if (d % 32 || d / 32 > 8 || !recur[d / 32])
+        return cudaErrorInvalidValue;
+    ce = hr_launch(recur[d / 32], grid, DN_WARPS * 32, 0, s, *a, (const float *)L->conv,
+                   (const float *)L->g, (const float *)L->beta, L->o);
     if (ce != cudaSuccess)
         return ce;
     if ((ce = hr_launch(dn_out_norm_kernel, (T * HV + 7) / 8, 256, 0, s, *a, L->o,
