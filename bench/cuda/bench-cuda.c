@@ -132,6 +132,8 @@ int main(int argc, char **argv)
     uint64_t wbytes = hr_row_bytes(type, E) * hp->n_vocab; /* the output matrix, read per token */
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         struct hr_layer *L = &m.layers[l];
+        L->mixer = HR_MIXER_ATTN; /* every layer attention, each its KV layer */
+        L->kv_layer = m.n_attn_layers++;
         L->attn_norm = vector(E, "attn_norm");
         L->ffn_norm = vector(E, "ffn_norm");
         L->wq = matrix(type, E, qd, "attn_q");
