@@ -14,16 +14,17 @@
  *
  * Matmuls: up to HR_CUDA_GEMV_MAX_ROWS rows (decode, small batches) run the
  * dequantizing GEMV kernel. More rows (prefill) run on the tensor cores.
- * Types whose CPU dot is integer sums per block of 32 on Q8_0 inputs (Q8_0,
- * Q4_0, Q5_0, IQ4_NL, MXFP4) take the integer GEMM: inputs quantized as the
- * CPU does, exact int8 MMAs, the two scales per block. The other types:
+ * In MoE models (int_gemm_model), types whose CPU dot is integer sums per
+ * block of 32 on Q8_0 inputs (Q8_0, Q4_0, Q5_0, IQ4_NL, MXFP4) take the
+ * integer GEMM: inputs quantized as the CPU does, exact int8 MMAs, the two
+ * scales per block. The other types and models:
  * the inputs are rounded to the weight's vec-dot format and stored as f16
  * (bf16 for BF16 weights), the weight matrix is dequantized to f16 into the
  * arena's wdq scratch (F16 and BF16 weights are used as they lie), and
  * cuBLASLt multiplies with f32 accumulation. F32 weights keep the tiled f32
  * GEMM kernel (full precision on the CUDA cores), as does every type under
- * HR_CUDA_GEMM=simt; HR_CUDA_GEMM=f16 sends the integer GEMM's types to
- * cuBLASLt too (the A/B switches benchmarks use).
+ * HR_CUDA_GEMM=simt; HR_CUDA_GEMM=int or f16 picks the integer GEMM or
+ * cuBLASLt for every model (the A/B switches benchmarks use).
  *
  * A first version on cuBLAS SGEMM was dropped after its first H200 run:
  * cuBLAS picked kernels per shape and loaded them lazily inside steps (free
@@ -773,6 +774,23 @@ void hr_cuda_config_defaults(struct hr_cuda_config *cfg)
         cfg->max_seq_tokens = 4096;
 }
 
+/* Whether the integer-GEMM types (Q8_0, Q4_0, Q5_0, IQ4_NL, MXFP4) take the
+ * integer GEMM in prefill (else cuBLASLt on f16 tiles): in MoE models, whose
+ * routing is discrete (an f16 rounding of the prefill chose other experts
+ * for 3 of 55 rows of a qwen35moe Q8_0 model; none with the integer GEMM);
+ * not in dense ones, where f16 tiles are within KL 2e-4 of the CPU and
+ * today 3x faster (H200, 8B Q8_0 pp512: 6.1K tok/s integer, 18K f16).
+ * HR_CUDA_GEMM=int or f16 picks one for every model. */
+static bool int_gemm_model(const struct hr_model *m)
+{
+    const char *g = getenv("HR_CUDA_GEMM");
+    if (g && !strcmp(g, "int"))
+        return true;
+    if (g && (!strcmp(g, "f16") || !strcmp(g, "simt")))
+        return false;
+    return m->moe.n_expert > 0;
+}
+
 void hr_cuda_engine_dims(const struct hr_model *m, const struct hr_cuda_config *cfg,
                          struct hr_cuda_plan_dims *d)
 {
@@ -808,6 +826,7 @@ void hr_cuda_engine_dims(const struct hr_model *m, const struct hr_cuda_config *
     const bool simt = g && !strcmp(g, "simt");
     uint64_t wdq = 0;
     bool tc = false, igm = false;
+    const bool int_ok = int_gemm_model(m);
     const struct hr_weight *ws[LAYER_MATS + 2];
     for (uint32_t l = 0; l < hp->n_layer && !simt; l++) {
         const size_t n = layer_mats(&m->layers[l], ws);
@@ -815,7 +834,7 @@ void hr_cuda_engine_dims(const struct hr_model *m, const struct hr_cuda_config *
             if (ws[i]->type == HR_GGML_F32)
                 continue;
             tc = true;
-            if (hr_cuda_gemm_int_type((int)ws[i]->type, act_of(ws[i]->type)))
+            if (int_ok && hr_cuda_gemm_int_type((int)ws[i]->type, act_of(ws[i]->type)))
                 igm = true; /* multiplied as it lies, inputs quantized into act16 */
             else if (ws[i]->type != HR_GGML_F16 && ws[i]->type != HR_GGML_BF16)
                 wdq = max64(wdq, ws[i]->ne0 * ws[i]->ne1);
@@ -824,7 +843,7 @@ void hr_cuda_engine_dims(const struct hr_model *m, const struct hr_cuda_config *
     const struct hr_weight *out = m->output.data ? &m->output : &m->tok_embd;
     if (!simt && out->data && out->type != HR_GGML_F32) {
         tc = true;
-        if (hr_cuda_gemm_int_type((int)out->type, act_of(out->type)))
+        if (int_ok && hr_cuda_gemm_int_type((int)out->type, act_of(out->type)))
             igm = true;
         else if (out->type != HR_GGML_F16 && out->type != HR_GGML_BF16)
             wdq = max64(wdq, out->ne0 * (out->ne1 < 4096 ? out->ne1 : 4096));
@@ -1376,16 +1395,17 @@ static bool tc_type(const struct dweight *w)
     return w->d && w->type != HR_GGML_F32;
 }
 
-/* Multiplied on the int8 tensor cores (hr_cuda_gemm_int), not cuBLASLt. */
-static bool int_gemm(const struct dweight *w)
+/* Multiplied on the int8 tensor cores (hr_cuda_gemm_int), not cuBLASLt
+ * (dims.int_gemm: the model takes the integer GEMM, int_gemm_model). */
+static bool int_gemm(const struct hr_cuda_engine *e, const struct dweight *w)
 {
-    return w->d && hr_cuda_gemm_int_type((int)w->type, w->act);
+    return e->dims.int_gemm && w->d && hr_cuda_gemm_int_type((int)w->type, w->act);
 }
 
 /* Multiplied by cuBLASLt on 16-bit tiles. */
-static bool lt_type(const struct dweight *w)
+static bool lt_type(const struct hr_cuda_engine *e, const struct dweight *w)
 {
-    return tc_type(w) && !int_gemm(w);
+    return tc_type(w) && !int_gemm(e, w);
 }
 
 static bool raw16(const struct dweight *w)
@@ -1435,11 +1455,11 @@ static enum hr_status lt_init(struct hr_cuda_engine *e, struct hr_err *err)
                                         &D->down_shexp, &D->ssm_qkv, &D->ssm_z,
                                         &D->ssm_out}; /* beta, alpha: f32 (deltanet_mixer) */
         for (size_t i = 0; i < sizeof(mats) / sizeof(mats[0]) && st == HR_OK; i++)
-            if (lt_type(mats[i]))
+            if (lt_type(e, mats[i]))
                 st = lt_add_matrix(e, mats[i], err);
     }
     const uint32_t n_layer_shapes = e->n_lt_shapes;
-    if (st == HR_OK && e->cfg.max_step_logits > e->dims.gemv_max_tokens && lt_type(&e->output))
+    if (st == HR_OK && e->cfg.max_step_logits > e->dims.gemv_max_tokens && lt_type(e, &e->output))
         st = lt_add_matrix(e, &e->output, err);
     if (st != HR_OK)
         return st;
@@ -1618,7 +1638,7 @@ static enum hr_status matmul_in_step(struct hr_cuda_engine *e, const struct fwd 
                         e->stream), "the GEMV kernel");
         return HR_OK;
     }
-    if (f->actq16.q && int_gemm(w)) {
+    if (f->actq16.q && int_gemm(e, w)) {
         if (!prep_have(e, x, m, k, w->act, PREP_INT_WIDE))
             CU(hr_cuda_quant_act(w->act, x, m, k, &f->actq16, e->stream),
                "quantizing matmul inputs");

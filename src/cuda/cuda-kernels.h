@@ -150,7 +150,7 @@ cudaError_t hr_cuda_gemv_int(int type, const void *w, uint64_t row_bytes, uint32
 
 /* Whether weights of `type` whose inputs round to `act` have an integer
  * GEMM for m > HR_CUDA_GEMV_MAX_ROWS (Q8_0, Q4_0, Q5_0, IQ4_NL and MXFP4 on
- * Q8_0 inputs; HR_CUDA_GEMM=f16 or simt turns it off). */
+ * Q8_0 inputs; which models use it: cuda-engine.c's int_gemm_model). */
 int hr_cuda_gemm_int_type(int type, enum hr_cuda_act act);
 
 /* y[t][j] (+)= sum_i x[t][i] w[j][i] (+ bias[j]) for any m, on inputs

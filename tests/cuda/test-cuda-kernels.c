@@ -596,13 +596,13 @@ static void test_attention(uint32_t hd, uint32_t window, int sinks)
     free(pool), free(q), free(out);
 }
 
-/* The Q8_0 integer GEMV on rows that are not 16-byte aligned (896 inputs:
- * 952-byte rows, Qwen2.5-0.5B's), which the 16-byte-load kernel reads from
- * each row's start rounded down: against the dot of the weights' and the
- * rounded inputs' values. */
+/* The Q8_0 integer GEMV on rows that are not 16-byte aligned (2080 inputs:
+ * 2210-byte rows), which the 16-byte-load kernel reads from each row's
+ * start rounded down: against the dot of the weights' and the rounded
+ * inputs' values. */
 static void test_q80_rows(void)
 {
-    const uint32_t k = 896, n = 37, M = 3;
+    const uint32_t k = 2080, n = 37, M = 3;
     const size_t rb = hr_row_bytes(HR_GGML_Q8_0, k);
     float *wf = malloc(sizeof(float) * k * n), *wd = malloc(sizeof(float) * k * n);
     float *x = malloc(sizeof(float) * k * M), *xr = malloc(sizeof(float) * k * M);
