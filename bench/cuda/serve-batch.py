@@ -7,19 +7,14 @@ the last answer, and the ratio to N = 1. Needs nothing but python3.
 
     bench/cuda/serve-batch.py HEADROOM MODEL [STREAMS...]
 """
-import http.client, json, os, signal, socket, subprocess, sys, threading, time
+import http.client, json, os, signal, subprocess, sys, threading, time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/cuda"))
+from serve_checks import free_port  # noqa: E402
 
 headroom, model = sys.argv[1], sys.argv[2]
 streams = [int(a) for a in sys.argv[3:]] or [1, 8, 32]
 N_GEN = 128
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 port = free_port()

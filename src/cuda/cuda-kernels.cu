@@ -1392,6 +1392,43 @@ __device__ __forceinline__ uint4 ld_weights(const uint4 *p)
     return v;
 }
 
+/* acc[t] += the 8 weights of 16-byte piece pc (F16, or BF16 when BF) times
+ * input row t's same 8 values, in order, for t < m. */
+template <int BF>
+__device__ __forceinline__ void raw16_piece(uint4 wv, const float *x, uint32_t k, uint32_t pc,
+                                            uint32_t m, float acc[HR_CUDA_GEMV_MAX_ROWS])
+{
+    const uint32_t wd[4] = {wv.x, wv.y, wv.z, wv.w};
+    float f[8];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        if (BF) {
+            f[2 * e] = __uint_as_float(wd[e] << 16);
+            f[2 * e + 1] = __uint_as_float(wd[e] & 0xFFFF0000u);
+        } else {
+            const float2 a2 = __half22float2(*(const __half2 *)&wd[e]);
+            f[2 * e] = a2.x, f[2 * e + 1] = a2.y;
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
+        if ((uint32_t)t >= m)
+            break;
+        const float4 *xp = (const float4 *)(x + (uint64_t)t * k + (uint64_t)pc * 8);
+        const float4 xa = xp[0], xb = xp[1];
+        float a = acc[t];
+        a = fmaf(f[0], xa.x, a);
+        a = fmaf(f[1], xa.y, a);
+        a = fmaf(f[2], xa.z, a);
+        a = fmaf(f[3], xa.w, a);
+        a = fmaf(f[4], xb.x, a);
+        a = fmaf(f[5], xb.y, a);
+        a = fmaf(f[6], xb.z, a);
+        a = fmaf(f[7], xb.w, a);
+        acc[t] = a;
+    }
+}
+
 template <int BF, int U, int NC>
 __global__ void __launch_bounds__(128) gemv_raw16_kernel(const uint8_t *w, uint64_t row_bytes,
                                                          uint32_t k, uint32_t n, const float *x,
@@ -1422,35 +1459,7 @@ __global__ void __launch_bounds__(128) gemv_raw16_kernel(const uint8_t *w, uint6
             const uint32_t pc = p0 + 32 * (uint32_t)i;
             if (pc >= np)
                 break;
-            const uint32_t wd[4] = {wv[i].x, wv[i].y, wv[i].z, wv[i].w};
-            float f[8];
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                if (BF) {
-                    f[2 * e] = __uint_as_float(wd[e] << 16);
-                    f[2 * e + 1] = __uint_as_float(wd[e] & 0xFFFF0000u);
-                } else {
-                    const float2 a2 = __half22float2(*(const __half2 *)&wd[e]);
-                    f[2 * e] = a2.x, f[2 * e + 1] = a2.y;
-                }
-            }
-#pragma unroll
-            for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
-                if ((uint32_t)t >= m)
-                    break;
-                const float4 *xp = (const float4 *)(x + (uint64_t)t * k + (uint64_t)pc * 8);
-                const float4 xa = xp[0], xb = xp[1];
-                float a = acc[t];
-                a = fmaf(f[0], xa.x, a);
-                a = fmaf(f[1], xa.y, a);
-                a = fmaf(f[2], xa.z, a);
-                a = fmaf(f[3], xa.w, a);
-                a = fmaf(f[4], xb.x, a);
-                a = fmaf(f[5], xb.y, a);
-                a = fmaf(f[6], xb.z, a);
-                a = fmaf(f[7], xb.w, a);
-                acc[t] = a;
-            }
+            raw16_piece<BF>(wv[i], x, k, pc, m, acc);
         }
     }
 #pragma unroll
@@ -1503,35 +1512,7 @@ __global__ void __launch_bounds__(128) gemv_raw16_row_kernel(const uint8_t *w, u
             const uint32_t pc = p0 + 128 * (uint32_t)i;
             if (pc >= np)
                 break;
-            const uint32_t wd[4] = {wv[i].x, wv[i].y, wv[i].z, wv[i].w};
-            float f[8];
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                if (BF) {
-                    f[2 * e] = __uint_as_float(wd[e] << 16);
-                    f[2 * e + 1] = __uint_as_float(wd[e] & 0xFFFF0000u);
-                } else {
-                    const float2 a2 = __half22float2(*(const __half2 *)&wd[e]);
-                    f[2 * e] = a2.x, f[2 * e + 1] = a2.y;
-                }
-            }
-#pragma unroll
-            for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
-                if ((uint32_t)t >= m)
-                    break;
-                const float4 *xp = (const float4 *)(x + (uint64_t)t * k + (uint64_t)pc * 8);
-                const float4 xa = xp[0], xb = xp[1];
-                float a = acc[t];
-                a = fmaf(f[0], xa.x, a);
-                a = fmaf(f[1], xa.y, a);
-                a = fmaf(f[2], xa.z, a);
-                a = fmaf(f[3], xa.w, a);
-                a = fmaf(f[4], xb.x, a);
-                a = fmaf(f[5], xb.y, a);
-                a = fmaf(f[6], xb.z, a);
-                a = fmaf(f[7], xb.w, a);
-                acc[t] = a;
-            }
+            raw16_piece<BF>(wv[i], x, k, pc, m, acc);
         }
     }
 #pragma unroll
