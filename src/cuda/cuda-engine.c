@@ -1487,6 +1487,18 @@ static enum hr_status lt_init(struct hr_cuda_engine *e, struct hr_err *err)
 
 /* ---- the forward pass ------------------------------------------------------ */
 
+/* HR_CUDA_ATTN_GQA=1: decode attention a block per KV head's group of
+ * query heads, sharing the K/V tiles (off until it has run on a GPU). */
+static uint32_t attn_gqa_on(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *s = getenv("HR_CUDA_ATTN_GQA");
+        v = s && !strcmp(s, "1");
+    }
+    return (uint32_t)v;
+}
+
 /* HR_CUDA_ATTN_SPLIT=0: decode attention one warp per (token, head), not
  * split over keys (the A/B switch benchmarks use). */
 static bool attn_split_on(void)
@@ -1828,7 +1840,8 @@ static enum hr_status attention_mixer(struct hr_cuda_engine *e, const struct fwd
                                    .kv = kv, .seq_fa = f->n_tiles ? f->seq_fa : NULL,
                                    .tiles = f->tiles, .n_tiles = f->n_tiles,
                                    .window = D->window, .sinks = (const float *)D->sinks.d,
-                                   .part = f->attn_part, .n_split = HR_CUDA_ATTN_SPLITS};
+                                   .part = f->attn_part, .n_split = HR_CUDA_ATTN_SPLITS,
+                                   .gqa = attn_gqa_on()};
     CU(hr_cuda_attention(&aa, s), "attention");
     if (m->attn_gated)
         CU(hr_cuda_gate_mul(f->attn, f->qgate, (uint64_t)T * q_dim, s), "the attention gate");

@@ -2084,10 +2084,18 @@ extern "C" cudaError_t hr_cuda_qkv_post(const struct hr_cuda_qkv_args *a, cudaSt
  * output to a.part, and attn_combine_kernel merges the runs in order, the
  * sink joining there. A token of one run (32 keys or fewer) is computed as
  * without the split, bit for bit. */
-__host__ __device__ constexpr size_t attn_smem_floats(uint32_t hd)
+__host__ __device__ constexpr size_t attn_smem_floats(uint32_t hd, uint32_t warps = 1)
 {
-    return (size_t)hd + 32 * ((size_t)hd + 1) + 32 * (size_t)hd;
+    return (size_t)warps * hd + 32 * ((size_t)hd + 1) + 32 * (size_t)hd;
 }
+
+/* GQA 1 (hr_cuda_attn_args.gqa; not yet run on a GPU, so off by default): a
+ * block per (token, KV head, run) whose warps are the group's query heads;
+ * they load each K/V tile once for the group (the 8B shape's groups of 4
+ * read the cache a quarter as often) and each computes its head exactly as
+ * the one-warp kernel does, so the results are the same bit for bit. Up to
+ * ATTN_GQA_MAX_WARPS heads a group and group x head_dim <= 1024. */
+#define ATTN_GQA_MAX_WARPS 8
 
 /* A token's keys: tiles from *a0 (lo rounded down to 32) to pos; with
  * n_split > 1, runs of *c keys (a multiple of 32), *ns of them. */
@@ -2106,18 +2114,22 @@ __device__ __forceinline__ int32_t attn_lo(const hr_cuda_attn_args &a, int32_t p
     return a.window && pos >= (int32_t)a.window ? pos - (int32_t)a.window + 1 : 0;
 }
 
-template <int F16>
+template <int F16, int GQA>
 __global__ void attention_kernel(hr_cuda_attn_args a)
 {
     pdl_begin();
     constexpr int MAXD = HR_CUDA_MAX_HEAD_DIM / 32;
     extern __shared__ float sm[];
-    const uint32_t t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
+    const uint32_t t = blockIdx.x, lane = threadIdx.x & 31, wi = threadIdx.x / 32;
+    const uint32_t group = a.n_head / a.kv.n_head_kv;
+    /* GQA: blockIdx.y is the KV head, warp wi its query head wi */
+    const uint32_t h = GQA ? blockIdx.y * group + wi : blockIdx.y;
+    const uint32_t g = GQA ? blockIdx.y : h / group;
+    const uint32_t tid = GQA ? threadIdx.x : lane, nthr = GQA ? blockDim.x : 32;
     if (a.seq_fa && a.seq_fa[a.kv.seq_of[t]])
         return; /* the tiled kernel's */
     const uint32_t hd = a.kv.head_dim, nd = hd / 32, kst = hd + 1;
-    float *qs = sm, *ks = sm + hd, *vs = ks + 32 * kst;
-    const uint32_t group = a.n_head / a.kv.n_head_kv, g = h / group;
+    float *ks = sm, *vs = ks + 32 * kst, *qs = vs + 32 * hd + (GQA ? wi * hd : 0);
     const uint64_t q_dim = (uint64_t)a.n_head * hd;
     const float *q = a.q + (uint64_t)t * q_dim + (uint64_t)h * hd;
     for (uint32_t i = lane; i < hd; i += 32)
@@ -2147,16 +2159,22 @@ __global__ void attention_kernel(hr_cuda_attn_args a)
             koff = kv_row(a.kv, tab0, j0 + (int32_t)lane, 0, g);
             voff = kv_row(a.kv, tab0, j0 + (int32_t)lane, 1, g);
         }
-        __syncwarp(); /* the last tile's reads of ks and vs are done */
+        /* the last tile's reads of ks and vs are done (all the block's) */
+        if (GQA)
+            __syncthreads();
+        else
+            __syncwarp();
         /* The tile as 16-byte vectors, 8 per lane in flight before any is
          * stored: loads issued back to back, one memory latency per 8
-         * (a load after a shared store could not be moved above it). */
+         * (a load after a shared store could not be moved above it). Each
+         * warp has all 32 keys' row offsets (lane = key): a vector's comes
+         * by shuffle within the warp that loads it. */
         const uint32_t vpr = hd * (F16 ? 2 : 4) / 16, n_vec = (uint32_t)n_keys * vpr;
-        for (uint32_t v0 = 0; v0 < n_vec; v0 += 8 * 32) {
+        for (uint32_t v0 = 0; v0 < n_vec; v0 += 8 * nthr) {
             uint4 kb[8], vb[8];
 #pragma unroll
             for (int i = 0; i < 8; i++) {
-                const uint32_t v = v0 + (uint32_t)i * 32 + lane;
+                const uint32_t v = v0 + (uint32_t)i * nthr + tid;
                 const int src = (int)((v < n_vec ? v : 0) / vpr);
                 const unsigned long long ko = __shfl_sync(0xffffffffu, koff, src);
                 const unsigned long long vo = __shfl_sync(0xffffffffu, voff, src);
@@ -2167,7 +2185,7 @@ __global__ void attention_kernel(hr_cuda_attn_args a)
             }
 #pragma unroll
             for (int i = 0; i < 8; i++) {
-                const uint32_t v = v0 + (uint32_t)i * 32 + lane;
+                const uint32_t v = v0 + (uint32_t)i * nthr + tid;
                 if (v >= n_vec)
                     continue;
                 const uint32_t r = v / vpr, d0 = (v % vpr) * (F16 ? 8 : 4);
@@ -2192,7 +2210,10 @@ __global__ void attention_kernel(hr_cuda_attn_args a)
                 }
             }
         }
-        __syncwarp();
+        if (GQA)
+            __syncthreads();
+        else
+            __syncwarp();
         float sc = -INFINITY;
         if ((int32_t)lane < n_keys && j0 + (int32_t)lane >= lo) {
             const float *kk = ks + lane * kst;
@@ -2573,12 +2594,23 @@ extern "C" cudaError_t hr_cuda_attention(const struct hr_cuda_attn_args *a, cuda
     }
     if (a->part && (a->n_split < 1 || a->n_split > HR_CUDA_ATTN_SPLITS))
         return cudaErrorInvalidValue;
-    dim3 grid(a->n_tokens, a->n_head, a->part ? a->n_split : 1);
-    const size_t smem = attn_smem_floats(a->kv.head_dim) * sizeof(float);
-    if (a->kv.f16)
-        hr_launch(attention_kernel<1>, grid, 32, smem, s, *a);
-    else
-        hr_launch(attention_kernel<0>, grid, 32, smem, s, *a);
+    const uint32_t group = a->n_head / a->kv.n_head_kv;
+    if (a->gqa && group > 1 && group <= ATTN_GQA_MAX_WARPS &&
+        group * a->kv.head_dim <= 1024) {
+        dim3 grid(a->n_tokens, a->kv.n_head_kv, a->part ? a->n_split : 1);
+        const size_t smem = attn_smem_floats(a->kv.head_dim, group) * sizeof(float);
+        if (a->kv.f16)
+            hr_launch(attention_kernel<1, 1>, grid, 32 * group, smem, s, *a);
+        else
+            hr_launch(attention_kernel<0, 1>, grid, 32 * group, smem, s, *a);
+    } else {
+        dim3 grid(a->n_tokens, a->n_head, a->part ? a->n_split : 1);
+        const size_t smem = attn_smem_floats(a->kv.head_dim) * sizeof(float);
+        if (a->kv.f16)
+            hr_launch(attention_kernel<1, 0>, grid, 32, smem, s, *a);
+        else
+            hr_launch(attention_kernel<0, 0>, grid, 32, smem, s, *a);
+    }
     if (a->part) {
         const cudaError_t ce = cudaGetLastError();
         if (ce != cudaSuccess)
@@ -3167,8 +3199,9 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
                        (const void *)quant_q8k_kernel,
                        (const void *)rope_table_kernel, (const void *)rms_norm_kernel,
                        (const void *)act_round_kernel, (const void *)add_bias_kernel,
-                       (const void *)qkv_post_kernel, (const void *)attention_kernel<0>,
-                       (const void *)attention_kernel<1>, (const void *)attn_combine_kernel,
+                       (const void *)qkv_post_kernel, (const void *)attention_kernel<0, 0>,
+                       (const void *)attention_kernel<1, 0>, (const void *)attention_kernel<0, 1>,
+                       (const void *)attention_kernel<1, 1>, (const void *)attn_combine_kernel,
                        (const void *)swiglu_kernel,
                        (const void *)moe_route_kernel, (const void *)moe_group_kernel,
                        (const void *)moe_gather_kernel, (const void *)moe_act_kernel,
@@ -3194,10 +3227,20 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
     /* Attention's tiles take up to 65 KiB of shared memory (head_dim 256),
      * past the 48 KiB a launch gets without asking. */
     const int smem = (int)(attn_smem_floats(HR_CUDA_MAX_HEAD_DIM) * sizeof(float));
-    if ((ce = cudaFuncSetAttribute(attention_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   smem)) != cudaSuccess ||
-        (ce = cudaFuncSetAttribute(attention_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   smem)) != cudaSuccess)
+    /* the GQA blocks' queries: group x head_dim <= 1024 floats */
+    const int smem_g = (int)((attn_smem_floats(HR_CUDA_MAX_HEAD_DIM, 0) + 1024) * sizeof(float));
+    if ((ce = cudaFuncSetAttribute(attention_kernel<0, 0>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) !=
+            cudaSuccess ||
+        (ce = cudaFuncSetAttribute(attention_kernel<1, 0>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) !=
+            cudaSuccess ||
+        (ce = cudaFuncSetAttribute(attention_kernel<0, 1>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, smem_g)) !=
+            cudaSuccess ||
+        (ce = cudaFuncSetAttribute(attention_kernel<1, 1>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, smem_g)) !=
+            cudaSuccess)
         return ce;
     return cudaSuccess;
 }

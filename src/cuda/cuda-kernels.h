@@ -220,6 +220,10 @@ struct hr_cuda_attn_args {
      * [T][n_head][n_split][head_dim + 2] f32, then merged. NULL: one run. */
     float *part;
     uint32_t n_split;
+    /* 1: the one-warp tokens as a block per (token, KV head), its warps the
+     * group's query heads sharing each K/V tile (group <= 8 and group x
+     * head_dim <= 1024; else a warp per head); same results. */
+    uint32_t gqa;
 };
 
 /* Whether the tiled attention runs this head size and KV type. */

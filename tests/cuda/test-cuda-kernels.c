@@ -532,14 +532,16 @@ static void test_attention(uint32_t hd, uint32_t window, int sinks)
     float *part = NULL;
     CT_CUDA(cudaMalloc((void **)&part, sizeof(float) * T * NH * HR_CUDA_ATTN_SPLITS * (hd + 2)));
     /* mode 2: tiled; 1: one warp per (token, head); 0: the same split over
-     * keys (decode's: runs of 32-key tiles, then merged) */
-    for (int mode = 2; mode >= 0; mode--) {
+     * keys (decode's: runs of 32-key tiles, then merged); -1, -2: modes 1
+     * and 0 with a block per KV head's group (gqa) */
+    for (int mode = 2; mode >= -2; mode--) {
         const int tiled = mode == 2;
         struct hr_cuda_attn_args b = a;
         if (!tiled)
             b.seq_fa = NULL, b.tiles = NULL, b.n_tiles = 0;
-        if (mode == 0)
+        if (mode == 0 || mode == -2)
             b.part = part, b.n_split = HR_CUDA_ATTN_SPLITS;
+        b.gqa = mode < 0;
         CT_CUDA(cudaMemset(a.out, 0xff, sizeof(float) * T * qd)); /* NaN: rows not written show */
         CT_CUDA(hr_cuda_attention(&b, 0));
         from_dev(out, a.out, sizeof(float) * T * qd);
@@ -586,8 +588,9 @@ static void test_attention(uint32_t hd, uint32_t window, int sinks)
         CT_CHECK(worst <= (tiled ? 2e-3 : 1e-5),
                  "attention head_dim %u, %s, 2 sequences (200 from 0, 71 after 300)%s%s: worst "
                  "abs error %.2e", hd, tiled ? "tiled (f16 MMA)" : mode == 1 ? "one warp per "
-                 "token (f32)" : "split over keys (f32, up to 32 runs)", what, sinks ? ", sinks" : "",
-                 worst);
+                 "token (f32)" : mode == 0 ? "split over keys (f32, up to 32 runs)" : mode == -1 ?
+                 "a block per KV head's group (f32)" : "a block per group, split over keys (f32)",
+                 what, sinks ? ", sinks" : "", worst);
     }
     cudaFree(part);
     cudaFree((void *)a.q), cudaFree(a.out), cudaFree(a.kv.pool), cudaFree((void *)a.kv.pos);
