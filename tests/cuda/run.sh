@@ -84,6 +84,13 @@ rc=0
 "$build/tests/cuda/test-cuda-kernels" || rc=$?
 if ((rc == 77)); then exit 77; fi
 "$build/tests/cuda/test-cuda-engine" "${files[@]}" || rc=1
+# Dense models multiply Q8_0 / Q4_0 / Q5_0 / IQ4_NL / MXFP4 in prefill on
+# cuBLASLt by default and MoE models on the integer GEMM; the integer GEMM
+# on the dense ones too, so both paths stay covered for every such type.
+echo "test-cuda-engine, HR_CUDA_GEMM=int (the integer prefill GEMM in dense models):"
+HR_CUDA_GEMM=int "$build/tests/cuda/test-cuda-engine" "$models/qwen3-q8_0.gguf" \
+  "$models/qwen3-q4_0.gguf" "$models/qwen3-q5_0.gguf" "$models/qwen3-iq4_nl.gguf" \
+  "$models/qwen3-mxfp4.gguf" "$models/qwen2-q8_0.gguf" || rc=1
 "$build/tests/cuda/test-cuda-backend" "${files[@]}" || rc=1
 
 # The external squeeze through `headroom serve`: a model whose token holds
