@@ -86,6 +86,15 @@ static float median(float *v, int n)
     return v[n / 2];
 }
 
+/* One step of one sequence: n tokens, the last n_logits of them with logits. */
+static bool step1(struct hr_cuda_engine *e, struct hr_kv_seq *kv, const int32_t *toks, uint32_t n,
+                  uint32_t n_logits, struct hr_err *err)
+{
+    struct hr_step_seq it = {.kv = kv, .tokens = toks, .n_tokens = n, .n_logits = n_logits};
+    struct hr_step st = {.seqs = &it, .n_seqs = 1};
+    return hr_cuda_engine_step(e, &st, err) == HR_OK;
+}
+
 /* tg128_d16384's context, as llama-bench -d 16384 */
 #define DEPTH 16384
 
@@ -172,9 +181,7 @@ int main(int argc, char **argv)
     int ok = 1;
     for (int r = 0; ok && r < 5; r++) { /* prefill, 512 tokens */
         hr_kv_seq_clear(&seqs[0], pool);
-        struct hr_step_seq it = {.kv = &seqs[0], .tokens = toks, .n_tokens = 512, .n_logits = 1};
-        struct hr_step st = {.seqs = &it, .n_seqs = 1};
-        ok = hr_cuda_engine_step(e, &st, &err) == HR_OK;
+        ok = step1(e, &seqs[0], toks, 512, 1, &err);
         t_pre[r] = hr_cuda_engine_last_step_ms(e);
     }
     /* HR_BENCH_PROFILE=1: only two decode steps (after 512 tokens) between
@@ -183,12 +190,9 @@ int main(int argc, char **argv)
         /* the last 512-token step of a 4096-token prompt */
         hr_kv_seq_clear(&seqs[0], pool);
         for (int c = 0; ok && c < 8; c++) {
-            struct hr_step_seq it = {.kv = &seqs[0], .tokens = toks, .n_tokens = 512,
-                                     .n_logits = c == 7};
-            struct hr_step st = {.seqs = &it, .n_seqs = 1};
             if (c == 7)
                 cudaProfilerStart();
-            ok = hr_cuda_engine_step(e, &st, &err) == HR_OK;
+            ok = step1(e, &seqs[0], toks, 512, c == 7, &err);
         }
         cudaProfilerStop();
         hr_cuda_engine_free(e);
@@ -197,25 +201,18 @@ int main(int argc, char **argv)
     if (getenv("HR_BENCH_PROFILE")) {
         cudaProfilerStart();
         for (int r = 0; ok && r < 2; r++) {
-            struct hr_step_seq it = {.kv = &seqs[0], .tokens = &toks[r], .n_tokens = 1,
-                                     .n_logits = 1};
-            struct hr_step st = {.seqs = &it, .n_seqs = 1};
-            ok = hr_cuda_engine_step(e, &st, &err) == HR_OK;
+            ok = step1(e, &seqs[0], &toks[r], 1, 1, &err);
         }
         cudaProfilerStop();
         hr_cuda_engine_free(e);
         return ok ? 0 : 1;
     }
     for (int r = 0; ok && r < 32; r++) { /* decode after 512 tokens */
-        struct hr_step_seq it = {.kv = &seqs[0], .tokens = &toks[r], .n_tokens = 1, .n_logits = 1};
-        struct hr_step st = {.seqs = &it, .n_seqs = 1};
-        ok = hr_cuda_engine_step(e, &st, &err) == HR_OK;
+        ok = step1(e, &seqs[0], &toks[r], 1, 1, &err);
         t_dec[r] = hr_cuda_engine_last_step_ms(e);
     }
     for (int i = 1; ok && i < 32; i++) { /* 31 more sequences with 64 tokens of context */
-        struct hr_step_seq it = {.kv = &seqs[i], .tokens = toks, .n_tokens = 64, .n_logits = 0};
-        struct hr_step st = {.seqs = &it, .n_seqs = 1};
-        ok = hr_cuda_engine_step(e, &st, &err) == HR_OK;
+        ok = step1(e, &seqs[i], toks, 64, 0, &err);
     }
     for (int b = 0; ok && b < 2; b++) {
         const uint32_t n = b ? 32 : 8;
@@ -230,57 +227,35 @@ int main(int argc, char **argv)
         }
     }
     /* llama-bench's rows, wall clock: pp512, pp4096 (8 x 512), tg128. */
-    float w_pp512[5], w_pp4096[3], w_tg128[3];
+    float w_pp512[5], w_pp4096[3];
     for (int r = 0; ok && r < 5; r++) {
         hr_kv_seq_clear(&seqs[0], pool);
-        struct hr_step_seq it = {.kv = &seqs[0], .tokens = toks, .n_tokens = 512, .n_logits = 1};
-        struct hr_step st = {.seqs = &it, .n_seqs = 1};
         const double t0 = now_ms();
-        ok = hr_cuda_engine_step(e, &st, &err) == HR_OK;
+        ok = step1(e, &seqs[0], toks, 512, 1, &err);
         w_pp512[r] = (float)(now_ms() - t0);
     }
     for (int r = 0; ok && r < 3; r++) {
         hr_kv_seq_clear(&seqs[0], pool);
         const double t0 = now_ms();
         for (int c = 0; ok && c < 8; c++) {
-            struct hr_step_seq it = {.kv = &seqs[0], .tokens = toks, .n_tokens = 512,
-                                     .n_logits = c == 7};
-            struct hr_step st = {.seqs = &it, .n_seqs = 1};
-            ok = hr_cuda_engine_step(e, &st, &err) == HR_OK;
+            ok = step1(e, &seqs[0], toks, 512, c == 7, &err);
         }
         w_pp4096[r] = (float)(now_ms() - t0);
     }
-    for (int r = 0; ok && r < 3; r++) {
-        hr_kv_seq_clear(&seqs[0], pool);
-        const double t0 = now_ms();
-        for (int i = 0; ok && i < 128; i++) {
-            struct hr_step_seq it = {.kv = &seqs[0], .tokens = &toks[i], .n_tokens = 1,
-                                     .n_logits = 1};
-            struct hr_step st = {.seqs = &it, .n_seqs = 1};
-            ok = hr_cuda_engine_step(e, &st, &err) == HR_OK;
+    /* tg128 and tg128 at depth (llama-bench -d 16384): 128 tokens one at a
+     * time after no context, then after DEPTH tokens of it (steps of 512,
+     * not timed) */
+    float w_tg[2][3];
+    for (int d = 0; ok && d < 2; d++)
+        for (int r = 0; ok && r < 3; r++) {
+            hr_kv_seq_clear(&seqs[0], pool);
+            for (int c = 0; ok && c < (d ? DEPTH / 512 : 0); c++)
+                ok = step1(e, &seqs[0], toks, 512, 0, &err);
+            const double t0 = now_ms();
+            for (int i = 0; ok && i < 128; i++)
+                ok = step1(e, &seqs[0], &toks[i], 1, 1, &err);
+            w_tg[d][r] = (float)(now_ms() - t0);
         }
-        w_tg128[r] = (float)(now_ms() - t0);
-    }
-    /* tg128 at depth (llama-bench -d 16384): the 128 tokens after 16384 of
-     * context (32 steps of 512, not timed) */
-    float w_tgd[3];
-    for (int r = 0; ok && r < 3; r++) {
-        hr_kv_seq_clear(&seqs[0], pool);
-        for (int c = 0; ok && c < DEPTH / 512; c++) {
-            struct hr_step_seq it = {.kv = &seqs[0], .tokens = toks, .n_tokens = 512,
-                                     .n_logits = 0};
-            struct hr_step st = {.seqs = &it, .n_seqs = 1};
-            ok = hr_cuda_engine_step(e, &st, &err) == HR_OK;
-        }
-        const double t0 = now_ms();
-        for (int i = 0; ok && i < 128; i++) {
-            struct hr_step_seq it = {.kv = &seqs[0], .tokens = &toks[i], .n_tokens = 1,
-                                     .n_logits = 1};
-            struct hr_step st = {.seqs = &it, .n_seqs = 1};
-            ok = hr_cuda_engine_step(e, &st, &err) == HR_OK;
-        }
-        w_tgd[r] = (float)(now_ms() - t0);
-    }
     if (!ok) {
         fprintf(stderr, "bench-cuda: %s\n", err.msg);
         return 1;
@@ -289,13 +264,13 @@ int main(int argc, char **argv)
     const char *ga = getenv("HR_CUDA_ATTN"), *gg = getenv("HR_CUDA_GRAPH");
     const char *gp = getenv("HR_CUDA_PDL");
     const float pp512 = median(w_pp512, 5), pp4096 = median(w_pp4096, 3);
-    const float tg128 = median(w_tg128, 3);
+    const float tg128 = median(w_tg[0], 3);
     printf("bench-cuda-llama shape=%s type=%s gemm=%s gemv=%s attn=%s graph=%s pdl=%s "
            "pp512_tok_s=%.0f pp4096_tok_s=%.0f tg128_tok_s=%.1f tg128_d16384_tok_s=%.1f "
            "rounds=5/3/3/3 attn_split=%s\n", shape, tname,
            gm ? gm : "tc", gv ? gv : "fast", ga ? ga : "tiled", gg ? gg : "1", gp ? gp : "1",
            512.0 / (pp512 / 1000.0), 4096.0 / (pp4096 / 1000.0), 128.0 / (tg128 / 1000.0),
-           128.0 / (median(w_tgd, 3) / 1000.0),
+           128.0 / (median(w_tg[1], 3) / 1000.0),
            getenv("HR_CUDA_ATTN_SPLIT") ? getenv("HR_CUDA_ATTN_SPLIT") : "1");
     const float pre = median(t_pre, 5), dec = median(t_dec + 2, 30);
     const float b8 = median(t_b8, 8), b32 = median(t_b32, 8);

@@ -779,7 +779,8 @@ void hr_cuda_config_defaults(struct hr_cuda_config *cfg)
  * routing is discrete (an f16 rounding of the prefill chose other experts
  * for 3 of 55 rows of a qwen35moe Q8_0 model; none with the integer GEMM);
  * not in dense ones, where f16 tiles are within KL 2e-4 of the CPU and
- * today 3x faster (H200, 8B Q8_0 pp512: 6.1K tok/s integer, 18K f16).
+ * about 3x faster today (H200, 8B Q8_0 pp512: 6.1K tok/s integer on
+ * 2026-12-06, 18.2K on f16 tiles on 2026-12-02; not one call).
  * HR_CUDA_GEMM=int or f16 picks one for every model. */
 static bool int_gemm_model(const struct hr_model *m)
 {

@@ -352,6 +352,70 @@ __device__ __forceinline__ float warp_max(float v)
     return v;
 }
 
+/* The GEMVs' ends, y[t][j] (+)= the row's sum (+ bias[j]) for t < m. A
+ * warp per row: acc[t] summed over the warp, lane 0 stores. */
+__device__ __forceinline__ void gemv_warp_store(const float acc[HR_CUDA_GEMV_MAX_ROWS], uint32_t m,
+                                                uint32_t j, float *y, uint32_t ldy,
+                                                const float *bias, int accumulate)
+{
+    const uint32_t lane = threadIdx.x & 31;
+#pragma unroll
+    for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
+        if ((uint32_t)t < m) {
+            float a = warp_sum(acc[t]);
+            if (lane == 0) {
+                if (bias)
+                    a += bias[j];
+                float *yp = y + (uint64_t)t * ldy + j;
+                *yp = accumulate ? *yp + a : a;
+            }
+        }
+    }
+}
+
+/* A block of 4 warps per row: each warp's sums, then thread t < m adds the
+ * 4 warps' in warp order and stores. */
+__device__ __forceinline__ void gemv_block_store(const float acc[HR_CUDA_GEMV_MAX_ROWS],
+                                                 uint32_t m, uint32_t j, float *y, uint32_t ldy,
+                                                 const float *bias, int accumulate)
+{
+    __shared__ float part[4][HR_CUDA_GEMV_MAX_ROWS];
+    const uint32_t lane = threadIdx.x & 31, wi = threadIdx.x / 32;
+#pragma unroll
+    for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
+        if ((uint32_t)t < m) {
+            const float a = warp_sum(acc[t]);
+            if (lane == 0)
+                part[wi][t] = a;
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x < m) {
+        const uint32_t t = threadIdx.x;
+        float a = ((part[0][t] + part[1][t]) + part[2][t]) + part[3][t];
+        if (bias)
+            a += bias[j];
+        float *yp = y + (uint64_t)t * ldy + j;
+        *yp = accumulate ? *yp + a : a;
+    }
+}
+
+/* A Q8_0 block's integer dot: 32 int8 weights (q, 4 a word) times 32 int8
+ * inputs (va, vb), in order. */
+__device__ __forceinline__ int dot_q8_32(const uint32_t q[8], int4 va, int4 vb)
+{
+    int sum = 0;
+    sum = __dp4a((int)q[0], va.x, sum);
+    sum = __dp4a((int)q[1], va.y, sum);
+    sum = __dp4a((int)q[2], va.z, sum);
+    sum = __dp4a((int)q[3], va.w, sum);
+    sum = __dp4a((int)q[4], vb.x, sum);
+    sum = __dp4a((int)q[5], vb.y, sum);
+    sum = __dp4a((int)q[6], vb.z, sum);
+    sum = __dp4a((int)q[7], vb.w, sum);
+    return sum;
+}
+
 /* ---- embeddings, dequantized tiles ---------------------------------------- */
 
 /* One thread per 32-element chunk of the rows asked for. */
@@ -727,18 +791,7 @@ __global__ void __launch_bounds__(128) gemv_kernel(const uint8_t *w, uint64_t ro
             }
         }
     }
-#pragma unroll
-    for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
-        if ((uint32_t)t < m) {
-            float a = warp_sum(acc[t]);
-            if (lane == 0) {
-                if (bias)
-                    a += bias[j];
-                float *yp = y + (uint64_t)t * ldy + j;
-                *yp = accumulate ? *yp + a : a;
-            }
-        }
-    }
+    gemv_warp_store(acc, m, j, y, ldy, bias, accumulate);
 }
 
 /* Q4_K, rows 16-byte aligned: the same products, loaded as the bytes lie,
@@ -954,18 +1007,7 @@ __global__ void __launch_bounds__(128) gemv_q4k_q8_kernel(const uint8_t *w, uint
             }
         }
     }
-#pragma unroll
-    for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
-        if ((uint32_t)t < m) {
-            float a = warp_sum(acc[t]);
-            if (lane == 0) {
-                if (bias)
-                    a += bias[j];
-                float *yp = y + (uint64_t)t * ldy + j;
-                *yp = accumulate ? *yp + a : a;
-            }
-        }
-    }
+    gemv_warp_store(acc, m, j, y, ldy, bias, accumulate);
 }
 
 /* Q8_K quantization of m rows of k (k % 256 == 0) for the integer GEMV:
@@ -1065,31 +1107,12 @@ __global__ void __launch_bounds__(128) gemv_q80_q8_kernel(const uint8_t *w, uint
                     break;
                 const int4 *xp = (const int4 *)(xa.q + (uint64_t)t * k + (uint64_t)b * 32);
                 const int4 va = xp[0], vb = xp[1];
-                int sum = 0;
-                sum = __dp4a((int)wq[i][0], va.x, sum);
-                sum = __dp4a((int)wq[i][1], va.y, sum);
-                sum = __dp4a((int)wq[i][2], va.z, sum);
-                sum = __dp4a((int)wq[i][3], va.w, sum);
-                sum = __dp4a((int)wq[i][4], vb.x, sum);
-                sum = __dp4a((int)wq[i][5], vb.y, sum);
-                sum = __dp4a((int)wq[i][6], vb.z, sum);
-                sum = __dp4a((int)wq[i][7], vb.w, sum);
+                const int sum = dot_q8_32(wq[i], va, vb);
                 acc[t] += dw[i] * xa.d[(uint64_t)t * nb + b] * (float)sum;
             }
         }
     }
-#pragma unroll
-    for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
-        if ((uint32_t)t < m) {
-            float a = warp_sum(acc[t]);
-            if (lane == 0) {
-                if (bias)
-                    a += bias[j];
-                float *yp = y + (uint64_t)t * ldy + j;
-                *yp = accumulate ? *yp + a : a;
-            }
-        }
-    }
+    gemv_warp_store(acc, m, j, y, ldy, bias, accumulate);
 }
 
 /* The same dot, the rows read as 16-byte vectors. A Q8_0 block is 34
@@ -1121,7 +1144,6 @@ __global__ void __launch_bounds__(128) gemv_q80s_q8_kernel(const uint8_t *w, uin
     constexpr uint32_t NT = ROW ? 128 : 32; /* threads sharing a row */
     constexpr int NR = (Q80S_VECS + NT - 1) / NT;
     __shared__ uint4 sbuf[ROW ? 1 : 4][Q80S_VECS];
-    __shared__ float part[ROW ? 4 : 1][HR_CUDA_GEMV_MAX_ROWS];
     const uint32_t lane = threadIdx.x & 31, wi = threadIdx.x / 32;
     const uint32_t tl = ROW ? threadIdx.x : lane;
     const uint32_t j = ROW ? blockIdx.x : blockIdx.x * 4 + wi;
@@ -1183,45 +1205,15 @@ __global__ void __launch_bounds__(128) gemv_q80s_q8_kernel(const uint8_t *w, uin
                     break;
                 const int4 *xp = (const int4 *)(xa.q + (uint64_t)t * k + (uint64_t)b * 32);
                 const int4 va = xp[0], vb = xp[1];
-                int sum = 0;
-                sum = __dp4a((int)q[0], va.x, sum);
-                sum = __dp4a((int)q[1], va.y, sum);
-                sum = __dp4a((int)q[2], va.z, sum);
-                sum = __dp4a((int)q[3], va.w, sum);
-                sum = __dp4a((int)q[4], vb.x, sum);
-                sum = __dp4a((int)q[5], vb.y, sum);
-                sum = __dp4a((int)q[6], vb.z, sum);
-                sum = __dp4a((int)q[7], vb.w, sum);
+                const int sum = dot_q8_32(q, va, vb);
                 acc[t] += dw * xa.d[(uint64_t)t * nb + b] * (float)sum;
             }
         }
     }
-#pragma unroll
-    for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
-        if ((uint32_t)t < m) {
-            float a = warp_sum(acc[t]);
-            if (ROW && lane == 0)
-                part[ROW ? wi : 0][t] = a;
-            if (!ROW && lane == 0) {
-                if (bias)
-                    a += bias[j];
-                float *yp = y + (uint64_t)t * ldy + j;
-                *yp = accumulate ? *yp + a : a;
-            }
-        }
-    }
-    if (ROW) {
-        __syncthreads();
-        if (threadIdx.x < m) {
-            const uint32_t t = threadIdx.x;
-            float a = ((part[0][t] + part[ROW ? 1 : 0][t]) + part[ROW ? 2 : 0][t]) +
-                      part[ROW ? 3 : 0][t];
-            if (bias)
-                a += bias[j];
-            float *yp = y + (uint64_t)t * ldy + j;
-            *yp = accumulate ? *yp + a : a;
-        }
-    }
+    if constexpr (ROW)
+        gemv_block_store(acc, m, j, y, ldy, bias, accumulate);
+    else
+        gemv_warp_store(acc, m, j, y, ldy, bias, accumulate);
 }
 
 /* The Q8_0 GEMV (HR_CUDA_Q80=strided|warp|row; the A/B switch): 2-byte
@@ -1462,18 +1454,7 @@ __global__ void __launch_bounds__(128) gemv_raw16_kernel(const uint8_t *w, uint6
             raw16_piece<BF>(wv[i], x, k, pc, m, acc);
         }
     }
-#pragma unroll
-    for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
-        if ((uint32_t)t < m) {
-            float a = warp_sum(acc[t]);
-            if (lane == 0) {
-                if (bias)
-                    a += bias[j];
-                float *yp = y + (uint64_t)t * ldy + j;
-                *yp = accumulate ? *yp + a : a;
-            }
-        }
-    }
+    gemv_warp_store(acc, m, j, y, ldy, bias, accumulate);
 }
 
 /* The same product, one block of 4 warps per weight row: thread i takes the
@@ -1491,8 +1472,7 @@ __global__ void __launch_bounds__(128) gemv_raw16_row_kernel(const uint8_t *w, u
                                                              const float *bias, int accumulate)
 {
     pdl_begin();
-    __shared__ float part[4][HR_CUDA_GEMV_MAX_ROWS];
-    const uint32_t lane = threadIdx.x & 31, wi = threadIdx.x / 32, j = blockIdx.x;
+    const uint32_t j = blockIdx.x;
     const uint4 *row = (const uint4 *)(w + (uint64_t)j * row_bytes);
     float acc[HR_CUDA_GEMV_MAX_ROWS];
 #pragma unroll
@@ -1515,23 +1495,7 @@ __global__ void __launch_bounds__(128) gemv_raw16_row_kernel(const uint8_t *w, u
             raw16_piece<BF>(wv[i], x, k, pc, m, acc);
         }
     }
-#pragma unroll
-    for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
-        if ((uint32_t)t < m) {
-            const float a = warp_sum(acc[t]);
-            if (lane == 0)
-                part[wi][t] = a;
-        }
-    }
-    __syncthreads();
-    if (threadIdx.x < m) {
-        const uint32_t t = threadIdx.x;
-        float a = ((part[0][t] + part[1][t]) + part[2][t]) + part[3][t];
-        if (bias)
-            a += bias[j];
-        float *yp = y + (uint64_t)t * ldy + j;
-        *yp = accumulate ? *yp + a : a;
-    }
+    gemv_block_store(acc, m, j, y, ldy, bias, accumulate);
 }
 
 /* The F16/BF16 GEMV (HR_CUDA_RAW16=u4|u8|u8nc|row; the A/B switch): a warp
