@@ -251,7 +251,8 @@ enum hr_status hr_cuda_backend_init(const struct hr_model *model, int ordinal,
                                 .device_limit_bytes = cfg->device_limit_bytes
                                                           ? cfg->device_limit_bytes
                                                           : UINT64_MAX,
-                                .kv_lazy = true};
+                                .kv_lazy = true,
+                                .kv_full_window = cfg->kv_full_window};
     enum hr_status st;
     struct cuda_backend *c = calloc(1, sizeof(*c));
     if (!c) return hr_err_set(err, HR_ERR_NOMEM, "out of memory");

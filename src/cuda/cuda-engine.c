@@ -226,6 +226,7 @@ struct hr_cuda_engine {
     struct dlayer *layers;
 
     struct hr_kv_pool *kv; /* books only: which blocks are used; bytes in d_kv */
+    bool windowed;         /* the pool has windowed blocks for the sliding-window layers */
     uint8_t *d_kv;
     /* cfg.kv_lazy: d_kv is reserved address space, groups [0, kv_mapped)
      * of kv_group blocks (kv_chunk bytes) mapped (see kv_vmm_init). */
@@ -861,10 +862,10 @@ void hr_cuda_engine_dims(const struct hr_model *m, const struct hr_cuda_config *
                 ig = true;
     }
     d->int_gemv = ig;
-    struct hr_kv_config kc = {.n_layer = m->n_attn_layers, .n_head_kv = hp->n_head_kv,
-                              .head_dim = hp->head_dim_k, .block_tokens = cfg->kv_block_tokens,
-                              .type = cfg->kv_type, .budget_bytes = cfg->kv_budget_bytes};
+    struct hr_kv_config kc;
+    hr_engine_kv_config(m, cfg->kv_type, cfg->kv_block_tokens, cfg->kv_full_window, &kc);
     d->kv_block_bytes = hr_kv_block_bytes_for(&kc);
+    d->kv_window = kc.window;
 }
 
 static struct hr_cuda_sizing sizing_of(const struct hr_cuda_config *cfg)
@@ -909,14 +910,13 @@ static enum hr_status size_under_limit(struct hr_cuda_engine *e, struct hr_cuda_
     if (hr_cuda_plan_size(&e->dims, &z, room) != 0) {
         struct hr_cuda_plan p;
         hr_cuda_plan_max(&e->dims, &z, &p);
-        const uint64_t bt = z.kv_block_tokens;
         return hr_err_set(err, HR_ERR_LIMIT,
                           "under the device ceiling of %.1f MiB, %.1f MiB remain after the "
                           "context, library and weights (%.1f MiB in use): not enough for a "
                           "%u-token step arena (%.1f MiB) and the KV of one %u-token "
                           "sequence (%.1f MiB)", mib(limit), mib(room), mib(used),
                           z.max_step_tokens, mib(p.arena_bytes), z.max_seq_tokens,
-                          mib((z.max_seq_tokens + bt - 1) / bt * e->dims.kv_block_bytes));
+                          mib(hr_cuda_plan_kv_min(&e->dims, &z)));
     }
     cfg->max_step_tokens = z.max_step_tokens;
     cfg->max_step_logits = z.max_step_logits;
@@ -1017,11 +1017,25 @@ enum hr_status hr_cuda_engine_init(const struct hr_model *m, const struct hr_cud
     /* Dims and the largest step's plan. */
     struct hr_cuda_plan_dims *d = &e->dims;
     hr_cuda_engine_dims(m, &cfg, d);
-    struct hr_kv_config kc = {.n_layer = m->n_attn_layers, .n_head_kv = hp->n_head_kv,
-                              .head_dim = hp->head_dim_k, .block_tokens = cfg.kv_block_tokens,
-                              .type = cfg.kv_type, .budget_bytes = cfg.kv_budget_bytes};
+    struct hr_kv_config kc;
+    hr_engine_kv_config(m, cfg.kv_type, cfg.kv_block_tokens, cfg.kv_full_window, &kc);
+    kc.budget_bytes = cfg.kv_budget_bytes;
 
     TRY(upload_weights(e, err));
+    /* Each attention layer's place in a KV block of its kind: a windowed
+     * pool (gpt-oss) numbers the sliding-window and full layers apart. */
+    e->windowed = kc.window != 0;
+    {
+        uint32_t *slot = calloc(hp->n_layer ? hp->n_layer : 1, sizeof(*slot));
+        if (!slot) {
+            hr_cuda_engine_free(e);
+            return hr_err_set(err, HR_ERR_NOMEM, "out of memory");
+        }
+        hr_engine_kv_slots(m, e->windowed, slot);
+        for (uint32_t l = 0; l < hp->n_layer; l++)
+            e->layers[l].kv_layer = slot[l];
+        free(slot);
+    }
     /* The recurrent state slots (hybrid models): one per sequence a step
      * may hold, allocated now so that the sizing below sees them. */
     uint64_t state_delta = 0;
@@ -1242,7 +1256,8 @@ void hr_cuda_engine_step_shape(const struct hr_cuda_engine *e, const struct hr_s
                                             e->cfg.kv_block_tokens);
         shape->n_tokens += s->n_tokens;
         shape->n_logits += s->n_logits;
-        shape->new_blocks += need;
+        /* both kinds in a windowed pool; the windowed table is as long */
+        shape->new_blocks += hr_kv_seq_new_blocks(s->kv, e->kv, s->n_tokens);
         shape->n_table += s->kv->n_blocks + need;
     }
 }
@@ -1524,6 +1539,7 @@ static void *view(struct hr_cuda_engine *e, uint64_t off, uint64_t bytes)
 
 struct fwd {
     int32_t *tokens, *pos, *seq_of, *rows, *tab_off, *tables, *seq_fa, *tiles;
+    int32_t *wtables; /* windowed pools: the sliding-window layers' tables (tab_off's offsets) */
     uint32_t n_tiles;
     float *rope, *x, *xn, *act, *q, *k, *v, *attn, *gate, *up, *out_x, *logits;
     /* MoE (cuda-plan.h); NULL in dense models */
@@ -1819,6 +1835,8 @@ static enum hr_status attention_mixer(struct hr_cuda_engine *e, const struct fwd
     const uint32_t q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd;
     cudaStream_t s = e->stream;
     kv.layer = D->kv_layer;
+    if (D->window && e->windowed)
+        kv.tables = f->wtables;
     prep_forget(e);
     if (m->attn_gated) {
         TRY(matmul(e, f, &D->wq, f->xn, T, f->qg, 2 * q_dim, NULL, 0, err));
@@ -2022,6 +2040,9 @@ enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *ste
         for (uint32_t j = 0; j < i; j++)
             if (step->seqs[j].kv == s->kv)
                 return hr_err_set(err, HR_ERR_INVALID, "sequence %u appears twice in a step", i);
+        if (!hr_kv_seq_window_held(s->kv, e->kv))
+            return hr_err_set(err, HR_ERR_INVALID, "sequence %u continues at position %u "
+                              "without its sliding-window KV blocks", i, s->kv->n_tokens);
         uint64_t end = (uint64_t)s->kv->n_tokens + s->n_tokens;
         if (end > (uint64_t)s->kv->cap_blocks * e->cfg.kv_block_tokens ||
             end > e->cfg.max_seq_tokens)
@@ -2072,6 +2093,7 @@ enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *ste
     f.rows = view(e, p.off_rows, L * iz);
     f.tab_off = view(e, p.off_tab_off, step->n_seqs * iz);
     f.tables = view(e, p.off_tables, shape.n_table * iz);
+    f.wtables = e->windowed ? view(e, p.off_wtables, shape.n_table * iz) : NULL;
     f.seq_fa = view(e, p.off_seq_fa, step->n_seqs * iz);
     f.tiles = view(e, p.off_tiles, (T / HR_CUDA_FA_TILE + step->n_seqs) * 2 * iz);
     f.rope = view(e, p.off_rope, T * e->dims.n_rot * fz);
@@ -2182,6 +2204,8 @@ enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *ste
             f.n_tiles++;
         }
         memcpy(tables + tab, s->kv->blocks, s->kv->n_blocks * iz);
+        if (e->windowed) /* indexed as the full tables (tab_off) */
+            memcpy(h + p.off_wtables + tab * iz, s->kv->wblocks, s->kv->n_wblocks * iz);
         tab += s->kv->n_blocks;
         for (uint32_t j = 0; j < s->n_tokens; j++, t++) {
             tokens[t] = s->tokens[j];
@@ -2215,7 +2239,12 @@ enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *ste
     CU(cudaEventRecord(e->ev1, e->stream), "cudaEventRecord");
     CU(cudaStreamSynchronize(e->stream), "the step");
     CU(cudaEventElapsedTime(&e->last_ms, e->ev0, e->ev1), "cudaEventElapsedTime");
-    for (uint32_t i = 0; i < step->n_seqs; i++)
+    /* Windowed blocks now out of every later query's reach go back (the
+     * stream runs in order: a step that takes one writes it after this
+     * step's reads). */
+    for (uint32_t i = 0; i < step->n_seqs; i++) {
         step->seqs[i].kv->n_tokens += step->seqs[i].n_tokens;
+        hr_kv_seq_slide(step->seqs[i].kv, e->kv);
+    }
     return HR_OK;
 }

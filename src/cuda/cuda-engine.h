@@ -108,6 +108,9 @@ struct hr_cuda_config {
      * hr_cuda_engine_kv_give_back when another process leaves the device
      * short. false: ONE allocation of the whole pool at init. */
     bool kv_lazy;
+    /* Sliding-window layers keep full-context KV (hr_engine_config's
+     * kv_full_window; comparisons only). */
+    bool kv_full_window;
 };
 
 /* The device's free memory a lazy KV pool leaves to others: it maps a

@@ -2364,6 +2364,11 @@ __global__ void __launch_bounds__(128) fa_prefill_kernel(hr_cuda_attn_args a)
      * tile's first row reaches back furthest */
     const int32_t win = (int32_t)a.window;
     const int32_t kt0 = win && pos0 >= win ? (pos0 - win + 1) / FA_BK : 0;
+    /* Keys before the 32-aligned start of the first row's window are
+     * masked for every row, and a windowed pool may have released their
+     * blocks (table entry -1; kv-cache.h keeps from HR_KV_WINDOW_ALIGN
+     * alignment, finer than FA_BK): not loaded (zero-filled). */
+    const int32_t p_lo = win && pos0 >= win ? (pos0 - win + 1) / 32 * 32 : 0;
 
     auto load_kv = [&](int32_t kt) {
         /* stages alternate from the first tile: kt0 goes to stage 0, whose
@@ -2372,7 +2377,7 @@ __global__ void __launch_bounds__(128) fa_prefill_kernel(hr_cuda_attn_args a)
         for (int i = tid; i < FA_BK * (HD / 8); i += 128) {
             const int r = i / (HD / 8), ch = i % (HD / 8);
             const int32_t p = kt * FA_BK + r;
-            const bool ok = p <= pos_last;
+            const bool ok = p <= pos_last && p >= p_lo;
             const uint8_t *ks = a.kv.pool, *vs = a.kv.pool;
             if (ok) {
                 ks += kv_row(a.kv, tab0, p, 0, hk) + ch * 16;

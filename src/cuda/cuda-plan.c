@@ -1,5 +1,6 @@
 /* cuda-plan.c - the device step layout; see cuda-plan.h for what it draws. */
 #include "cuda/cuda-plan.h"
+#include "engine/kv-cache.h"
 
 static uint64_t align_up(uint64_t x)
 {
@@ -39,6 +40,7 @@ void hr_cuda_plan_layout(const struct hr_cuda_plan_dims *d, const struct hr_cuda
     p->off_rows = place(&c, L * i, &end);
     p->off_tab_off = place(&c, (uint64_t)s->n_seqs * i, &end);
     p->off_tables = place(&c, (uint64_t)s->n_table * i, &end);
+    p->off_wtables = place(&c, d->kv_window ? (uint64_t)s->n_table * i : 0, &end);
     p->off_seq_fa = place(&c, (uint64_t)s->n_seqs * i, &end);
     p->off_tiles = place(&c, (T / HR_CUDA_FA_TILE + s->n_seqs) * 2 * i, &end);
     const uint64_t S_dn = d->dn_conv_dim ? s->n_seqs : 0;
@@ -109,12 +111,20 @@ void hr_cuda_plan_max(const struct hr_cuda_plan_dims *d, const struct hr_cuda_si
     hr_cuda_plan_layout(d, &shape, p);
 }
 
+uint64_t hr_cuda_plan_kv_min(const struct hr_cuda_plan_dims *d, const struct hr_cuda_sizing *z)
+{
+    const struct hr_kv_config kc = {.block_tokens = z->kv_block_tokens, .window = d->kv_window};
+    return (uint64_t)hr_kv_config_blocks_for(&kc, z->max_seq_tokens, z->max_step_tokens) *
+           d->kv_block_bytes;
+}
+
 int hr_cuda_plan_size(const struct hr_cuda_plan_dims *d, struct hr_cuda_sizing *z,
                       uint64_t room_bytes)
 {
-    const uint64_t bt = z->kv_block_tokens, bb = d->kv_block_bytes;
-    const uint64_t kv_min = (z->max_seq_tokens + bt - 1) / bt * bb;
+    const uint64_t bb = d->kv_block_bytes;
     for (;;) {
+        /* a windowed pool's window blocks shrink with the step */
+        const uint64_t kv_min = hr_cuda_plan_kv_min(d, z);
         struct hr_cuda_plan p;
         hr_cuda_plan_max(d, z, &p);
         if (p.arena_bytes <= room_bytes && kv_min <= room_bytes - p.arena_bytes) {

@@ -100,6 +100,8 @@ struct hr_cuda_plan_dims {
     uint32_t int_gemm;            /* 1: some matrix has an integer GEMM (inputs in act16) */
     uint64_t wdq_elems;           /* f16 elements of the dequantized-weight scratch */
     uint64_t kv_block_bytes;
+    uint32_t kv_window;           /* a windowed pool's window (kv-cache.h): the windowed
+                                     block tables are staged too (wtables); 0: none */
 };
 
 struct hr_cuda_step_shape {
@@ -111,7 +113,7 @@ struct hr_cuda_step_shape {
 };
 
 struct hr_cuda_plan {
-    uint64_t off_tokens, off_pos, off_seq_of, off_rows, off_tab_off, off_tables;
+    uint64_t off_tokens, off_pos, off_seq_of, off_rows, off_tab_off, off_tables, off_wtables;
     uint64_t off_seq_fa, off_tiles, off_seq_tok, off_seq_slot;
     uint64_t meta_bytes;   /* the staged prefix: one host-to-device copy */
     uint64_t off_rope, off_x, off_xn, off_act, off_actq, off_act16, off_wdq;
@@ -180,6 +182,10 @@ struct hr_cuda_sizing {
 };
 
 #define HR_CUDA_MIN_STEP_TOKENS 64u
+
+/* The KV bytes of one max_seq_tokens sequence in steps of max_step_tokens
+ * (both kinds of block in a windowed pool): the least pool sizing allows. */
+uint64_t hr_cuda_plan_kv_min(const struct hr_cuda_plan_dims *d, const struct hr_cuda_sizing *z);
 
 /* The plan of the largest step `z` allows (what the engine allocates as
  * its arena): T = max_step_tokens, L = max_step_logits, S = max_step_seqs,

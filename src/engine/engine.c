@@ -163,6 +163,17 @@ void hr_engine_kv_config(const struct hr_model *m, enum hr_ggml_type kv_type,
     };
 }
 
+void hr_engine_kv_slots(const struct hr_model *m, bool windowed, uint32_t *slot)
+{
+    uint32_t n_full = 0, n_win = 0;
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+        const struct hr_layer *L = &m->layers[l];
+        slot[l] = 0;
+        if (L->mixer == HR_MIXER_ATTN)
+            slot[l] = !windowed ? L->kv_layer : L->window ? n_win++ : n_full++;
+    }
+}
+
 enum hr_status hr_engine_init(const struct hr_model *m, const struct hr_engine_config *cfg_in,
                               struct hr_engine **out, struct hr_err *err)
 {
@@ -196,12 +207,7 @@ enum hr_status hr_engine_init(const struct hr_model *m, const struct hr_engine_c
         free(e);
         return hr_err_set(err, HR_ERR_NOMEM, "out of memory");
     }
-    uint32_t n_full = 0, n_win = 0;
-    for (uint32_t l = 0; l < hp->n_layer; l++) {
-        const struct hr_layer *L = &m->layers[l];
-        if (L->mixer == HR_MIXER_ATTN)
-            e->kv_slot[l] = !e->windowed ? L->kv_layer : L->window ? n_win++ : n_full++;
-    }
+    hr_engine_kv_slots(m, e->windowed, e->kv_slot);
     struct hr_plan_dims *d = &e->dims;
     d->n_embd = hp->n_embd;
     d->n_head = hp->n_head;
@@ -1161,10 +1167,7 @@ enum hr_status hr_engine_step(struct hr_engine *e, struct hr_step *step, struct 
         /* A windowed sequence's two tables cover the same positions, with
          * the window's blocks held (a cache hit restores them, see
          * prefix-cache.h). */
-        if (e->windowed &&
-            (s->kv->n_wblocks != s->kv->n_blocks ||
-             s->kv->w_first > hr_kv_window_first_block(hr_kv_window(e->kv), s->kv->n_tokens,
-                                                       e->cfg.kv_block_tokens)))
+        if (!hr_kv_seq_window_held(s->kv, e->kv))
             return hr_err_set(err, HR_ERR_INVALID, "sequence %u continues at position %u "
                               "without its sliding-window KV blocks", i, s->kv->n_tokens);
         uint64_t end = (uint64_t)s->kv->n_tokens + s->n_tokens;

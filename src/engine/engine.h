@@ -103,6 +103,11 @@ void hr_rope_init(const struct hr_model *m, struct hr_rope *r);
 void hr_engine_kv_config(const struct hr_model *model, enum hr_ggml_type kv_type,
                          uint32_t block_tokens, bool full_window, struct hr_kv_config *out);
 
+/* Each layer's place in a KV block of its kind (slot[n_layer]; 0 for
+ * layers without KV): the attention layers numbered in order, or, in a
+ * windowed pool, the sliding-window and full layers each from 0. */
+void hr_engine_kv_slots(const struct hr_model *model, bool windowed, uint32_t *slot);
+
 enum hr_status hr_engine_init(const struct hr_model *model, const struct hr_engine_config *cfg,
                               struct hr_engine **out, struct hr_err *err);
 void hr_engine_free(struct hr_engine *e);

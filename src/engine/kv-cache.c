@@ -410,6 +410,14 @@ enum hr_status hr_kv_seq_reserve(struct hr_kv_seq *seq, struct hr_kv_pool *pool,
     return HR_OK;
 }
 
+bool hr_kv_seq_window_held(const struct hr_kv_seq *seq, const struct hr_kv_pool *pool)
+{
+    return !pool->cfg.window ||
+           (seq->n_wblocks == seq->n_blocks &&
+            seq->w_first <= hr_kv_window_first_block(pool->cfg.window, seq->n_tokens,
+                                                     pool->cfg.block_tokens));
+}
+
 uint32_t hr_kv_seq_slide(struct hr_kv_seq *seq, struct hr_kv_pool *pool)
 {
     if (!pool->cfg.window)

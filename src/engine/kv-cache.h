@@ -239,6 +239,12 @@ uint64_t hr_kv_pool_max_tokens(const struct hr_kv_pool *pool, uint32_t step_toke
 enum hr_status hr_kv_seq_reserve(struct hr_kv_seq *seq, struct hr_kv_pool *pool, uint32_t n_new,
                                  struct hr_err *err);
 
+/* Whether a sequence may continue at n_tokens: true without a window; with
+ * one, its two tables cover the same positions and it holds the window's
+ * blocks (a prefix-cache hit restores them, prefix-cache.h). Both engines
+ * refuse a step otherwise. */
+bool hr_kv_seq_window_held(const struct hr_kv_seq *seq, const struct hr_kv_pool *pool);
+
 /* Returns to the pool the windowed blocks before
  * hr_kv_window_first_block(n_tokens) (their entries become -1); call after
  * n_tokens grows. Returns how many blocks were released (0 without a

@@ -117,6 +117,60 @@ static enum hr_ggml_type model_type(const struct hr_model *m)
 #define MOE_FLIP_KL 1e-2
 #define MOE_MAX_FLIPS 2
 
+/* A windowed pool after the teacher-forced run (55 positions, 16-token
+ * blocks and window): windowed blocks went back to the pool. Then the same
+ * 55 tokens again in chunks of 12: a chunk after the first starts where
+ * the window's early blocks are gone (the tiled attention's 64-key tiles
+ * reach below the window; those keys must not be read), and every row
+ * must still agree with the CPU's (F32 top-10 within 1e-3, else mean KL
+ * below 1e-3, MoE routing flips bounded as in test_model). */
+static void test_window_chunks(struct hr_cuda_engine *ge, struct hr_kv_seq *gs,
+                               const int32_t *prompt, const int32_t *gen, const float *cl,
+                               enum hr_ggml_type wt, bool moe, const char *label)
+{
+    struct hr_err err = {{0}};
+    const uint32_t V = hr_cuda_engine_plan_dims(ge)->n_vocab, rows = N_PROMPT + N_GEN - 1;
+    const uint32_t held = hr_kv_seq_held_blocks(gs);
+    CT_CHECK(gs->w_first > 0 && held < 2 * gs->n_blocks,
+             "%s: windowed KV: %u of %u windowed blocks released after %u positions", label,
+             gs->w_first, gs->n_wblocks, gs->n_tokens);
+    int32_t all[N_PROMPT + N_GEN];
+    memcpy(all, prompt, sizeof(int32_t) * N_PROMPT);
+    memcpy(all + N_PROMPT, gen, sizeof(int32_t) * N_GEN);
+    hr_kv_seq_clear(gs, hr_cuda_engine_kv_pool(ge));
+    double top10 = 0, kl_sum = 0, kl_calm = 0;
+    uint32_t n_flip = 0, r = 0;
+    while (r < rows) {
+        const uint32_t n = rows - r < 12 ? rows - r : 12;
+        struct hr_step_seq it = {.kv = gs, .tokens = all + r, .n_tokens = n, .n_logits = n};
+        struct hr_step st = {.seqs = &it, .n_seqs = 1};
+        if (hr_cuda_engine_step(ge, &st, &err) != HR_OK) {
+            CT_CHECK(0, "%s: chunked windowed step at %u: %s", label, r, err.msg);
+            return;
+        }
+        for (uint32_t j = 0; j < n; j++, r++) {
+            double t10, kl;
+            compare_row(cl + (size_t)r * V, hr_cuda_engine_logits(ge, 0, j), V, &t10, &kl);
+            top10 = t10 > top10 ? t10 : top10;
+            kl_sum += kl;
+            if (kl > MOE_FLIP_KL)
+                n_flip++;
+            else
+                kl_calm += kl;
+        }
+    }
+    printf("  data  %s: chunks of 12 over the window: top10 max %.2e, KL mean %.2e, %u rows "
+           "past %.0e, %u windowed blocks held at the end of %u\n", label, top10, kl_sum / rows,
+           n_flip, MOE_FLIP_KL, gs->n_wblocks - gs->w_first, gs->n_wblocks);
+    if (wt == HR_GGML_F32)
+        CT_CHECK(top10 <= 1e-3, "%s: chunked over released windowed blocks, top-10 within 1e-3 "
+                 "(%.2e)", label, top10);
+    else
+        CT_CHECK(kl_calm / (rows - n_flip) < 1e-3 && n_flip <= (moe ? MOE_MAX_FLIPS : 0),
+                 "%s: chunked over released windowed blocks, mean KL below 1e-3 (%.2e; %u "
+                 "routing flips)", label, kl_calm / (rows - n_flip), n_flip);
+}
+
 static void test_model(const char *path, const struct hr_model *m, enum hr_ggml_type kv)
 {
     struct hr_err err = {{0}};
@@ -127,12 +181,19 @@ static void test_model(const char *path, const struct hr_model *m, enum hr_ggml_
              hr_arch_name(m->arch), hr_ggml_type_name(wt), hr_kv_type_name(kv));
 
     struct hr_engine_config cc = cpu_cfg(kv);
+    struct hr_cuda_config gc = gpu_cfg(kv);
+    /* A windowed pool (gpt-oss; kv-cache.h) with 16-token blocks: under
+     * the 16-token window both engines release blocks within the run. */
+    struct hr_kv_config kcfg;
+    hr_engine_kv_config(m, kv, 0, false, &kcfg);
+    const bool windowed = kcfg.window != 0;
+    if (windowed)
+        cc.kv_block_tokens = gc.kv_block_tokens = 16;
     struct hr_engine *ce = NULL;
     if (hr_engine_init(m, &cc, &ce, &err) != HR_OK) {
         CT_CHECK(0, "%s: CPU engine: %s", label, err.msg);
         return;
     }
-    struct hr_cuda_config gc = gpu_cfg(kv);
     struct hr_cuda_engine *ge = NULL;
     if (hr_cuda_engine_init(m, &gc, &ge, &err) != HR_OK) {
         CT_CHECK(0, "%s: CUDA engine: %s", label, err.msg);
@@ -203,6 +264,8 @@ static void test_model(const char *path, const struct hr_model *m, enum hr_ggml_
     }
     const double kl_mean = kl_sum / rows;
     const double kl_calm_mean = n_flip < rows ? kl_calm / (rows - n_flip) : 0.0;
+    if (windowed)
+        test_window_chunks(ge, &gs, prompt, gen, cl, wt, m->moe.n_expert != 0, label);
 
     /* GPU, its own greedy run. */
     hr_kv_seq_clear(&gs, hr_cuda_engine_kv_pool(ge));

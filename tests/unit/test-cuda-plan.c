@@ -29,6 +29,7 @@
 #include <cmocka.h>
 
 #include "cuda/cuda-plan.h"
+#include "engine/kv-cache.h"
 
 static uint64_t rng = 7;
 
@@ -69,7 +70,8 @@ static void check_plan(const struct hr_cuda_plan_dims *d, const struct hr_cuda_s
     const struct buf b[] = {
         {p.off_tokens, T * 4, 0}, {p.off_pos, T * 4, 0}, {p.off_seq_of, T * 4, 0},
         {p.off_rows, L * 4, 0}, {p.off_tab_off, (uint64_t)s->n_seqs * 4, 0},
-        {p.off_tables, (uint64_t)s->n_table * 4, 0}, {p.off_seq_fa, (uint64_t)s->n_seqs * 4, 0},
+        {p.off_tables, (uint64_t)s->n_table * 4, 0},
+        {p.off_wtables, d->kv_window ? (uint64_t)s->n_table * 4 : 0, 0}, {p.off_seq_fa, (uint64_t)s->n_seqs * 4, 0},
         {p.off_tiles, (T / HR_CUDA_FA_TILE + s->n_seqs) * 8, 0},
         {p.off_seq_tok, d->dn_conv_dim ? (uint64_t)s->n_seqs * 8 : 0, 0},
         {p.off_seq_slot, d->dn_conv_dim ? (uint64_t)s->n_seqs * 4 : 0, 0},
@@ -100,7 +102,7 @@ static void check_plan(const struct hr_cuda_plan_dims *d, const struct hr_cuda_s
         assert_int_equal(b[i].off % HR_CUDA_ARENA_ALIGN, 0);
         if (b[i].bytes && b[i].off + b[i].bytes > end)
             end = b[i].off + b[i].bytes;
-        if (i < 10 && b[i].bytes && b[i].off + b[i].bytes > meta_end)
+        if (i < 11 && b[i].bytes && b[i].off + b[i].bytes > meta_end)
             meta_end = b[i].off + b[i].bytes;
         for (size_t j = 0; j < i; j++) {
             if (!b[i].bytes || !b[j].bytes)
@@ -146,6 +148,8 @@ static void random_dims(struct hr_cuda_plan_dims *d)
     d->int_gemm = urand(2);
     d->wdq_elems = 32 * (uint64_t)urand(1u << 20);
     d->kv_block_bytes = 1024 * (1 + urand(1000));
+    /* a third with a windowed pool (gpt-oss): windowed tables staged too */
+    d->kv_window = urand(3) == 0 ? 16 + urand(4096) : 0;
 }
 
 static void test_layout(void **state)
@@ -181,10 +185,15 @@ static void test_monotone(void **state)
     }
 }
 
+/* One max_seq_tokens sequence: its full blocks, and with a window the
+ * windowed blocks its steps may hold (kv-cache.h's rule). */
 static uint64_t kv_min(const struct hr_cuda_plan_dims *d, const struct hr_cuda_sizing *z)
 {
-    return (uint64_t)((z->max_seq_tokens + z->kv_block_tokens - 1) / z->kv_block_tokens) *
-           d->kv_block_bytes;
+    const struct hr_kv_config kc = {.block_tokens = z->kv_block_tokens, .window = d->kv_window};
+    const uint64_t full = (z->max_seq_tokens + z->kv_block_tokens - 1) / z->kv_block_tokens;
+    const uint64_t blocks = hr_kv_config_blocks_for(&kc, z->max_seq_tokens, z->max_step_tokens);
+    assert_true(d->kv_window ? blocks > full && blocks <= 2 * full : blocks == full);
+    return blocks * d->kv_block_bytes;
 }
 
 static uint64_t arena_of(const struct hr_cuda_plan_dims *d, const struct hr_cuda_sizing *z)
@@ -217,12 +226,12 @@ static void test_size_under_ceiling(void **state)
             refused++;
             assert_int_equal(z.max_step_tokens, ask.max_step_tokens < HR_CUDA_MIN_STEP_TOKENS
                                                     ? ask.max_step_tokens : HR_CUDA_MIN_STEP_TOKENS);
-            assert_true(arena_of(&d, &z) + need > room);
+            assert_true(arena_of(&d, &z) + kv_min(&d, &z) > room);
             continue;
         }
         fitted++;
         assert_true(arena_of(&d, &z) + z.kv_budget_bytes <= room);
-        assert_true(z.kv_budget_bytes >= need);
+        assert_true(z.kv_budget_bytes >= kv_min(&d, &z));
         assert_int_equal(z.kv_budget_bytes % d.kv_block_bytes, 0);
         assert_true(z.max_step_tokens <= ask.max_step_tokens);
         assert_true(z.max_step_logits <= z.max_step_tokens && z.max_step_seqs <= z.max_step_tokens);
@@ -241,7 +250,7 @@ static void test_size_under_ceiling(void **state)
                                        ? ask.max_step_logits : prev.max_step_tokens;
             prev.max_step_seqs = ask.max_step_seqs < prev.max_step_tokens ? ask.max_step_seqs
                                                                           : prev.max_step_tokens;
-            assert_true(arena_of(&d, &prev) + need > room);
+            assert_true(arena_of(&d, &prev) + kv_min(&d, &prev) > room);
         }
     }
     print_message("sizing: %d fitted (%d with a smaller step), %d refused\n", fitted, halved,
