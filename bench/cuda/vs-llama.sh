@@ -8,6 +8,13 @@
 #   bench/cuda/vs-llama.sh build SRC_TGZ BIN_DIR   # ~6 min on 16 cores
 #   bench/cuda/vs-llama.sh run [ROUNDS]             # ~2 min a round
 #
+# Or with llama.cpp built elsewhere (any machine with nvcc; carry its
+# llama-bench, llama-quantize and libraries to the GPU machine):
+#
+#   bench/cuda/vs-llama.sh models BIN_DIR LLAMA_BIN_DIR  # the GGUF files only
+#   LLAMA_BENCH=LLAMA_BIN_DIR/llama-bench HR_BENCH_CUDA=.../bench-cuda HR_VS_TESTS=0 \
+#     bench/cuda/vs-llama.sh run [ROUNDS]
+#
 # SRC_TGZ: llama.cpp's source as a tarball (made on a machine with the npm
 # tree: git clone tests/oracle/node_modules/node-llama-cpp/llama/
 # gitRelease.bundle, then git archive without models/ and docs/). BIN_DIR
@@ -25,9 +32,35 @@
 # `headroom serve` (bench/cuda/serve-batch.py).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-phase=${1:?usage: vs-llama.sh build SRC_TGZ BIN_DIR | run [ROUNDS]}
+phase=${1:?usage: vs-llama.sh build SRC_TGZ BIN_DIR | models BIN_DIR LLAMA_BIN_DIR | run [ROUNDS]}
 W=build-vsllama
 mkdir -p "$W"
+# The files llama-bench reads: the shapes bench-cuda builds in memory
+# (the 8B shape in F16 and Q8_0, written side by side; its Q4_K comes
+# from the F16 file through llama-quantize --pure on all threads, a minute,
+# where gen-model's one-threaded Q4_K search took over 15).
+gen_models() { # BIN_DIR LLAMA_QUANTIZE
+  local bin=$1 quant=$2 t0
+  t0=$(date +%s)
+  l8=(--arch llama --n-embd 4096 --n-layer 32 --n-head 32 --n-head-kv 8 --head-dim 128
+    --n-ff 14336 --vocab builtin --vocab-size 128256 --untied --rope-base 500000)
+  for t in f16 q8_0; do
+    "$bin/gen-model" "${l8[@]}" --type $t --out "$W/llama-3-8b-$t.gguf" >/dev/null &
+  done
+  for t in q8_0 f16; do
+    "$bin/gen-model" --shape qwen2.5-0.5b --vocab builtin --vocab-size 151936 --type $t \
+      --out "$W/qwen2.5-0.5b-$t.gguf" >/dev/null
+  done
+  wait
+  "$quant" --pure "$W/llama-3-8b-f16.gguf" "$W/llama-3-8b-q4_k.gguf" Q4_K "$(nproc)" \
+    >"$W/quantize.log" 2>&1
+  echo "models: exit $? after $(($(date +%s) - t0)) s"
+}
+if [[ $phase == models ]]; then
+  gen_models "${2:?}" "${3:?}/llama-quantize"
+  ls -la "$W"/*.gguf
+  exit 0
+fi
 if [[ $phase == build ]]; then
   src=${2:?}
   bin=${3:?}
@@ -48,41 +81,28 @@ if [[ $phase == build ]]; then
       >"$W/ours-cmake.log" 2>&1 && cmake --build build-gpu -j 4 >"$W/ours-build.log" 2>&1
     echo "our build: exit $? after $(($(date +%s) - t0)) s"
   ) &
-  # The files llama-bench reads: the shapes bench-cuda builds in memory
-  # (the 8B shape in F16 and Q8_0, written side by side; its Q4_K comes
-  # from the F16 file through llama-quantize --pure on 16 threads, a minute,
-  # where gen-model's one-threaded Q4_K search took over 15).
-  l8=(--arch llama --n-embd 4096 --n-layer 32 --n-head 32 --n-head-kv 8 --head-dim 128
-    --n-ff 14336 --vocab builtin --vocab-size 128256 --untied --rope-base 500000)
-  for t in f16 q8_0; do
-    "$bin/gen-model" "${l8[@]}" --type $t --out "$W/llama-3-8b-$t.gguf" >/dev/null &
-  done
-  for t in q8_0 f16; do
-    "$bin/gen-model" --shape qwen2.5-0.5b --vocab builtin --vocab-size 151936 --type $t \
-      --out "$W/qwen2.5-0.5b-$t.gguf" >/dev/null
-  done
-  wait # the writes, and both builds: llama-quantize links the libraries llama-bench built
+  wait # both builds: llama-quantize links the libraries llama-bench built
   cmake --build "$W/llama" -j 16 --target llama-quantize >>"$W/llama-build.log" 2>&1 &&
-    "$W/llama/bin/llama-quantize" --pure "$W/llama-3-8b-f16.gguf" "$W/llama-3-8b-q4_k.gguf" Q4_K \
-      "$(nproc)" >"$W/quantize.log" 2>&1
-  echo "models: exit $? after $(($(date +%s) - t0)) s"
+    gen_models "$bin" "$W/llama/bin/llama-quantize"
   ls -la "$W"/*.gguf "$W/llama/bin/llama-bench" build-gpu/bench/bench-cuda 2>&1
   tail -n 5 "$W/llama-build.log" "$W/ours-build.log"
   exit 0
 fi
 rounds=${2:-3}
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader
-LB="$W/llama/bin/llama-bench"
-B=build-gpu/bench/bench-cuda
+LB=${LLAMA_BENCH:-$W/llama/bin/llama-bench}
+B=${HR_BENCH_CUDA:-build-gpu/bench/bench-cuda}
 out="$W/rows.txt"
 : >"$out"
 ours() { # shape type [env]
   env "${@:3}" timeout 200 "$B" --shape "$1" --type "$2" 2>/dev/null | grep '^bench-cuda-llama' |
     sed "s/^/ours /" >>"$out"
 }
-tests/cuda/run.sh build-gpu "${MODELS:-build/cuda-models}" >"$W/tests.log" 2>&1
-echo "GPU tests: exit $?; $(grep -cE '^  ok' "$W/tests.log") ok, $(grep -cE 'FAIL' "$W/tests.log") FAIL"
-grep -E 'FAIL' "$W/tests.log" | head
+if [[ ${HR_VS_TESTS:-1} != 0 ]]; then
+  tests/cuda/run.sh build-gpu "${MODELS:-build/cuda-models}" >"$W/tests.log" 2>&1
+  echo "GPU tests: exit $?; $(grep -cE '^  ok' "$W/tests.log") ok, $(grep -cE 'FAIL' "$W/tests.log") FAIL"
+  grep -E 'FAIL' "$W/tests.log" | head
+fi
 for r in $(seq "$rounds"); do
   for t in ${HR_VS_TYPES:-f16 q8_0 q4_k}; do
     ours llama-3-8b $t

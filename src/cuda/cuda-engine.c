@@ -1636,6 +1636,50 @@ static enum hr_status matmul_simt(struct hr_cuda_engine *e, const struct fwd *f,
     return HR_OK;
 }
 
+static void gemv_out_init(hr_cuda_gemv_out *o)
+{
+    memset(o, 0, sizeof(*o));
+}
+
+/* Appends matrix w (its rows to y, row stride ldy, bias b or NULL). */
+static void gemv_out_add(hr_cuda_gemv_out *o, const struct dweight *w, float *y, uint32_t ldy,
+                         const float *b)
+{
+    const uint32_t p = o->n_parts++;
+    HR_ASSERT(p < HR_CUDA_GEMV_PARTS);
+    o->w[p] = w->d, o->y[p] = y, o->bias[p] = b, o->ldy[p] = ldy;
+    o->n += (uint32_t)w->ne1;
+    for (uint32_t q = p; q < HR_CUDA_GEMV_PARTS; q++)
+        o->end[q] = o->n;
+}
+
+/* The GEMV of o's parts (all of w's type and row length) on x's m rows:
+ * the integer kernel on quantized inputs where the type has one, else the
+ * float kernel on inputs rounded as the CPU's vec dot rounds them. */
+static enum hr_status gemv_run(struct hr_cuda_engine *e, const struct fwd *f,
+                               const struct dweight *w, const hr_cuda_gemv_out *o, const float *x,
+                               uint32_t m, int accumulate, struct hr_err *err)
+{
+    const uint32_t k = (uint32_t)w->ne0;
+    if (f->actq.q && hr_cuda_gemv_int_type((int)w->type, w->act)) {
+        if (!prep_have(e, x, m, k, w->act, PREP_INT))
+            CU(hr_cuda_quant_act(w->act, x, m, k, &f->actq, e->stream),
+               "quantizing matmul inputs");
+        CU(hr_cuda_gemv_int_parts((int)w->type, w->row_bytes, k, o, &f->actq, m, accumulate,
+                                  e->stream), "the integer GEMV kernel");
+        return HR_OK;
+    }
+    const float *in = x;
+    if (w->act != HR_CUDA_ACT_F32) {
+        if (!prep_have(e, x, m, k, w->act, PREP_F32))
+            CU(hr_cuda_act_round(w->act, x, m, k, f->act, e->stream), "rounding matmul inputs");
+        in = f->act;
+    }
+    CU(hr_cuda_gemv_parts((int)w->type, w->row_bytes, k, o, in, m, accumulate, e->stream),
+       "the GEMV kernel");
+    return HR_OK;
+}
+
 /* y (+)= round(x) W^T (+ bias) over m rows, on the GEMV kernels when the
  * step has at most gemv_max_tokens rows (step_rows), else the GEMM. */
 static enum hr_status matmul_in_step(struct hr_cuda_engine *e, const struct fwd *f,
@@ -1648,24 +1692,10 @@ static enum hr_status matmul_in_step(struct hr_cuda_engine *e, const struct fwd 
     const float *b = bias && bias->d ? (const float *)bias->d : NULL;
     HR_ASSERT(m <= step_rows);
     if (step_rows <= e->dims.gemv_max_tokens) {
-        if (f->actq.q && hr_cuda_gemv_int_type((int)w->type, w->act)) {
-            if (!prep_have(e, x, m, k, w->act, PREP_INT))
-                CU(hr_cuda_quant_act(w->act, x, m, k, &f->actq, e->stream),
-                   "quantizing matmul inputs");
-            CU(hr_cuda_gemv_int((int)w->type, w->d, w->row_bytes, k, n, &f->actq, m, y, ldy, b,
-                                accumulate, e->stream), "the integer GEMV kernel");
-            return HR_OK;
-        }
-        const float *in = x;
-        if (w->act != HR_CUDA_ACT_F32) {
-            if (!prep_have(e, x, m, k, w->act, PREP_F32))
-                CU(hr_cuda_act_round(w->act, x, m, k, f->act, e->stream),
-                   "rounding matmul inputs");
-            in = f->act;
-        }
-        CU(hr_cuda_gemv((int)w->type, w->d, w->row_bytes, k, n, in, m, y, ldy, b, accumulate,
-                        e->stream), "the GEMV kernel");
-        return HR_OK;
+        hr_cuda_gemv_out o;
+        gemv_out_init(&o);
+        gemv_out_add(&o, w, y, ldy, b);
+        return gemv_run(e, f, w, &o, x, m, accumulate, err);
     }
     if (f->actq16.q && int_gemm(e, w)) {
         if (!prep_have(e, x, m, k, w->act, PREP_INT_WIDE))
@@ -1694,6 +1724,41 @@ static enum hr_status matmul(struct hr_cuda_engine *e, const struct fwd *f,
                              struct hr_err *err)
 {
     return matmul_in_step(e, f, w, x, m, m, y, ldy, bias, accumulate, err);
+}
+
+/* Matrices of one type and row length on the same inputs (Q, K, V; gate
+ * and up): in a GEMV step ONE launch (hr_cuda_gemv_parts computes each row
+ * as its matrix alone would, so results do not change), else a matmul
+ * each. HR_CUDA_FUSE=0: a launch each (the A/B switch). */
+static bool fuse_on(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *s = getenv("HR_CUDA_FUSE");
+        v = !(s && !strcmp(s, "0"));
+    }
+    return v;
+}
+
+static enum hr_status matmul_parts(struct hr_cuda_engine *e, const struct fwd *f,
+                                   const struct dweight *const *w, float *const *y,
+                                   const uint32_t *ldy, uint32_t n_parts, const float *x,
+                                   uint32_t m, struct hr_err *err)
+{
+    bool one = fuse_on() && m <= e->dims.gemv_max_tokens && n_parts <= HR_CUDA_GEMV_PARTS;
+    for (uint32_t p = 1; one && p < n_parts; p++)
+        one = w[p]->type == w[0]->type && w[p]->act == w[0]->act && w[p]->ne0 == w[0]->ne0 &&
+              w[p]->row_bytes == w[0]->row_bytes;
+    if (!one) {
+        for (uint32_t p = 0; p < n_parts; p++)
+            TRY(matmul(e, f, w[p], x, m, y[p], ldy[p], NULL, 0, err));
+        return HR_OK;
+    }
+    hr_cuda_gemv_out o;
+    gemv_out_init(&o);
+    for (uint32_t p = 0; p < n_parts; p++)
+        gemv_out_add(&o, w[p], y[p], ldy[p], NULL);
+    return gemv_run(e, f, w[0], &o, x, m, 0, err);
 }
 
 /* y = round(x) W^T on the CUDA cores in f32 whatever the step's size: the
@@ -1725,8 +1790,10 @@ static enum hr_status dense_ffn(struct hr_cuda_engine *e, const struct fwd *f,
 {
     const uint32_t F = (uint32_t)wg->ne1, E = e->dims.n_embd;
     prep_forget(e);
-    TRY(matmul(e, f, wg, f->xn, T, f->gate, F, NULL, 0, err));
-    TRY(matmul(e, f, wu, f->xn, T, f->up, F, NULL, 0, err));
+    const struct dweight *gu[2] = {wg, wu};
+    float *const gy[2] = {f->gate, f->up};
+    const uint32_t gl[2] = {F, F};
+    TRY(matmul_parts(e, f, gu, gy, gl, 2, f->xn, T, err));
     CU(hr_cuda_swiglu(f->gate, f->up, (uint64_t)T * F, e->stream), "SwiGLU");
     prep_forget(e);
     TRY(matmul(e, f, wd, f->gate, T, y, E, NULL, accumulate, err));
@@ -1838,15 +1905,13 @@ static enum hr_status attention_mixer(struct hr_cuda_engine *e, const struct fwd
     if (D->window && e->windowed)
         kv.tables = f->wtables;
     prep_forget(e);
-    if (m->attn_gated) {
-        TRY(matmul(e, f, &D->wq, f->xn, T, f->qg, 2 * q_dim, NULL, 0, err));
+    const struct dweight *qkv[3] = {&D->wq, &D->wk, &D->wv};
+    float *const qy[3] = {m->attn_gated ? f->qg : f->q, f->k, f->v};
+    const uint32_t ql[3] = {m->attn_gated ? 2 * q_dim : q_dim, kv_dim, kv_dim};
+    TRY(matmul_parts(e, f, qkv, qy, ql, 3, f->xn, T, err));
+    if (m->attn_gated)
         CU(hr_cuda_gate_split(f->qg, f->q, f->qgate, T, hp->n_head, hd, s),
            "splitting the queries from their gates");
-    } else {
-        TRY(matmul(e, f, &D->wq, f->xn, T, f->q, q_dim, NULL, 0, err));
-    }
-    TRY(matmul(e, f, &D->wk, f->xn, T, f->k, kv_dim, NULL, 0, err));
-    TRY(matmul(e, f, &D->wv, f->xn, T, f->v, kv_dim, NULL, 0, err));
     struct hr_cuda_qkv_args qa = {
         .q = f->q, .k = f->k, .v = f->v, .bq = (const float *)D->bq.d,
         .bk = (const float *)D->bk.d, .bv = (const float *)D->bv.d,

@@ -400,6 +400,27 @@ __device__ __forceinline__ void gemv_block_store(const float acc[HR_CUDA_GEMV_MA
     }
 }
 
+/* Row jg of a GEMV's parts (hr_cuda_gemv_out): its weights, where its
+ * result goes and its bias. Selects, not indexing, keep the parameter
+ * arrays out of local memory. */
+struct gemv_row {
+    const uint8_t *w;
+    float *y;
+    const float *bias;
+    uint32_t ldy, j;
+};
+
+__device__ __forceinline__ gemv_row gemv_part(const hr_cuda_gemv_out &o, uint32_t jg,
+                                              uint64_t row_bytes)
+{
+    const int p = jg < o.end[0] ? 0 : jg < o.end[1] ? 1 : 2;
+    const uint32_t j0 = p == 0 ? 0 : p == 1 ? o.end[0] : o.end[1];
+    const uint8_t *w = p == 0 ? o.w[0] : p == 1 ? o.w[1] : o.w[2];
+    return {w + (uint64_t)(jg - j0) * row_bytes, p == 0 ? o.y[0] : p == 1 ? o.y[1] : o.y[2],
+            p == 0 ? o.bias[0] : p == 1 ? o.bias[1] : o.bias[2],
+            p == 0 ? o.ldy[0] : p == 1 ? o.ldy[1] : o.ldy[2], jg - j0};
+}
+
 /* A Q8_0 block's integer dot: 32 int8 weights (q, 4 a word) times 32 int8
  * inputs (va, vb), in order. */
 __device__ __forceinline__ int dot_q8_32(const uint32_t q[8], int4 va, int4 vb)
@@ -757,16 +778,17 @@ extern "C" cudaError_t hr_cuda_act_round_half(enum hr_cuda_act act, const float 
  * are read once for all m rows. Each output's summation order depends only
  * on k, never on m: a token's result does not depend on its batch. */
 template <int TYPE>
-__global__ void __launch_bounds__(128) gemv_kernel(const uint8_t *w, uint64_t row_bytes, uint32_t k,
-                                                   uint32_t n, const float *x, uint32_t m, float *y,
-                                                   uint32_t ldy, const float *bias, int accumulate)
+__global__ void __launch_bounds__(128) gemv_kernel(hr_cuda_gemv_out o, uint64_t row_bytes,
+                                                   uint32_t k, const float *x, uint32_t m,
+                                                   int accumulate)
 {
     pdl_begin();
     const uint32_t lane = threadIdx.x & 31;
-    const uint32_t j = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    if (j >= n)
+    const uint32_t jg = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (jg >= o.n)
         return;
-    const uint8_t *row = w + (uint64_t)j * row_bytes;
+    const gemv_row R = gemv_part(o, jg, row_bytes);
+    const uint8_t *row = R.w;
     float acc[HR_CUDA_GEMV_MAX_ROWS];
 #pragma unroll
     for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++)
@@ -791,7 +813,7 @@ __global__ void __launch_bounds__(128) gemv_kernel(const uint8_t *w, uint64_t ro
             }
         }
     }
-    gemv_warp_store(acc, m, j, y, ldy, bias, accumulate);
+    gemv_warp_store(acc, m, R.j, R.y, R.ldy, R.bias, accumulate);
 }
 
 /* Q4_K, rows 16-byte aligned: the same products, loaded as the bytes lie,
@@ -942,27 +964,33 @@ __global__ void __launch_bounds__(128) gemv_q4k_kernel(const uint8_t *w, uint64_
  * = sum q8 over them (precomputed per 16), dx the row's Q8_K scale.
  * A lane's pieces are summed in order, then the warp: an output's order
  * depends on k only, never on m. */
-__global__ void __launch_bounds__(128) gemv_q4k_q8_kernel(const uint8_t *w, uint64_t row_bytes,
-                                                          uint32_t k, uint32_t n, hr_cuda_q8_act xa,
-                                                          uint32_t m, float *y, uint32_t ldy,
-                                                          const float *bias, int accumulate)
+/* ROW 1: a block of 4 warps per row, thread i taking pieces i, i + 128,
+ * ..., the warps' sums added in warp order (gemv_block_store), for the
+ * reason of gemv_raw16_row_kernel: the 8B shape's 4096-row matrices are
+ * 1024 blocks with a warp per row, half the H200's resident blocks. */
+template <int ROW>
+__global__ void __launch_bounds__(128) gemv_q4k_q8_kernel(hr_cuda_gemv_out o, uint64_t row_bytes,
+                                                          uint32_t k, hr_cuda_q8_act xa,
+                                                          uint32_t m, int accumulate)
 {
     pdl_begin();
-    const uint32_t lane = threadIdx.x & 31;
-    const uint32_t j = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    if (j >= n)
+    constexpr uint32_t NT = ROW ? 128 : 32; /* threads sharing a row */
+    const uint32_t lane = ROW ? threadIdx.x : threadIdx.x & 31;
+    const uint32_t jg = ROW ? blockIdx.x : blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (!ROW && jg >= o.n)
         return;
-    const uint8_t *row = w + (uint64_t)j * row_bytes;
+    const gemv_row R = gemv_part(o, jg, row_bytes);
+    const uint8_t *row = R.w;
     float acc[HR_CUDA_GEMV_MAX_ROWS];
 #pragma unroll
     for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++)
         acc[t] = 0.0f;
     const uint32_t pieces = k / 256 * 8;
-    for (uint32_t p0 = lane; p0 < pieces; p0 += 4 * 32) {
+    for (uint32_t p0 = lane; p0 < pieces; p0 += 4 * NT) {
         uint4 hd[4], qv[4];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            const uint32_t pc = p0 + 32 * (uint32_t)i;
+            const uint32_t pc = p0 + NT * (uint32_t)i;
             if (pc < pieces) {
                 const uint8_t *b = row + (size_t)(pc / 8) * 144;
                 hd[i] = *(const uint4 *)b;
@@ -971,7 +999,7 @@ __global__ void __launch_bounds__(128) gemv_q4k_q8_kernel(const uint8_t *w, uint
         }
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            const uint32_t pc = p0 + 32 * (uint32_t)i;
+            const uint32_t pc = p0 + NT * (uint32_t)i;
             if (pc >= pieces)
                 break;
             const uint32_t sb = pc / 8, p = (pc / 2) % 4, h = pc % 2;
@@ -1007,7 +1035,10 @@ __global__ void __launch_bounds__(128) gemv_q4k_q8_kernel(const uint8_t *w, uint
             }
         }
     }
-    gemv_warp_store(acc, m, j, y, ldy, bias, accumulate);
+    if constexpr (ROW)
+        gemv_block_store(acc, m, R.j, R.y, R.ldy, R.bias, accumulate);
+    else
+        gemv_warp_store(acc, m, R.j, R.y, R.ldy, R.bias, accumulate);
 }
 
 /* Q8_K quantization of m rows of k (k % 256 == 0) for the integer GEMV:
@@ -1066,17 +1097,17 @@ __global__ void quant_q8k_kernel(const float *x, uint32_t k, hr_cuda_q8_act a)
  * 2-byte loads; one weight row per warp, lane l takes blocks l, l + 32, ...,
  * four blocks' loads in flight; acc += (dw * dx) * sum per block, in block
  * order, then the warp sums: an output's order depends on k only. */
-__global__ void __launch_bounds__(128) gemv_q80_q8_kernel(const uint8_t *w, uint64_t row_bytes,
-                                                          uint32_t k, uint32_t n, hr_cuda_q8_act xa,
-                                                          uint32_t m, float *y, uint32_t ldy,
-                                                          const float *bias, int accumulate)
+__global__ void __launch_bounds__(128) gemv_q80_q8_kernel(hr_cuda_gemv_out o, uint64_t row_bytes,
+                                                          uint32_t k, hr_cuda_q8_act xa,
+                                                          uint32_t m, int accumulate)
 {
     pdl_begin();
     const uint32_t lane = threadIdx.x & 31;
-    const uint32_t j = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    if (j >= n)
+    const uint32_t jg = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (jg >= o.n)
         return;
-    const uint8_t *row = w + (uint64_t)j * row_bytes;
+    const gemv_row R = gemv_part(o, jg, row_bytes);
+    const uint8_t *row = R.w;
     float acc[HR_CUDA_GEMV_MAX_ROWS];
 #pragma unroll
     for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++)
@@ -1112,7 +1143,7 @@ __global__ void __launch_bounds__(128) gemv_q80_q8_kernel(const uint8_t *w, uint
             }
         }
     }
-    gemv_warp_store(acc, m, j, y, ldy, bias, accumulate);
+    gemv_warp_store(acc, m, R.j, R.y, R.ldy, R.bias, accumulate);
 }
 
 /* The same dot, the rows read as 16-byte vectors. A Q8_0 block is 34
@@ -1134,11 +1165,9 @@ __global__ void __launch_bounds__(128) gemv_q80_q8_kernel(const uint8_t *w, uint
  * order (the F16 GEMV's reason: whole waves of blocks; see
  * gemv_raw16_row_kernel). Either way a row's order depends on k only. */
 template <int ROW>
-__global__ void __launch_bounds__(128) gemv_q80s_q8_kernel(const uint8_t *w, uint64_t row_bytes,
-                                                           uint32_t k, uint32_t n,
-                                                           hr_cuda_q8_act xa, uint32_t m, float *y,
-                                                           uint32_t ldy, const float *bias,
-                                                           int accumulate)
+__global__ void __launch_bounds__(128) gemv_q80s_q8_kernel(hr_cuda_gemv_out o, uint64_t row_bytes,
+                                                           uint32_t k, hr_cuda_q8_act xa,
+                                                           uint32_t m, int accumulate)
 {
     pdl_begin();
     constexpr uint32_t NT = ROW ? 128 : 32; /* threads sharing a row */
@@ -1146,10 +1175,11 @@ __global__ void __launch_bounds__(128) gemv_q80s_q8_kernel(const uint8_t *w, uin
     __shared__ uint4 sbuf[ROW ? 1 : 4][Q80S_VECS];
     const uint32_t lane = threadIdx.x & 31, wi = threadIdx.x / 32;
     const uint32_t tl = ROW ? threadIdx.x : lane;
-    const uint32_t j = ROW ? blockIdx.x : blockIdx.x * 4 + wi;
-    if (!ROW && j >= n)
+    const uint32_t jg = ROW ? blockIdx.x : blockIdx.x * 4 + wi;
+    if (!ROW && jg >= o.n)
         return;
-    const uintptr_t ra = (uintptr_t)(w + (uint64_t)j * row_bytes);
+    const gemv_row R = gemv_part(o, jg, row_bytes);
+    const uintptr_t ra = (uintptr_t)R.w;
     const uint4 *base = (const uint4 *)(ra & ~(uintptr_t)15);
     const uint32_t off = (uint32_t)(ra & 15);
     uint4 *sb = sbuf[ROW ? 0 : wi];
@@ -1211,9 +1241,9 @@ __global__ void __launch_bounds__(128) gemv_q80s_q8_kernel(const uint8_t *w, uin
         }
     }
     if constexpr (ROW)
-        gemv_block_store(acc, m, j, y, ldy, bias, accumulate);
+        gemv_block_store(acc, m, R.j, R.y, R.ldy, R.bias, accumulate);
     else
-        gemv_warp_store(acc, m, j, y, ldy, bias, accumulate);
+        gemv_warp_store(acc, m, R.j, R.y, R.ldy, R.bias, accumulate);
 }
 
 /* The Q8_0 GEMV (HR_CUDA_Q80=strided|warp|row; the A/B switch): 2-byte
@@ -1225,6 +1255,18 @@ static int q80_variant(void)
     if (v < 0) {
         const char *e = getenv("HR_CUDA_Q80");
         v = e && !strcmp(e, "strided") ? 0 : e && !strcmp(e, "warp") ? 1 : 2;
+    }
+    return v;
+}
+
+/* The Q4_K integer GEMV (HR_CUDA_Q4K=warp|row; the A/B switch): a warp or
+ * (the default, rows of 2048 values and more) a block per row. */
+static int q4k_variant(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("HR_CUDA_Q4K");
+        v = e && !strcmp(e, "warp") ? 0 : 1;
     }
     return v;
 }
@@ -1282,39 +1324,81 @@ extern "C" cudaError_t hr_cuda_quant_act(enum hr_cuda_act act, const float *x, u
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t hr_cuda_gemv_int(int type, const void *w, uint64_t row_bytes, uint32_t k,
-                                        uint32_t n, const struct hr_cuda_q8_act *a, uint32_t m,
-                                        float *y, uint32_t ldy, const float *bias, int accumulate,
-                                        cudaStream_t s)
+/* A GEMV of one part (the single-matrix entry points). */
+static hr_cuda_gemv_out one_part(const void *w, uint32_t n, float *y, uint32_t ldy,
+                                 const float *bias)
 {
+    hr_cuda_gemv_out o;
+    memset(&o, 0, sizeof(o));
+    o.w[0] = (const uint8_t *)w, o.y[0] = y, o.bias[0] = bias, o.ldy[0] = ldy;
+    o.end[0] = o.end[1] = o.end[2] = o.n = n;
+    o.n_parts = 1;
+    return o;
+}
+
+/* Every part's weight address ORed with the row length: alignment tests. */
+static uintptr_t parts_align(const hr_cuda_gemv_out &o, uint64_t row_bytes)
+{
+    uintptr_t a = (uintptr_t)row_bytes;
+    for (uint32_t p = 0; p < o.n_parts; p++)
+        a |= (uintptr_t)o.w[p];
+    return a;
+}
+
+/* Part p alone (kernels that put several rows in a warp). */
+static hr_cuda_gemv_out part_of(const hr_cuda_gemv_out &o, uint32_t p)
+{
+    const uint32_t j0 = p ? o.end[p - 1] : 0;
+    return one_part(o.w[p], o.end[p] - j0, o.y[p], o.ldy[p], o.bias[p]);
+}
+
+extern "C" cudaError_t hr_cuda_gemv_int_parts(int type, uint64_t row_bytes, uint32_t k,
+                                              const hr_cuda_gemv_out *op,
+                                              const struct hr_cuda_q8_act *a, uint32_t m,
+                                              int accumulate, cudaStream_t s)
+{
+    const hr_cuda_gemv_out &o = *op;
+    const uint32_t n = o.n;
     if (!m || !n)
         return cudaSuccess;
-    if (m > HR_CUDA_GEMV_MAX_ROWS)
+    if (m > HR_CUDA_GEMV_MAX_ROWS || !o.n_parts || o.n_parts > HR_CUDA_GEMV_PARTS)
         return cudaErrorInvalidValue;
+    const uintptr_t al = parts_align(o, row_bytes);
     /* rows under 2048 values (Qwen2.5-0.5B's 896: 28 blocks of 32) keep the
      * 2-byte-load kernel, a warp per row: a block per row would leave most
      * of its 128 threads idle (0.5B Q8_0 tg128 on an H200 went 795 -> 727
      * tok/s with it and the split attention together; not measured apart) */
     const int qv = q80_variant() == 2 && k < 2048 ? 0 : q80_variant();
-    if (type == HR_CUDA_T_Q8_0 && k % 32 == 0 && ((uintptr_t)w | row_bytes) % 2 == 0 && qv) {
+    if (type == HR_CUDA_T_Q8_0 && k % 32 == 0 && al % 2 == 0 && qv) {
         if (qv == 2)
-            hr_launch(gemv_q80s_q8_kernel<1>, n, 128, 0, s, (const uint8_t *)w, row_bytes, k, n,
-                      *a, m, y, ldy, bias, accumulate);
+            hr_launch(gemv_q80s_q8_kernel<1>, n, 128, 0, s, o, row_bytes, k, *a, m, accumulate);
         else
-            hr_launch(gemv_q80s_q8_kernel<0>, (n + 3) / 4, 128, 0, s, (const uint8_t *)w,
-                      row_bytes, k, n, *a, m, y, ldy, bias, accumulate);
+            hr_launch(gemv_q80s_q8_kernel<0>, (n + 3) / 4, 128, 0, s, o, row_bytes, k, *a, m,
+                      accumulate);
         return cudaGetLastError();
     }
-    if (type == HR_CUDA_T_Q8_0 && k % 32 == 0 && ((uintptr_t)w | row_bytes) % 2 == 0) {
-        hr_launch(gemv_q80_q8_kernel, (n + 3) / 4, 128, 0, s, (const uint8_t *)w, row_bytes, k, n, *a, m,
-                                                       y, ldy, bias, accumulate);
+    if (type == HR_CUDA_T_Q8_0 && k % 32 == 0 && al % 2 == 0) {
+        hr_launch(gemv_q80_q8_kernel, (n + 3) / 4, 128, 0, s, o, row_bytes, k, *a, m, accumulate);
         return cudaGetLastError();
     }
-    if (type != HR_CUDA_T_Q4_K || k % 256 || ((uintptr_t)w | row_bytes) % 16)
+    if (type != HR_CUDA_T_Q4_K || k % 256 || al % 16)
         return cudaErrorInvalidValue;
-    hr_launch(gemv_q4k_q8_kernel, (n + 3) / 4, 128, 0, s, (const uint8_t *)w, row_bytes, k, n, *a, m, y,
-                                                   ldy, bias, accumulate);
+    /* a block per row from 2048 values (8 super-blocks: 64 pieces) up */
+    if (q4k_variant() == 1 && k >= 2048)
+        hr_launch(gemv_q4k_q8_kernel<1>, n, 128, 0, s, o, row_bytes, k, *a, m, accumulate);
+    else
+        hr_launch(gemv_q4k_q8_kernel<0>, (n + 3) / 4, 128, 0, s, o, row_bytes, k, *a, m,
+                  accumulate);
     return cudaGetLastError();
+}
+
+extern "C" cudaError_t hr_cuda_gemv_int(int type, const void *w, uint64_t row_bytes, uint32_t k,
+                                        uint32_t n, const struct hr_cuda_q8_act *a, uint32_t m,
+                                        float *y, uint32_t ldy, const float *bias, int accumulate,
+                                        cudaStream_t s)
+{
+    const hr_cuda_gemv_out o = one_part(w, n, y, ldy, bias);
+    return hr_cuda_gemv_int_parts(type, row_bytes, k, &o, a, m, accumulate, s);
 }
 
 /* One input row (decode of one sequence), the other types: four weight rows
@@ -1422,17 +1506,17 @@ __device__ __forceinline__ void raw16_piece(uint4 wv, const float *x, uint32_t k
 }
 
 template <int BF, int U, int NC>
-__global__ void __launch_bounds__(128) gemv_raw16_kernel(const uint8_t *w, uint64_t row_bytes,
-                                                         uint32_t k, uint32_t n, const float *x,
-                                                         uint32_t m, float *y, uint32_t ldy,
-                                                         const float *bias, int accumulate)
+__global__ void __launch_bounds__(128) gemv_raw16_kernel(hr_cuda_gemv_out o, uint64_t row_bytes,
+                                                         uint32_t k, const float *x, uint32_t m,
+                                                         int accumulate)
 {
     pdl_begin();
     const uint32_t lane = threadIdx.x & 31;
-    const uint32_t j = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    if (j >= n)
+    const uint32_t jg = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (jg >= o.n)
         return;
-    const uint4 *row = (const uint4 *)(w + (uint64_t)j * row_bytes);
+    const gemv_row R = gemv_part(o, jg, row_bytes);
+    const uint4 *row = (const uint4 *)R.w;
     float acc[HR_CUDA_GEMV_MAX_ROWS];
 #pragma unroll
     for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++)
@@ -1454,7 +1538,7 @@ __global__ void __launch_bounds__(128) gemv_raw16_kernel(const uint8_t *w, uint6
             raw16_piece<BF>(wv[i], x, k, pc, m, acc);
         }
     }
-    gemv_warp_store(acc, m, j, y, ldy, bias, accumulate);
+    gemv_warp_store(acc, m, R.j, R.y, R.ldy, R.bias, accumulate);
 }
 
 /* The same product, one block of 4 warps per weight row: thread i takes the
@@ -1466,14 +1550,14 @@ __global__ void __launch_bounds__(128) gemv_raw16_kernel(const uint8_t *w, uint6
  * blocks, 4.4 waves. The order depends on k only, so a row's result does
  * not depend on m. */
 template <int BF>
-__global__ void __launch_bounds__(128) gemv_raw16_row_kernel(const uint8_t *w, uint64_t row_bytes,
-                                                             uint32_t k, uint32_t n, const float *x,
-                                                             uint32_t m, float *y, uint32_t ldy,
-                                                             const float *bias, int accumulate)
+__global__ void __launch_bounds__(128) gemv_raw16_row_kernel(hr_cuda_gemv_out o,
+                                                             uint64_t row_bytes, uint32_t k,
+                                                             const float *x, uint32_t m,
+                                                             int accumulate)
 {
     pdl_begin();
-    const uint32_t j = blockIdx.x;
-    const uint4 *row = (const uint4 *)(w + (uint64_t)j * row_bytes);
+    const gemv_row R = gemv_part(o, blockIdx.x, row_bytes);
+    const uint4 *row = (const uint4 *)R.w;
     float acc[HR_CUDA_GEMV_MAX_ROWS];
 #pragma unroll
     for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++)
@@ -1495,7 +1579,7 @@ __global__ void __launch_bounds__(128) gemv_raw16_row_kernel(const uint8_t *w, u
             raw16_piece<BF>(wv[i], x, k, pc, m, acc);
         }
     }
-    gemv_block_store(acc, m, j, y, ldy, bias, accumulate);
+    gemv_block_store(acc, m, R.j, R.y, R.ldy, R.bias, accumulate);
 }
 
 /* The F16/BF16 GEMV (HR_CUDA_RAW16=u4|u8|u8nc|row; the A/B switch): a warp
@@ -1528,35 +1612,28 @@ static int gemv_generic_only(void)
     return v;
 }
 
-extern "C" cudaError_t hr_cuda_gemv(int type, const void *w, uint64_t row_bytes, uint32_t k,
-                                    uint32_t n, const float *x, uint32_t m, float *y, uint32_t ldy,
-                                    const float *bias, int accumulate, cudaStream_t s)
+extern "C" cudaError_t hr_cuda_gemv_parts(int type, uint64_t row_bytes, uint32_t k,
+                                          const hr_cuda_gemv_out *op, const float *x, uint32_t m,
+                                          int accumulate, cudaStream_t s)
 {
+    const hr_cuda_gemv_out &o = *op;
+    const uint32_t n = o.n;
     if (!m || !n)
         return cudaSuccess;
-    if (m > HR_CUDA_GEMV_MAX_ROWS || k % 32)
+    if (m > HR_CUDA_GEMV_MAX_ROWS || k % 32 || !o.n_parts || o.n_parts > HR_CUDA_GEMV_PARTS)
         return cudaErrorInvalidValue;
+    const uintptr_t al = parts_align(o, row_bytes);
     const unsigned blocks = (n + 3) / 4;
-    if (type == HR_CUDA_T_Q4_K && k % 256 == 0 && ((uintptr_t)w | row_bytes) % 16 == 0 &&
+    if ((type == HR_CUDA_T_F16 || type == HR_CUDA_T_BF16) && k % 8 == 0 && al % 16 == 0 &&
         !gemv_generic_only()) {
-        const unsigned qblocks = (n + 4 * Q4K_ROWS - 1) / (4 * Q4K_ROWS);
-        hr_launch(gemv_q4k_kernel, qblocks, 128, 0, s, (const uint8_t *)w, row_bytes, k, n, x, m, y, ldy,
-                                                bias, accumulate);
-        return cudaGetLastError();
-    }
-    if ((type == HR_CUDA_T_F16 || type == HR_CUDA_T_BF16) && k % 8 == 0 &&
-        ((uintptr_t)w | row_bytes) % 16 == 0 && !gemv_generic_only()) {
 #define L_RAW16(BF, U, NC)                                                                        \
-    hr_launch(gemv_raw16_kernel<BF, U, NC>, (n + 3) / 4, 128, 0, s, (const uint8_t *)w, row_bytes, \
-              k, n, x, m, y, ldy, bias, accumulate)
+    hr_launch(gemv_raw16_kernel<BF, U, NC>, blocks, 128, 0, s, o, row_bytes, k, x, m, accumulate)
         const int v = raw16_variant(), bf = type == HR_CUDA_T_BF16;
         if (v == 3) {
             if (bf)
-                hr_launch(gemv_raw16_row_kernel<1>, n, 128, 0, s, (const uint8_t *)w, row_bytes, k,
-                          n, x, m, y, ldy, bias, accumulate);
+                hr_launch(gemv_raw16_row_kernel<1>, n, 128, 0, s, o, row_bytes, k, x, m, accumulate);
             else
-                hr_launch(gemv_raw16_row_kernel<0>, n, 128, 0, s, (const uint8_t *)w, row_bytes, k,
-                          n, x, m, y, ldy, bias, accumulate);
+                hr_launch(gemv_raw16_row_kernel<0>, n, 128, 0, s, o, row_bytes, k, x, m, accumulate);
         } else if (v == 0)
             bf ? L_RAW16(1, 4, 0) : L_RAW16(0, 4, 0);
         else if (v == 1)
@@ -1566,21 +1643,41 @@ extern "C" cudaError_t hr_cuda_gemv(int type, const void *w, uint64_t row_bytes,
 #undef L_RAW16
         return cudaGetLastError();
     }
-    if (m == 1 && !gemv_generic_only()) {
-        const unsigned rblocks = (n + 15) / 16;
+    /* Four weight rows a warp (Q4_K on f32 inputs; one input row): a warp's
+     * rows stay within a part, so one launch per part. */
+    const bool q4k = type == HR_CUDA_T_Q4_K && k % 256 == 0 && al % 16 == 0 && !gemv_generic_only();
+    if (q4k || (m == 1 && !gemv_generic_only())) {
+        for (uint32_t p = 0; p < o.n_parts; p++) {
+            const hr_cuda_gemv_out q = part_of(o, p);
+            const uint32_t np = q.n;
+            if (!np)
+                continue;
+            if (q4k) {
+                const unsigned qblocks = (np + 4 * Q4K_ROWS - 1) / (4 * Q4K_ROWS);
+                hr_launch(gemv_q4k_kernel, qblocks, 128, 0, s, q.w[0], row_bytes, k, np, x, m,
+                          q.y[0], q.ldy[0], q.bias[0], accumulate);
+            } else {
 #define L_GEMV1(T)                                                                                \
-    hr_launch(gemv1_kernel<T>, rblocks, 128, 0, s, (const uint8_t *)w, row_bytes, k, n, x, y, bias,       \
-                                            accumulate)
-        HR_DISPATCH(type, L_GEMV1)
+    hr_launch(gemv1_kernel<T>, (np + 15) / 16, 128, 0, s, q.w[0], row_bytes, k, np, x, q.y[0],     \
+              q.bias[0], accumulate)
+                HR_DISPATCH(type, L_GEMV1)
 #undef L_GEMV1
+            }
+        }
         return cudaGetLastError();
     }
-#define L_GEMV(T)                                                                                 \
-    hr_launch(gemv_kernel<T>, blocks, 128, 0, s, (const uint8_t *)w, row_bytes, k, n, x, m, y, ldy,     \
-                                          bias, accumulate)
+#define L_GEMV(T) hr_launch(gemv_kernel<T>, blocks, 128, 0, s, o, row_bytes, k, x, m, accumulate)
     HR_DISPATCH(type, L_GEMV)
 #undef L_GEMV
     return cudaGetLastError();
+}
+
+extern "C" cudaError_t hr_cuda_gemv(int type, const void *w, uint64_t row_bytes, uint32_t k,
+                                    uint32_t n, const float *x, uint32_t m, float *y, uint32_t ldy,
+                                    const float *bias, int accumulate, cudaStream_t s)
+{
+    const hr_cuda_gemv_out o = one_part(w, n, y, ldy, bias);
+    return hr_cuda_gemv_parts(type, row_bytes, k, &o, x, m, accumulate, s);
 }
 
 /* ---- GEMM: prefill --------------------------------------------------------
@@ -3148,7 +3245,8 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
         (ce = preload_type<HR_CUDA_T_Q3_K>()) != cudaSuccess ||
         (ce = preload_type<HR_CUDA_T_IQ4_XS>()) != cudaSuccess)
         return ce;
-    const void *k[] = {(const void *)gemv_q4k_kernel, (const void *)gemv_q4k_q8_kernel,
+    const void *k[] = {(const void *)gemv_q4k_kernel, (const void *)gemv_q4k_q8_kernel<0>,
+                       (const void *)gemv_q4k_q8_kernel<1>,
                        (const void *)gemv_q80_q8_kernel, (const void *)gemv_q80s_q8_kernel<0>,
                        (const void *)gemv_q80s_q8_kernel<1>,
                        (const void *)quant_q80_kernel,

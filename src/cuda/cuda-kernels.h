@@ -124,6 +124,25 @@ cudaError_t hr_cuda_gemv(int type, const void *w, uint64_t row_bytes, uint32_t k
                          const float *x, uint32_t m, float *y, uint32_t ldy, const float *bias,
                          int accumulate, cudaStream_t s);
 
+/* Up to three matrices of one type and row length on the same inputs
+ * (Q, K and V; gate and up) as ONE GEMV launch: row jg of the launch is
+ * row jg - end[p-1] of part p (end: cumulative rows; n = end[n_parts-1],
+ * the unused ends equal to n). Each row is computed exactly as by
+ * hr_cuda_gemv of its matrix alone: fusing changes launches, not results. */
+#define HR_CUDA_GEMV_PARTS 3
+typedef struct hr_cuda_gemv_out {
+    const uint8_t *w[HR_CUDA_GEMV_PARTS];
+    float *y[HR_CUDA_GEMV_PARTS];
+    const float *bias[HR_CUDA_GEMV_PARTS];
+    uint32_t ldy[HR_CUDA_GEMV_PARTS];
+    uint32_t end[HR_CUDA_GEMV_PARTS];
+    uint32_t n, n_parts;
+} hr_cuda_gemv_out;
+
+cudaError_t hr_cuda_gemv_parts(int type, uint64_t row_bytes, uint32_t k,
+                               const hr_cuda_gemv_out *o, const float *x, uint32_t m,
+                               int accumulate, cudaStream_t s);
+
 /* Activations quantized for the integer GEMV: int8 values, row t at q + t k;
  * Q8_K: one f32 scale per 256 (d + t k / 256) and int16 sums of the values
  * per 16 (s + t k / 16); Q8_0: one scale per 32 (d + t k / 32), no sums. */
@@ -147,6 +166,10 @@ cudaError_t hr_cuda_quant_act(enum hr_cuda_act act, const float *x, uint32_t m, 
 cudaError_t hr_cuda_gemv_int(int type, const void *w, uint64_t row_bytes, uint32_t k, uint32_t n,
                              const struct hr_cuda_q8_act *a, uint32_t m, float *y, uint32_t ldy,
                              const float *bias, int accumulate, cudaStream_t s);
+/* The same over parts (hr_cuda_gemv_out). */
+cudaError_t hr_cuda_gemv_int_parts(int type, uint64_t row_bytes, uint32_t k,
+                                   const hr_cuda_gemv_out *o, const struct hr_cuda_q8_act *a,
+                                   uint32_t m, int accumulate, cudaStream_t s);
 
 /* Whether weights of `type` whose inputs round to `act` have an integer
  * GEMM for m > HR_CUDA_GEMV_MAX_ROWS (Q8_0, Q4_0, Q5_0, IQ4_NL and MXFP4 on

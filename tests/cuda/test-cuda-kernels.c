@@ -83,6 +83,65 @@ static void cpu_round(enum hr_ggml_type t, const float *x, float *y, size_t k, v
         hr_dequantize_row(vt, scratch, y, k);
 }
 
+/* The fused launch (hr_cuda_gemv_parts / hr_cuda_gemv_int_parts): rows
+ * [0, n) of dw as three parts of unequal size, each with its own output
+ * (its own row stride) and bias, against each part run alone through
+ * hr_cuda_gemv(_int): bit for bit, for m = 1 and m = M. qa != NULL: the
+ * integer GEMV on those inputs, else the float one on dxr. */
+static void check_parts(enum hr_ggml_type t, const uint8_t *dw, size_t rb, uint32_t k, uint32_t n,
+                        const float *dxr, const struct hr_cuda_q8_act *qa, uint32_t M,
+                        const float *dbias)
+{
+    const uint32_t cut[4] = {0, n * 2 / 5, n * 7 / 10, n};
+    float *dy[3], *dz[3];
+    uint32_t ldy[3];
+    hr_cuda_gemv_out o;
+    memset(&o, 0, sizeof(o));
+    for (int p = 0; p < 3; p++) {
+        const uint32_t np = cut[p + 1] - cut[p];
+        ldy[p] = np + 3 + p;
+        CT_CUDA(cudaMalloc((void **)&dy[p], sizeof(float) * ldy[p] * M));
+        CT_CUDA(cudaMalloc((void **)&dz[p], sizeof(float) * ldy[p] * M));
+        CT_CUDA(cudaMemset(dy[p], 0, sizeof(float) * ldy[p] * M));
+        CT_CUDA(cudaMemset(dz[p], 0, sizeof(float) * ldy[p] * M));
+        o.w[p] = dw + (size_t)cut[p] * rb;
+        o.y[p] = dy[p];
+        o.bias[p] = p == 1 ? NULL : dbias + cut[p];
+        o.ldy[p] = ldy[p];
+        o.end[p] = cut[p + 1];
+    }
+    o.n = n, o.n_parts = 3;
+    int same = 1;
+    const uint32_t ms[2] = {1, M};
+    for (int mi = 0; mi < 2; mi++) {
+        const uint32_t m = ms[mi];
+        if (qa)
+            CT_CUDA(hr_cuda_gemv_int_parts((int)t, rb, k, &o, qa, m, 0, 0));
+        else
+            CT_CUDA(hr_cuda_gemv_parts((int)t, rb, k, &o, dxr, m, 0, 0));
+        for (int p = 0; p < 3; p++) {
+            const uint32_t np = cut[p + 1] - cut[p];
+            if (qa)
+                CT_CUDA(hr_cuda_gemv_int((int)t, o.w[p], rb, k, np, qa, m, dz[p], ldy[p],
+                                         o.bias[p], 0, 0));
+            else
+                CT_CUDA(hr_cuda_gemv((int)t, o.w[p], rb, k, np, dxr, m, dz[p], ldy[p], o.bias[p],
+                                     0, 0));
+            float *a = malloc(sizeof(float) * ldy[p] * M), *b = malloc(sizeof(float) * ldy[p] * M);
+            from_dev(a, dy[p], sizeof(float) * ldy[p] * M);
+            from_dev(b, dz[p], sizeof(float) * ldy[p] * M);
+            same &= memcmp(a, b, sizeof(float) * ldy[p] * M) == 0;
+            free(a), free(b);
+        }
+    }
+    CT_CHECK(same, "%-5s %s GEMV as three parts in one launch (rows %u/%u/%u, own strides and "
+             "biases), m = 1 and %u: each part == its matrix alone, bit for bit",
+             hr_ggml_type_name(t), qa ? "integer" : "float", cut[1], cut[2] - cut[1],
+             n - cut[2], M);
+    for (int p = 0; p < 3; p++)
+        cudaFree(dy[p]), cudaFree(dz[p]);
+}
+
 static void test_type(enum hr_ggml_type t)
 {
     /* n = 99: the Q4_K GEMV takes rows four to a warp and 16 to a block; 99
@@ -166,6 +225,7 @@ static void test_type(enum hr_ggml_type t)
     }
     CT_CHECK(worst < 1e-6 && all_m_ok, "%-5s GEMV m = 1..%u (plain, bias, accumulate): worst error "
              "%.2e of sum |terms| (< 1e-6), other rows untouched", name, M, worst);
+    check_parts(t, dw, rb, k, n, dxr, NULL, M, dbias);
 
     /* The integer GEMV (dp4a on int8 inputs), where the type has one: the
      * same reference, every m, and a row's result independent of m. */
@@ -216,6 +276,7 @@ static void test_type(enum hr_ggml_type t)
         from_dev(ib, dy, sizeof(float) * n * M);
         CT_CHECK(memcmp(ia, ib + 3 * n, sizeof(float) * n) == 0, "%-5s integer GEMV row 3 alone "
                  "== row 3 of %u rows, bit for bit", name, M);
+        check_parts(t, dw, rb, k, n, NULL, &qa, M, dbias);
         free(ia), free(ib);
         cudaFree(qa.q), cudaFree(qa.d), cudaFree(qa.s);
     }
@@ -599,14 +660,17 @@ static void test_attention(uint32_t hd, uint32_t window, int sinks)
     free(pool), free(q), free(out);
 }
 
-/* The Q8_0 integer GEMV on rows that are not 16-byte aligned (2080 inputs:
- * 2210-byte rows), which the 16-byte-load kernel reads from each row's
- * start rounded down: against the dot of the weights' and the rounded
- * inputs' values. */
-static void test_q80_rows(void)
+/* The integer GEMVs' block-per-row kernels (rows of 2048 values and more):
+ * Q8_0 on rows that are not 16-byte aligned (2080 inputs: 2210-byte rows),
+ * which the 16-byte-load kernel reads from each row's start rounded down,
+ * and Q4_K on 2304 inputs (9 super-blocks: 72 pieces over 128 threads).
+ * Against the dot of the weights' and the rounded inputs' values, and as
+ * three parts in one launch. */
+static void test_int_rows(enum hr_ggml_type t, uint32_t k)
 {
-    const uint32_t k = 2080, n = 37, M = 3;
-    const size_t rb = hr_row_bytes(HR_GGML_Q8_0, k);
+    const uint32_t n = 37, M = 3;
+    const size_t rb = hr_row_bytes(t, k);
+    const enum hr_cuda_act act = act_of(t);
     float *wf = malloc(sizeof(float) * k * n), *wd = malloc(sizeof(float) * k * n);
     float *x = malloc(sizeof(float) * k * M), *xr = malloc(sizeof(float) * k * M);
     float *y = malloc(sizeof(float) * n * M);
@@ -614,8 +678,8 @@ static void test_q80_rows(void)
     for (size_t i = 0; i < (size_t)k * n; i++)
         wf[i] = frand() * 0.5f;
     for (uint32_t r = 0; r < n; r++) {
-        hr_quantize_row(HR_GGML_Q8_0, wf + (size_t)r * k, wq + r * rb, k);
-        hr_dequantize_row(HR_GGML_Q8_0, wq + r * rb, wd + (size_t)r * k, k);
+        hr_quantize_row(t, wf + (size_t)r * k, wq + r * rb, k);
+        hr_dequantize_row(t, wq + r * rb, wd + (size_t)r * k, k);
     }
     for (size_t i = 0; i < (size_t)k * M; i++)
         x[i] = frand() * 3.0f;
@@ -626,12 +690,13 @@ static void test_q80_rows(void)
     CT_CUDA(cudaMalloc((void **)&dy, sizeof(float) * n * M));
     CT_CUDA(cudaMalloc((void **)&qa.q, (size_t)k * M));
     CT_CUDA(cudaMalloc((void **)&qa.d, sizeof(float) * (k / 32) * M));
-    CT_CUDA(hr_cuda_act_round(HR_CUDA_ACT_Q8_0, dx, M, k, dxr, 0));
-    CT_CUDA(hr_cuda_quant_act(HR_CUDA_ACT_Q8_0, dx, M, k, &qa, 0));
+    CT_CUDA(cudaMalloc((void **)&qa.s, sizeof(int16_t) * (k / 16) * M));
+    CT_CUDA(hr_cuda_act_round(act, dx, M, k, dxr, 0));
+    CT_CUDA(hr_cuda_quant_act(act, dx, M, k, &qa, 0));
     from_dev(xr, dxr, sizeof(float) * k * M);
     double worst = 0.0;
     for (uint32_t m = 1; m <= M; m++) {
-        CT_CUDA(hr_cuda_gemv_int((int)HR_GGML_Q8_0, dw, rb, k, n, &qa, m, dy, n, NULL, 0, 0));
+        CT_CUDA(hr_cuda_gemv_int((int)t, dw, rb, k, n, &qa, m, dy, n, NULL, 0, 0));
         from_dev(y, dy, sizeof(float) * n * m);
         for (uint32_t r = 0; r < m; r++)
             for (uint32_t j = 0; j < n; j++) {
@@ -644,9 +709,18 @@ static void test_q80_rows(void)
                 worst = e > worst || e != e ? e : worst;
             }
     }
-    CT_CHECK(worst < 1e-6, "Q8_0  integer GEMV on %zu-byte rows (not 16-byte aligned), m = 1..%u: "
-             "worst error %.2e of sum |terms| (< 1e-6)", rb, M, worst);
-    cudaFree(dw), cudaFree(dx), cudaFree(dxr), cudaFree(dy), cudaFree(qa.q), cudaFree(qa.d);
+    CT_CHECK(worst < 1e-6, "%-5s integer GEMV on %u inputs (%zu-byte rows), m = 1..%u: worst "
+             "error %.2e of sum |terms| (< 1e-6)", hr_ggml_type_name(t), k, rb, M, worst);
+    {
+        float *bias = malloc(sizeof(float) * n), *dbias;
+        for (uint32_t j = 0; j < n; j++)
+            bias[j] = frand();
+        dbias = to_dev(bias, sizeof(float) * n);
+        check_parts(t, dw, rb, k, n, NULL, &qa, M, dbias);
+        cudaFree(dbias), free(bias);
+    }
+    cudaFree(dw), cudaFree(dx), cudaFree(dxr), cudaFree(dy);
+    cudaFree(qa.q), cudaFree(qa.d), cudaFree(qa.s);
     free(wf), free(wd), free(x), free(xr), free(y), free(wq);
 }
 
@@ -659,7 +733,8 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
         test_type(types[i]);
     test_small();
-    test_q80_rows();
+    test_int_rows(HR_GGML_Q8_0, 2080);
+    test_int_rows(HR_GGML_Q4_K, 2304);
     test_attention(64, 0, 0);
     test_attention(128, 0, 0);
     test_attention(64, 100, 1);
