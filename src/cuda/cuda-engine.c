@@ -249,6 +249,12 @@ struct hr_cuda_engine {
     uint32_t prep_m, prep_k;
     enum hr_cuda_act prep_act;
     int prep_kind;
+    /* a form a fused norm made (norm_for): good for the next request only */
+    bool prime_valid;
+    const float *prime_x;
+    uint32_t prime_m, prime_k;
+    enum hr_cuda_act prime_act;
+    int prime_kind;
 
     /* decode steps as a CUDA graph (run_graph) */
     bool graphs;
@@ -1567,7 +1573,10 @@ struct fwd {
  * integer GEMM (actq16, in act16's bytes), or rounded and stored as 16-bit
  * floats (act16). Matmuls that share an input
  * (Q, K and V; gate and up) prepare it once: the form last made is
- * remembered until the forward pass rewrites a buffer (prep_forget).
+ * remembered until the forward pass rewrites a buffer (prep_forget). A
+ * norm may also have made the form its first reader asks for (norm_for):
+ * that "prime" answers the next request only, whatever it asks, so no
+ * later write to act/actq can leave it stale.
  */
 enum prep_kind { PREP_F32, PREP_INT, PREP_HALF, PREP_HALF_BF, PREP_INT_WIDE };
 
@@ -1577,9 +1586,12 @@ static bool prep_have(struct hr_cuda_engine *e, const float *x, uint32_t m, uint
     if (e->prep_valid && e->prep_x == x && e->prep_m == m && e->prep_k == k &&
         e->prep_act == act && e->prep_kind == (int)kind)
         return true;
+    const bool primed = e->prime_valid && e->prime_x == x && e->prime_m == m &&
+                        e->prime_k == k && e->prime_act == act && e->prime_kind == (int)kind;
+    e->prime_valid = false;
     e->prep_valid = true, e->prep_x = x, e->prep_m = m, e->prep_k = k;
     e->prep_act = act, e->prep_kind = (int)kind;
-    return false;
+    return primed;
 }
 
 static void prep_forget(struct hr_cuda_engine *e)
@@ -1980,6 +1992,39 @@ static enum hr_status deltanet_mixer(struct hr_cuda_engine *e, const struct fwd 
     return HR_OK;
 }
 
+/* xn = rmsnorm(x) * w for the T rows. In a GEMV step whose first reader of
+ * xn (`next`; NULL: not known here) takes Q8_0 inputs on the integer GEMV
+ * or f16-rounded ones, the norm makes those too (hr_cuda_rms_norm_prep: a
+ * launch less, the same bytes) and primes prep_have with them. */
+static enum hr_status norm_for(struct hr_cuda_engine *e, const struct fwd *f,
+                               const struct dweight *w, const struct dweight *next, uint32_t T,
+                               struct hr_err *err)
+{
+    const uint32_t E = e->dims.n_embd;
+    const float eps = e->m->hp.rms_eps;
+    hr_cuda_norm_prep pr;
+    memset(&pr, 0, sizeof(pr));
+    enum prep_kind kind = PREP_F32;
+    if (next && fuse_on() && T <= e->dims.gemv_max_tokens && E % 32 == 0) {
+        const bool int_gemv = f->actq.q && hr_cuda_gemv_int_type((int)next->type, next->act);
+        if (int_gemv && next->act == HR_CUDA_ACT_Q8_0)
+            pr.kind = HR_CUDA_NORM_PREP_Q8_0, pr.q = f->actq, kind = PREP_INT;
+        else if (!int_gemv && next->act == HR_CUDA_ACT_F16)
+            pr.kind = HR_CUDA_NORM_PREP_F16, pr.act = f->act;
+    }
+    e->prime_valid = false;
+    if (pr.kind == HR_CUDA_NORM_PREP_NONE) {
+        CU(hr_cuda_rms_norm(f->x, NULL, NULL, T, E, (const float *)w->d, eps, f->xn, e->stream),
+           "a norm");
+        return HR_OK;
+    }
+    CU(hr_cuda_rms_norm_prep(f->x, T, E, (const float *)w->d, eps, f->xn, &pr, e->stream),
+       "a norm with the next matmul's inputs");
+    e->prime_valid = true, e->prime_x = f->xn, e->prime_m = T, e->prime_k = E;
+    e->prime_act = next->act, e->prime_kind = (int)kind;
+    return HR_OK;
+}
+
 static enum hr_status forward(struct hr_cuda_engine *e, const struct fwd *f, uint32_t T,
                               uint32_t L, uint32_t S, struct hr_err *err)
 {
@@ -2000,14 +2045,12 @@ static enum hr_status forward(struct hr_cuda_engine *e, const struct fwd *f, uin
         .tab_off = f->tab_off, .tables = f->tables};
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const struct dlayer *D = &e->layers[l];
-        CU(hr_cuda_rms_norm(f->x, NULL, NULL, T, E, (const float *)D->attn_norm.d, hp->rms_eps,
-                            f->xn, s), "the attention norm");
+        TRY(norm_for(e, f, &D->attn_norm, D->dn ? NULL : &D->wq, T, err));
         if (D->dn)
             TRY(deltanet_mixer(e, f, D, T, S, err));
         else
             TRY(attention_mixer(e, f, D, T, kv, err));
-        CU(hr_cuda_rms_norm(f->x, NULL, NULL, T, E, (const float *)D->ffn_norm.d, hp->rms_eps,
-                            f->xn, s), "the FFN norm");
+        TRY(norm_for(e, f, &D->ffn_norm, D->moe ? NULL : &D->w_gate, T, err));
         if (D->moe)
             TRY(moe_ffn(e, f, D, T, err));
         else

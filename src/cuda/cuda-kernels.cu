@@ -591,7 +591,7 @@ extern "C" cudaError_t hr_cuda_rope_table(const int32_t *pos, uint32_t n_tokens,
 /* ---- RMSNorm (with the residual add fused) --------------------------------- */
 
 __global__ void rms_norm_kernel(float *x, const float *add, const int32_t *rows, uint32_t n,
-                                const float *w, float eps, float *y)
+                                const float *w, float eps, float *y, hr_cuda_norm_prep pr)
 {
     pdl_begin();
     __shared__ double part[32];
@@ -637,7 +637,45 @@ __global__ void rms_norm_kernel(float *x, const float *add, const int32_t *rows,
     const float mean = (float)(part[0] / n);
     const float scale = 1.0f / sqrtf(mean + eps);
     float *yr = y + (size_t)r * n;
-    if (v4) {
+    if (v4 && pr.kind != HR_CUDA_NORM_PREP_NONE) {
+        /* Every thread runs every pass (shuffles below): a Q8_0 block of 32
+         * is 8 consecutive threads' float4s, all in or all out (n % 32 == 0). */
+        for (uint32_t i0 = 0; i0 < n / 4; i0 += blockDim.x) {
+            const uint32_t i = i0 + threadIdx.x;
+            const bool in = i < n / 4;
+            float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (in) {
+                const float4 v = ((const float4 *)xr)[i], g = ((const float4 *)w)[i];
+                o = make_float4((v.x * scale) * g.x, (v.y * scale) * g.y, (v.z * scale) * g.z,
+                                (v.w * scale) * g.w);
+                ((float4 *)yr)[i] = o;
+            }
+            if (pr.kind == HR_CUDA_NORM_PREP_F16) {
+                if (in)
+                    ((float4 *)(pr.act + (size_t)r * n))[i] = make_float4(
+                        __half2float(__float2half_rn(o.x)), __half2float(__float2half_rn(o.y)),
+                        __half2float(__float2half_rn(o.z)), __half2float(__float2half_rn(o.w)));
+            } else { /* Q8_0 on int8, as quant_q80_kernel */
+                float amax = fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w)));
+#pragma unroll
+                for (int s = 1; s < 8; s <<= 1)
+                    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, s));
+                const float d = __half2float(__float2half_rn(amax / 127.f));
+                const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+                if (in) {
+                    const float ov[4] = {o.x, o.y, o.z, o.w};
+                    char4 q;
+                    q.x = (signed char)max(-128, min(127, __float2int_rn(ov[0] * id)));
+                    q.y = (signed char)max(-128, min(127, __float2int_rn(ov[1] * id)));
+                    q.z = (signed char)max(-128, min(127, __float2int_rn(ov[2] * id)));
+                    q.w = (signed char)max(-128, min(127, __float2int_rn(ov[3] * id)));
+                    ((char4 *)(pr.q.q + (size_t)r * n))[i] = q;
+                    if (i % 8 == 0)
+                        pr.q.d[(size_t)r * (n / 32) + i / 8] = d;
+                }
+            }
+        }
+    } else if (v4) {
         for (uint32_t i = threadIdx.x; i < n / 4; i += blockDim.x) {
             const float4 v = ((const float4 *)xr)[i], g = ((const float4 *)w)[i];
             ((float4 *)yr)[i] = make_float4((v.x * scale) * g.x, (v.y * scale) * g.y,
@@ -657,7 +695,24 @@ extern "C" cudaError_t hr_cuda_rms_norm(float *x, const float *add, const int32_
         return cudaSuccess;
     unsigned threads = n % 4 == 0 ? (n / 4 + 31) / 32 * 32 : 256;
     threads = threads < 64 ? 64 : threads > 1024 ? 1024 : threads;
-    hr_launch(rms_norm_kernel, n_rows, threads, 0, s, x, add, rows, n, w, eps, y);
+    hr_cuda_norm_prep none;
+    memset(&none, 0, sizeof(none));
+    hr_launch(rms_norm_kernel, n_rows, threads, 0, s, x, add, rows, n, w, eps, y, none);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t hr_cuda_rms_norm_prep(float *x, uint32_t n_rows, uint32_t n,
+                                             const float *w, float eps, float *y,
+                                             const hr_cuda_norm_prep *pr, cudaStream_t s)
+{
+    if (!n_rows)
+        return cudaSuccess;
+    if (n % 32 || (pr->kind != HR_CUDA_NORM_PREP_F16 && pr->kind != HR_CUDA_NORM_PREP_Q8_0))
+        return cudaErrorInvalidValue;
+    unsigned threads = (n / 4 + 31) / 32 * 32;
+    threads = threads < 64 ? 64 : threads > 1024 ? 1024 : threads;
+    hr_launch(rms_norm_kernel, n_rows, threads, 0, s, x, (const float *)NULL,
+              (const int32_t *)NULL, n, w, eps, y, *pr);
     return cudaGetLastError();
 }
 

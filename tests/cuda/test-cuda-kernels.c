@@ -436,6 +436,62 @@ static void test_type(enum hr_ggml_type t)
     free(bias), free(hy), free(y0), free(ya), free(yb);
 }
 
+/* The norm that also prepares the next matmul's inputs: the same xn, and
+ * the same f16-rounded or Q8_0 bytes as the separate kernels make, bit for
+ * bit; n = 160 leaves idle threads in the block, 8192 takes two passes. */
+static void test_norm_prep(void)
+{
+    const uint32_t ns[] = {160, 896, 4096, 8192}, R = 3;
+    int same = 1;
+    for (size_t c = 0; c < sizeof(ns) / sizeof(ns[0]); c++) {
+        const uint32_t n = ns[c];
+        float *x = malloc(sizeof(float) * n * R), *w = malloc(sizeof(float) * n);
+        for (size_t i = 0; i < (size_t)n * R; i++)
+            x[i] = frand() * 4.0f;
+        x[5] = 0.0f;
+        for (uint32_t i = 0; i < 32; i++)
+            x[n + i] = 0.0f; /* a block of zeros: amax 0 */
+        for (uint32_t i = 0; i < n; i++)
+            w[i] = 0.5f + frand();
+        float *dx = to_dev(x, sizeof(float) * n * R), *dw = to_dev(w, sizeof(float) * n);
+        float *dy0, *dy1, *da0, *da1;
+        struct hr_cuda_q8_act q0 = {0}, q1 = {0};
+        CT_CUDA(cudaMalloc((void **)&dy0, sizeof(float) * n * R));
+        CT_CUDA(cudaMalloc((void **)&dy1, sizeof(float) * n * R));
+        CT_CUDA(cudaMalloc((void **)&da0, sizeof(float) * n * R));
+        CT_CUDA(cudaMalloc((void **)&da1, sizeof(float) * n * R));
+        CT_CUDA(cudaMalloc((void **)&q0.q, (size_t)n * R));
+        CT_CUDA(cudaMalloc((void **)&q1.q, (size_t)n * R));
+        CT_CUDA(cudaMalloc((void **)&q0.d, sizeof(float) * (n / 32) * R));
+        CT_CUDA(cudaMalloc((void **)&q1.d, sizeof(float) * (n / 32) * R));
+        CT_CUDA(hr_cuda_rms_norm(dx, NULL, NULL, R, n, dw, 1e-6f, dy0, 0));
+        CT_CUDA(hr_cuda_act_round(HR_CUDA_ACT_F16, dy0, R, n, da0, 0));
+        CT_CUDA(hr_cuda_quant_act(HR_CUDA_ACT_Q8_0, dy0, R, n, &q0, 0));
+        hr_cuda_norm_prep pr = {.kind = HR_CUDA_NORM_PREP_F16, .act = da1};
+        CT_CUDA(hr_cuda_rms_norm_prep(dx, R, n, dw, 1e-6f, dy1, &pr, 0));
+        const size_t fb = sizeof(float) * n * R;
+        char *a = malloc(fb), *b = malloc(fb);
+        from_dev(a, dy0, fb), from_dev(b, dy1, fb);
+        same &= memcmp(a, b, fb) == 0;
+        from_dev(a, da0, fb), from_dev(b, da1, fb);
+        same &= memcmp(a, b, fb) == 0;
+        pr = (hr_cuda_norm_prep){.kind = HR_CUDA_NORM_PREP_Q8_0, .q = q1};
+        CT_CUDA(cudaMemset(dy1, 0, fb));
+        CT_CUDA(hr_cuda_rms_norm_prep(dx, R, n, dw, 1e-6f, dy1, &pr, 0));
+        from_dev(a, dy0, fb), from_dev(b, dy1, fb);
+        same &= memcmp(a, b, fb) == 0;
+        from_dev(a, q0.q, (size_t)n * R), from_dev(b, q1.q, (size_t)n * R);
+        same &= memcmp(a, b, (size_t)n * R) == 0;
+        from_dev(a, q0.d, sizeof(float) * (n / 32) * R), from_dev(b, q1.d, sizeof(float) * (n / 32) * R);
+        same &= memcmp(a, b, sizeof(float) * (n / 32) * R) == 0;
+        free(a), free(b), free(x), free(w);
+        cudaFree(dx), cudaFree(dw), cudaFree(dy0), cudaFree(dy1), cudaFree(da0), cudaFree(da1);
+        cudaFree(q0.q), cudaFree(q1.q), cudaFree(q0.d), cudaFree(q1.d);
+    }
+    CT_CHECK(same, "RMSNorm with the next matmul's inputs (f16-rounded; Q8_0 int8 + scales), "
+             "n = 160, 896, 4096, 8192: the separate kernels' bytes, bit for bit");
+}
+
 static void test_small(void)
 {
     const uint32_t n = 384, rows = 5;
@@ -733,6 +789,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
         test_type(types[i]);
     test_small();
+    test_norm_prep();
     test_int_rows(HR_GGML_Q8_0, 2080);
     test_int_rows(HR_GGML_Q4_K, 2304);
     test_attention(64, 0, 0);
