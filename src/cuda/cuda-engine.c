@@ -1794,6 +1794,53 @@ static struct dweight expert_of(const struct dweight *w, uint32_t x)
     return s;
 }
 
+/* What a fused kernel can make for `next`'s GEMV on a T x k input: Q8_0
+ * for the integer GEMV, f16-rounded values for F16 weights; none else (or
+ * past the GEMV, or with HR_CUDA_FUSE=0). */
+static hr_cuda_norm_prep prep_for(const struct hr_cuda_engine *e, const struct fwd *f,
+                                  const struct dweight *next, uint32_t T, uint32_t k,
+                                  enum prep_kind *kind)
+{
+    hr_cuda_norm_prep pr;
+    memset(&pr, 0, sizeof(pr));
+    *kind = PREP_F32;
+    if (!next || !fuse_on() || T > e->dims.gemv_max_tokens || k % 32)
+        return pr;
+    const bool int_gemv = f->actq.q && hr_cuda_gemv_int_type((int)next->type, next->act);
+    if (int_gemv && next->act == HR_CUDA_ACT_Q8_0)
+        pr.kind = HR_CUDA_NORM_PREP_Q8_0, pr.q = f->actq, *kind = PREP_INT;
+    else if (!int_gemv && next->act == HR_CUDA_ACT_F16)
+        pr.kind = HR_CUDA_NORM_PREP_F16, pr.act = f->act;
+    return pr;
+}
+
+/* prep_have's answer for the next request: x's m x k made for `next`. */
+static void prep_prime(struct hr_cuda_engine *e, const float *x, uint32_t m, uint32_t k,
+                       const struct dweight *next, enum prep_kind kind)
+{
+    e->prime_valid = true, e->prime_x = x, e->prime_m = m, e->prime_k = k;
+    e->prime_act = next->act, e->prime_kind = (int)kind;
+}
+
+/* gate = silu(gate) * up (T x F), with wd's inputs made too where a fused
+ * kernel can (prep_for). */
+static enum hr_status swiglu_for(struct hr_cuda_engine *e, const struct fwd *f,
+                                 const struct dweight *wd, uint32_t T, uint32_t F,
+                                 struct hr_err *err)
+{
+    enum prep_kind kind;
+    const hr_cuda_norm_prep pr = prep_for(e, f, wd, T, F, &kind);
+    e->prime_valid = false;
+    if (pr.kind == HR_CUDA_NORM_PREP_NONE) {
+        CU(hr_cuda_swiglu(f->gate, f->up, (uint64_t)T * F, e->stream), "SwiGLU");
+        return HR_OK;
+    }
+    CU(hr_cuda_swiglu_prep(f->gate, f->up, (uint64_t)T * F, &pr, e->stream),
+       "SwiGLU with the down matmul's inputs");
+    prep_prime(e, f->gate, T, F, wd, kind);
+    return HR_OK;
+}
+
 /* gate (T x F) = silu(xn Wg^T) * (xn Wu^T); y (+)= gate Wd^T. */
 static enum hr_status dense_ffn(struct hr_cuda_engine *e, const struct fwd *f,
                                 const struct dweight *wg, const struct dweight *wu,
@@ -1806,7 +1853,7 @@ static enum hr_status dense_ffn(struct hr_cuda_engine *e, const struct fwd *f,
     float *const gy[2] = {f->gate, f->up};
     const uint32_t gl[2] = {F, F};
     TRY(matmul_parts(e, f, gu, gy, gl, 2, f->xn, T, err));
-    CU(hr_cuda_swiglu(f->gate, f->up, (uint64_t)T * F, e->stream), "SwiGLU");
+    TRY(swiglu_for(e, f, wd, T, F, err));
     prep_forget(e);
     TRY(matmul(e, f, wd, f->gate, T, y, E, NULL, accumulate, err));
     prep_forget(e);
@@ -2002,16 +2049,8 @@ static enum hr_status norm_for(struct hr_cuda_engine *e, const struct fwd *f,
 {
     const uint32_t E = e->dims.n_embd;
     const float eps = e->m->hp.rms_eps;
-    hr_cuda_norm_prep pr;
-    memset(&pr, 0, sizeof(pr));
-    enum prep_kind kind = PREP_F32;
-    if (next && fuse_on() && T <= e->dims.gemv_max_tokens && E % 32 == 0) {
-        const bool int_gemv = f->actq.q && hr_cuda_gemv_int_type((int)next->type, next->act);
-        if (int_gemv && next->act == HR_CUDA_ACT_Q8_0)
-            pr.kind = HR_CUDA_NORM_PREP_Q8_0, pr.q = f->actq, kind = PREP_INT;
-        else if (!int_gemv && next->act == HR_CUDA_ACT_F16)
-            pr.kind = HR_CUDA_NORM_PREP_F16, pr.act = f->act;
-    }
+    enum prep_kind kind;
+    const hr_cuda_norm_prep pr = prep_for(e, f, next, T, E, &kind);
     e->prime_valid = false;
     if (pr.kind == HR_CUDA_NORM_PREP_NONE) {
         CU(hr_cuda_rms_norm(f->x, NULL, NULL, T, E, (const float *)w->d, eps, f->xn, e->stream),
@@ -2020,8 +2059,7 @@ static enum hr_status norm_for(struct hr_cuda_engine *e, const struct fwd *f,
     }
     CU(hr_cuda_rms_norm_prep(f->x, T, E, (const float *)w->d, eps, f->xn, &pr, e->stream),
        "a norm with the next matmul's inputs");
-    e->prime_valid = true, e->prime_x = f->xn, e->prime_m = T, e->prime_k = E;
-    e->prime_act = next->act, e->prime_kind = (int)kind;
+    prep_prime(e, f->xn, T, E, next, kind);
     return HR_OK;
 }
 

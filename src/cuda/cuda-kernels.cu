@@ -2761,6 +2761,41 @@ extern "C" cudaError_t hr_cuda_swiglu(float *gate, const float *up, uint64_t n, 
     return cudaGetLastError();
 }
 
+/* The same values, and the down matmul's inputs made from them (a warp is
+ * one Q8_0 block: n % 32 == 0, rows of a multiple of 32), as
+ * hr_cuda_act_round (F16) or hr_cuda_quant_act (Q8_0) would make them. */
+__global__ void swiglu_prep_kernel(float *gate, const float *up, uint64_t n, hr_cuda_norm_prep pr)
+{
+    pdl_begin();
+    const uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return; /* whole warps */
+    const float g = gate[i];
+    const float v = g / (1.0f + expf(-g)) * up[i];
+    gate[i] = v;
+    if (pr.kind == HR_CUDA_NORM_PREP_F16) {
+        pr.act[i] = __half2float(__float2half_rn(v));
+        return;
+    }
+    const float amax = warp_max(fabsf(v));
+    const float d = __half2float(__float2half_rn(amax / 127.f));
+    const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+    pr.q.q[i] = (int8_t)max(-128, min(127, __float2int_rn(v * id)));
+    if ((threadIdx.x & 31) == 0)
+        pr.q.d[i / 32] = d;
+}
+
+extern "C" cudaError_t hr_cuda_swiglu_prep(float *gate, const float *up, uint64_t n,
+                                           const hr_cuda_norm_prep *pr, cudaStream_t s)
+{
+    if (!n)
+        return cudaSuccess;
+    if (n % 32 || (pr->kind != HR_CUDA_NORM_PREP_F16 && pr->kind != HR_CUDA_NORM_PREP_Q8_0))
+        return cudaErrorInvalidValue;
+    hr_launch(swiglu_prep_kernel, (unsigned)((n + 255) / 256), 256, 0, s, gate, up, n, *pr);
+    return cudaGetLastError();
+}
+
 /* ---- mixture of experts ------------------------------------------------------ */
 
 /* One warp per token: the router's logits to k experts and their weights

@@ -270,6 +270,10 @@ cudaError_t hr_cuda_attention(const struct hr_cuda_attn_args *a, cudaStream_t s)
 
 /* gate[i] = silu(gate[i]) * up[i]. */
 cudaError_t hr_cuda_swiglu(float *gate, const float *up, uint64_t n, cudaStream_t s);
+/* The same, with the down matmul's inputs made from the result (pr as for
+ * hr_cuda_rms_norm_prep; gate rows of a multiple of 32 values). */
+cudaError_t hr_cuda_swiglu_prep(float *gate, const float *up, uint64_t n,
+                                const hr_cuda_norm_prep *pr, cudaStream_t s);
 
 /* ---- mixture of experts (engine.c's moe_ffn, step by step) ----
  * The step's T k (token, slot) pairs are grouped by expert on the device;

@@ -492,6 +492,49 @@ static void test_norm_prep(void)
              "n = 160, 896, 4096, 8192: the separate kernels' bytes, bit for bit");
 }
 
+/* SwiGLU that also prepares the down matmul's inputs, the same way. */
+static void test_swiglu_prep(void)
+{
+    const uint32_t n = 3 * 4864; /* three rows of Qwen2.5-0.5B's FFN */
+    float *g = malloc(sizeof(float) * n), *u = malloc(sizeof(float) * n);
+    for (uint32_t i = 0; i < n; i++)
+        g[i] = frand() * 6.0f, u[i] = frand() * 2.0f;
+    for (uint32_t i = 64; i < 96; i++)
+        u[i] = 0.0f; /* a block of zeros */
+    float *dg0 = to_dev(g, sizeof(float) * n), *dg1 = to_dev(g, sizeof(float) * n);
+    float *du = to_dev(u, sizeof(float) * n), *da0, *da1;
+    struct hr_cuda_q8_act q0 = {0}, q1 = {0};
+    CT_CUDA(cudaMalloc((void **)&da0, sizeof(float) * n));
+    CT_CUDA(cudaMalloc((void **)&da1, sizeof(float) * n));
+    CT_CUDA(cudaMalloc((void **)&q0.q, n));
+    CT_CUDA(cudaMalloc((void **)&q1.q, n));
+    CT_CUDA(cudaMalloc((void **)&q0.d, sizeof(float) * (n / 32)));
+    CT_CUDA(cudaMalloc((void **)&q1.d, sizeof(float) * (n / 32)));
+    CT_CUDA(hr_cuda_swiglu(dg0, du, n, 0));
+    CT_CUDA(hr_cuda_act_round(HR_CUDA_ACT_F16, dg0, 1, n, da0, 0));
+    CT_CUDA(hr_cuda_quant_act(HR_CUDA_ACT_Q8_0, dg0, 1, n, &q0, 0));
+    hr_cuda_norm_prep pr = {.kind = HR_CUDA_NORM_PREP_F16, .act = da1};
+    CT_CUDA(hr_cuda_swiglu_prep(dg1, du, n, &pr, 0));
+    char *a = malloc(sizeof(float) * n), *b = malloc(sizeof(float) * n);
+    int same = 1;
+    from_dev(a, dg0, sizeof(float) * n), from_dev(b, dg1, sizeof(float) * n);
+    same &= memcmp(a, b, sizeof(float) * n) == 0;
+    from_dev(a, da0, sizeof(float) * n), from_dev(b, da1, sizeof(float) * n);
+    same &= memcmp(a, b, sizeof(float) * n) == 0;
+    CT_CUDA(cudaMemcpy(dg1, g, sizeof(float) * n, cudaMemcpyHostToDevice));
+    pr = (hr_cuda_norm_prep){.kind = HR_CUDA_NORM_PREP_Q8_0, .q = q1};
+    CT_CUDA(hr_cuda_swiglu_prep(dg1, du, n, &pr, 0));
+    from_dev(a, q0.q, n), from_dev(b, q1.q, n);
+    same &= memcmp(a, b, n) == 0;
+    from_dev(a, q0.d, sizeof(float) * (n / 32)), from_dev(b, q1.d, sizeof(float) * (n / 32));
+    same &= memcmp(a, b, sizeof(float) * (n / 32)) == 0;
+    CT_CHECK(same, "SwiGLU with the down matmul's inputs (f16-rounded; Q8_0): the separate "
+             "kernels' bytes, bit for bit");
+    free(a), free(b), free(g), free(u);
+    cudaFree(dg0), cudaFree(dg1), cudaFree(du), cudaFree(da0), cudaFree(da1);
+    cudaFree(q0.q), cudaFree(q1.q), cudaFree(q0.d), cudaFree(q1.d);
+}
+
 static void test_small(void)
 {
     const uint32_t n = 384, rows = 5;
@@ -790,6 +833,7 @@ int main(int argc, char **argv)
         test_type(types[i]);
     test_small();
     test_norm_prep();
+    test_swiglu_prep();
     test_int_rows(HR_GGML_Q8_0, 2080);
     test_int_rows(HR_GGML_Q4_K, 2304);
     test_attention(64, 0, 0);
