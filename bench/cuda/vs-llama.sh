@@ -93,7 +93,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --f
 LB=${LLAMA_BENCH:-$W/llama/bin/llama-bench}
 B=${HR_BENCH_CUDA:-build-gpu/bench/bench-cuda}
 out="$W/rows.txt"
-: >"$out"
+# HR_VS_APPEND=1 adds to the rows of an earlier run on this machine (rounds
+# split over two device calls); the medians take them all.
+[[ ${HR_VS_APPEND:-0} == 1 ]] || : >"$out"
 ours() { # shape type [env]
   env "${@:3}" timeout 200 "$B" --shape "$1" --type "$2" 2>/dev/null | grep '^bench-cuda-llama' |
     sed "s/^/ours /" >>"$out"
