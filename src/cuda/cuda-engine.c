@@ -1985,7 +1985,14 @@ static enum hr_status attention_mixer(struct hr_cuda_engine *e, const struct fwd
                                    .window = D->window, .sinks = (const float *)D->sinks.d,
                                    .part = f->attn_part, .n_split = HR_CUDA_ATTN_SPLITS,
                                    .gqa = attn_gqa_on()};
+    /* Wo's inputs made by the merge (split decode; not under the gate) */
+    enum prep_kind wo_kind = PREP_F32;
+    if (f->attn_part && !m->attn_gated)
+        aa.prep = prep_for(e, f, &D->wo, T, q_dim, &wo_kind);
+    e->prime_valid = false;
     CU(hr_cuda_attention(&aa, s), "attention");
+    if (aa.prep.kind != HR_CUDA_NORM_PREP_NONE)
+        prep_prime(e, f->attn, T, q_dim, &D->wo, wo_kind);
     if (m->attn_gated)
         CU(hr_cuda_gate_mul(f->attn, f->qgate, (uint64_t)T * q_dim, s), "the attention gate");
     prep_forget(e);

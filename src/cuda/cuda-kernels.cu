@@ -2375,19 +2375,58 @@ __global__ void attention_kernel(hr_cuda_attn_args a)
 
 /* The runs of a split token, merged in run order: M = max(sink, m_s),
  * L = e^(sink - M) + sum l_s e^(m_s - M), out = sum acc_s e^(m_s - M) / L. */
+/* A warp's head of output (value lane + 32 i at o + lane + 32 i, i < nd)
+ * made into the next matmul's inputs: a block of 32 is one i. */
+__device__ __forceinline__ void attn_prep_out(const hr_cuda_norm_prep &pr, uint64_t o,
+                                              const float *v, uint32_t nd, uint32_t lane)
+{
+#pragma unroll
+    for (int i = 0; i < HR_CUDA_MAX_HEAD_DIM / 32; i++) {
+        if ((uint32_t)i >= nd)
+            break;
+        const uint64_t idx = o + lane + 32 * (uint32_t)i;
+        if (pr.kind == HR_CUDA_NORM_PREP_F16) {
+            pr.act[idx] = __half2float(__float2half_rn(v[i]));
+            continue;
+        }
+        const float amax = warp_max(fabsf(v[i]));
+        const float d = __half2float(__float2half_rn(amax / 127.f));
+        const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+        pr.q.q[idx] = (int8_t)max(-128, min(127, __float2int_rn(v[i] * id)));
+        if (lane == 0)
+            pr.q.d[idx / 32] = d;
+    }
+}
+
 __global__ void attn_combine_kernel(hr_cuda_attn_args a)
 {
     pdl_begin();
     constexpr int MAXD = HR_CUDA_MAX_HEAD_DIM / 32;
     const uint32_t t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
-    if (a.seq_fa && a.seq_fa[a.kv.seq_of[t]])
-        return;
     const uint32_t hd = a.kv.head_dim, nd = hd / 32;
+    const uint64_t ob = (uint64_t)t * a.n_head * hd + (uint64_t)h * hd;
+    const bool prep = a.prep.kind != HR_CUDA_NORM_PREP_NONE;
+    /* the output another kernel wrote whole: only its prepared inputs here */
+    auto prep_written = [&]() {
+        if (!prep)
+            return;
+        float v[MAXD];
+#pragma unroll
+        for (int i = 0; i < MAXD; i++)
+            v[i] = (uint32_t)i < nd ? a.out[ob + lane + 32 * i] : 0.0f;
+        attn_prep_out(a.prep, ob, v, nd, lane);
+    };
+    if (a.seq_fa && a.seq_fa[a.kv.seq_of[t]]) {
+        prep_written(); /* the tiled kernel's */
+        return;
+    }
     const int32_t pos = a.kv.pos[t];
     int32_t a0, c, ns;
     attn_split(attn_lo(a, pos), pos, a.n_split, &a0, &c, &ns);
-    if (ns == 1)
-        return; /* one run: the attention kernel wrote the output itself */
+    if (ns == 1) {
+        prep_written(); /* one run: the attention kernel wrote the output itself */
+        return;
+    }
     const float *pp = a.part + ((uint64_t)t * a.n_head + h) * a.n_split * (hd + 2);
     float M = a.sinks ? a.sinks[h] : -INFINITY;
     for (int32_t s = 0; s < ns; s++)
@@ -2405,12 +2444,16 @@ __global__ void attn_combine_kernel(hr_cuda_attn_args a)
             if ((uint32_t)i < nd)
                 acc[i] = fmaf(w, ps[2 + lane + 32 * i], acc[i]);
     }
-    float *o = a.out + (uint64_t)t * a.n_head * hd + (uint64_t)h * hd;
+    float *o = a.out + ob;
     const float inv = 1.0f / L;
 #pragma unroll
-    for (int i = 0; i < MAXD; i++)
+    for (int i = 0; i < MAXD; i++) {
+        acc[i] *= inv;
         if ((uint32_t)i < nd)
-            o[lane + 32 * i] = acc[i] * inv;
+            o[lane + 32 * i] = acc[i];
+    }
+    if (prep)
+        attn_prep_out(a.prep, ob, acc, nd, lane);
 }
 
 /* ---- tiled (flash) attention for prefill -------------------------------------
@@ -2715,6 +2758,8 @@ extern "C" cudaError_t hr_cuda_attention(const struct hr_cuda_attn_args *a, cuda
     }
     if (a->part && (a->n_split < 1 || a->n_split > HR_CUDA_ATTN_SPLITS))
         return cudaErrorInvalidValue;
+    if (a->prep.kind != HR_CUDA_NORM_PREP_NONE && !a->part)
+        return cudaErrorInvalidValue; /* the merge makes them */
     const uint32_t group = a->n_head / a->kv.n_head_kv;
     if (a->gqa && group > 1 && group <= ATTN_GQA_MAX_WARPS &&
         group * a->kv.head_dim <= 1024) {

@@ -262,6 +262,9 @@ struct hr_cuda_attn_args {
      * group's query heads sharing each K/V tile (group <= 8 and group x
      * head_dim <= 1024; else a warp per head); same results. */
     uint32_t gqa;
+    /* The output also made into Wo's inputs (as hr_cuda_rms_norm_prep; by
+     * the merge, so only with part set; kind NONE: not). */
+    hr_cuda_norm_prep prep;
 };
 
 /* Whether the tiled attention runs this head size and KV type. */

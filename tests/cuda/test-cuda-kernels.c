@@ -752,6 +752,45 @@ static void test_attention(uint32_t hd, uint32_t window, int sinks)
                  "a block per KV head's group (f32)" : "a block per group, split over keys (f32)",
                  what, sinks ? ", sinks" : "", worst);
     }
+    /* Wo's inputs made by the merge: the tiled sequence's output, the
+     * one-run tokens' and the merged ones', as the separate kernels make
+     * them from the output, bit for bit (and the output unchanged) */
+    {
+        struct hr_cuda_attn_args b = a;
+        b.part = part, b.n_split = HR_CUDA_ATTN_SPLITS;
+        float *ref = malloc(sizeof(float) * T * qd), *got = malloc(sizeof(float) * T * qd);
+        float *da = NULL;
+        struct hr_cuda_q8_act q0 = {0}, q1 = {0};
+        CT_CUDA(cudaMalloc((void **)&da, sizeof(float) * T * qd));
+        CT_CUDA(cudaMalloc((void **)&q0.q, (size_t)T * qd));
+        CT_CUDA(cudaMalloc((void **)&q1.q, (size_t)T * qd));
+        CT_CUDA(cudaMalloc((void **)&q0.d, sizeof(float) * T * qd / 32));
+        CT_CUDA(cudaMalloc((void **)&q1.d, sizeof(float) * T * qd / 32));
+        CT_CUDA(hr_cuda_attention(&b, 0));
+        from_dev(ref, a.out, sizeof(float) * T * qd);
+        CT_CUDA(hr_cuda_quant_act(HR_CUDA_ACT_Q8_0, a.out, T, qd, &q0, 0));
+        b.prep = (hr_cuda_norm_prep){.kind = HR_CUDA_NORM_PREP_Q8_0, .q = q1};
+        CT_CUDA(hr_cuda_attention(&b, 0));
+        from_dev(got, a.out, sizeof(float) * T * qd);
+        int same = memcmp(ref, got, sizeof(float) * T * qd) == 0;
+        char *x0 = malloc((size_t)T * qd), *x1 = malloc((size_t)T * qd);
+        from_dev(x0, q0.q, (size_t)T * qd), from_dev(x1, q1.q, (size_t)T * qd);
+        same &= memcmp(x0, x1, (size_t)T * qd) == 0;
+        from_dev(ref, q0.d, sizeof(float) * T * qd / 32), from_dev(got, q1.d, sizeof(float) * T * qd / 32);
+        same &= memcmp(ref, got, sizeof(float) * T * qd / 32) == 0;
+        CT_CUDA(hr_cuda_act_round(HR_CUDA_ACT_F16, a.out, T, qd, da, 0));
+        from_dev(ref, da, sizeof(float) * T * qd);
+        CT_CUDA(cudaMemset(da, 0, sizeof(float) * T * qd));
+        b.prep = (hr_cuda_norm_prep){.kind = HR_CUDA_NORM_PREP_F16, .act = da};
+        CT_CUDA(hr_cuda_attention(&b, 0));
+        from_dev(got, da, sizeof(float) * T * qd);
+        same &= memcmp(ref, got, sizeof(float) * T * qd) == 0;
+        CT_CHECK(same, "attention head_dim %u%s: Wo's inputs made by the merge (Q8_0; f16) for "
+                 "tiled, one-run and split tokens == the separate kernels', bit for bit", hd,
+                 window ? ", windowed" : "");
+        free(ref), free(got), free(x0), free(x1);
+        cudaFree(da), cudaFree(q0.q), cudaFree(q1.q), cudaFree(q0.d), cudaFree(q1.d);
+    }
     cudaFree(part);
     cudaFree((void *)a.q), cudaFree(a.out), cudaFree(a.kv.pool), cudaFree((void *)a.kv.pos);
     cudaFree((void *)a.kv.seq_of), cudaFree((void *)a.kv.tab_off), cudaFree((void *)a.kv.tables);
