@@ -1795,11 +1795,12 @@ static struct dweight expert_of(const struct dweight *w, uint32_t x)
 }
 
 /* What a fused kernel can make for `next`'s GEMV on a T x k input: Q8_0
- * for the integer GEMV, f16-rounded values for F16 weights; none else (or
- * past the GEMV, or with HR_CUDA_FUSE=0). */
+ * (or Q8_K where the kernel can: q8k_ok) for the integer GEMV, f16-rounded
+ * values for F16 weights; none else (or past the GEMV, or with
+ * HR_CUDA_FUSE=0). */
 static hr_cuda_norm_prep prep_for(const struct hr_cuda_engine *e, const struct fwd *f,
                                   const struct dweight *next, uint32_t T, uint32_t k,
-                                  enum prep_kind *kind)
+                                  bool q8k_ok, enum prep_kind *kind)
 {
     hr_cuda_norm_prep pr;
     memset(&pr, 0, sizeof(pr));
@@ -1809,6 +1810,8 @@ static hr_cuda_norm_prep prep_for(const struct hr_cuda_engine *e, const struct f
     const bool int_gemv = f->actq.q && hr_cuda_gemv_int_type((int)next->type, next->act);
     if (int_gemv && next->act == HR_CUDA_ACT_Q8_0)
         pr.kind = HR_CUDA_NORM_PREP_Q8_0, pr.q = f->actq, *kind = PREP_INT;
+    else if (int_gemv && next->act == HR_CUDA_ACT_Q8_K && k % 256 == 0 && q8k_ok)
+        pr.kind = HR_CUDA_NORM_PREP_Q8_K, pr.q = f->actq, *kind = PREP_INT;
     else if (!int_gemv && next->act == HR_CUDA_ACT_F16)
         pr.kind = HR_CUDA_NORM_PREP_F16, pr.act = f->act;
     return pr;
@@ -1829,7 +1832,7 @@ static enum hr_status swiglu_for(struct hr_cuda_engine *e, const struct fwd *f,
                                  struct hr_err *err)
 {
     enum prep_kind kind;
-    const hr_cuda_norm_prep pr = prep_for(e, f, wd, T, F, &kind);
+    const hr_cuda_norm_prep pr = prep_for(e, f, wd, T, F, true, &kind);
     e->prime_valid = false;
     if (pr.kind == HR_CUDA_NORM_PREP_NONE) {
         CU(hr_cuda_swiglu(f->gate, f->up, (uint64_t)T * F, e->stream), "SwiGLU");
@@ -1988,7 +1991,7 @@ static enum hr_status attention_mixer(struct hr_cuda_engine *e, const struct fwd
     /* Wo's inputs made by the merge (split decode; not under the gate) */
     enum prep_kind wo_kind = PREP_F32;
     if (f->attn_part && !m->attn_gated)
-        aa.prep = prep_for(e, f, &D->wo, T, q_dim, &wo_kind);
+        aa.prep = prep_for(e, f, &D->wo, T, q_dim, false, &wo_kind); /* no Q8_K there */
     e->prime_valid = false;
     CU(hr_cuda_attention(&aa, s), "attention");
     if (aa.prep.kind != HR_CUDA_NORM_PREP_NONE)
@@ -2057,7 +2060,7 @@ static enum hr_status norm_for(struct hr_cuda_engine *e, const struct fwd *f,
     const uint32_t E = e->dims.n_embd;
     const float eps = e->m->hp.rms_eps;
     enum prep_kind kind;
-    const hr_cuda_norm_prep pr = prep_for(e, f, next, T, E, &kind);
+    const hr_cuda_norm_prep pr = prep_for(e, f, next, T, E, true, &kind);
     e->prime_valid = false;
     if (pr.kind == HR_CUDA_NORM_PREP_NONE) {
         CU(hr_cuda_rms_norm(f->x, NULL, NULL, T, E, (const float *)w->d, eps, f->xn, e->stream),

@@ -590,6 +590,111 @@ extern "C" cudaError_t hr_cuda_rope_table(const int32_t *pos, uint32_t n_tokens,
 
 /* ---- RMSNorm (with the residual add fused) --------------------------------- */
 
+/* The first value of largest magnitude among (ax, ix, v) candidates:
+ * larger |v|, or equal and a lower index. */
+__device__ __forceinline__ void q8k_best(float &ax, int &ix, float &v, float a2, int i2, float v2)
+{
+    if (a2 > ax || (a2 == ax && i2 < ix))
+        ax = a2, ix = i2, v = v2;
+}
+
+__device__ __forceinline__ void q8k_warp_best(float &ax, int &ix, float &v)
+{
+#pragma unroll
+    for (int o2 = 16; o2 > 0; o2 >>= 1) {
+        const float a2 = __shfl_xor_sync(0xffffffffu, ax, o2);
+        const int i2 = __shfl_xor_sync(0xffffffffu, ix, o2);
+        const float v2 = __shfl_xor_sync(0xffffffffu, v, o2);
+        q8k_best(ax, ix, v, a2, i2, v2);
+    }
+}
+
+/* q = min(127, rint(-127 / mx x v)); 0 when mx is 0. */
+__device__ __forceinline__ int q8k_q(float mx, float v)
+{
+    return mx != 0.0f ? min(127, __float2int_rn(-127.f / mx * v)) : 0;
+}
+
+__device__ __forceinline__ float q8k_d(float mx)
+{
+    return mx != 0.0f ? 1 / (-127.f / mx) : 0.0f;
+}
+
+/* One Q8_K super-block by a block of 256 threads, value v of thread
+ * threadIdx.x (every thread calls): q[256], its scale d and its 16 sums. */
+__device__ void q8k_block256(float v, int8_t *q, float *d, int16_t *s)
+{
+    __shared__ float s_ax[8], s_v[8];
+    __shared__ int s_ix[8];
+    __shared__ float s_max;
+    float ax = fabsf(v), bv = v;
+    int ix = (int)threadIdx.x;
+    q8k_warp_best(ax, ix, bv);
+    if ((threadIdx.x & 31) == 0)
+        s_ax[threadIdx.x / 32] = ax, s_ix[threadIdx.x / 32] = ix, s_v[threadIdx.x / 32] = bv;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float ba = s_ax[0], bvv = s_v[0];
+        int bi = s_ix[0];
+        for (int w2 = 1; w2 < 8; w2++)
+            q8k_best(ba, bi, bvv, s_ax[w2], s_ix[w2], s_v[w2]);
+        s_max = ba == 0.0f ? 0.0f : bvv;
+    }
+    __syncthreads();
+    const float mx = s_max;
+    const int qv = q8k_q(mx, v);
+    q[threadIdx.x] = (int8_t)qv;
+    if (threadIdx.x == 0)
+        *d = q8k_d(mx);
+    int sum = qv;
+#pragma unroll
+    for (int o2 = 8; o2 > 0; o2 >>= 1)
+        sum += __shfl_xor_sync(0xffffffffu, sum, o2);
+    if ((threadIdx.x & 15) == 0)
+        s[threadIdx.x / 16] = (int16_t)sum;
+}
+
+/* The same for a super-block held by 64 consecutive threads of the block
+ * (t64 = 0..63 its place), 4 consecutive values each (o: values 4 t64 ..
+ * 4 t64 + 3); `in` false: the super-block is past the row (all its threads
+ * alike), nothing is written. Every thread of the block calls. */
+__device__ void q8k_block64x4(float4 o, bool in, uint32_t t64, int8_t *q, float *d, int16_t *s)
+{
+    __shared__ float s_ax[32], s_v[32];
+    __shared__ int s_ix[32];
+    const float ov[4] = {o.x, o.y, o.z, o.w};
+    float ax = fabsf(ov[0]), bv = ov[0];
+    int ix = (int)(4 * t64);
+#pragma unroll
+    for (int j = 1; j < 4; j++)
+        q8k_best(ax, ix, bv, fabsf(ov[j]), (int)(4 * t64) + j, ov[j]);
+    q8k_warp_best(ax, ix, bv);
+    const uint32_t w = threadIdx.x / 32;
+    if ((threadIdx.x & 31) == 0)
+        s_ax[w] = ax, s_ix[w] = ix, s_v[w] = bv;
+    __syncthreads();
+    const uint32_t w0 = w & ~1u; /* the pair of warps of this super-block */
+    float ba = s_ax[w0], bvv = s_v[w0];
+    int bi = s_ix[w0];
+    q8k_best(ba, bi, bvv, s_ax[w0 + 1], s_ix[w0 + 1], s_v[w0 + 1]);
+    const float mx = ba == 0.0f ? 0.0f : bvv;
+    int qv[4], sum = 0;
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        qv[j] = q8k_q(mx, ov[j]), sum += qv[j];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    if (in) {
+        ((char4 *)q)[t64] = make_char4((signed char)qv[0], (signed char)qv[1],
+                                       (signed char)qv[2], (signed char)qv[3]);
+        if (t64 == 0)
+            *d = q8k_d(mx);
+        if (t64 % 4 == 0)
+            s[t64 / 4] = (int16_t)sum;
+    }
+    __syncthreads(); /* s_* are read before the next pass writes them */
+}
+
 __global__ void rms_norm_kernel(float *x, const float *add, const int32_t *rows, uint32_t n,
                                 const float *w, float eps, float *y, hr_cuda_norm_prep pr)
 {
@@ -650,7 +755,10 @@ __global__ void rms_norm_kernel(float *x, const float *add, const int32_t *rows,
                                 (v.w * scale) * g.w);
                 ((float4 *)yr)[i] = o;
             }
-            if (pr.kind == HR_CUDA_NORM_PREP_F16) {
+            if (pr.kind == HR_CUDA_NORM_PREP_Q8_K) {
+                const size_t sb = (size_t)r * (n / 256) + i / 64; /* super-block */
+                q8k_block64x4(o, in, i % 64, pr.q.q + sb * 256, pr.q.d + sb, pr.q.s + sb * 16);
+            } else if (pr.kind == HR_CUDA_NORM_PREP_F16) {
                 if (in)
                     ((float4 *)(pr.act + (size_t)r * n))[i] = make_float4(
                         __half2float(__float2half_rn(o.x)), __half2float(__float2half_rn(o.y)),
@@ -707,7 +815,9 @@ extern "C" cudaError_t hr_cuda_rms_norm_prep(float *x, uint32_t n_rows, uint32_t
 {
     if (!n_rows)
         return cudaSuccess;
-    if (n % 32 || (pr->kind != HR_CUDA_NORM_PREP_F16 && pr->kind != HR_CUDA_NORM_PREP_Q8_0))
+    if (n % 32 || (pr->kind != HR_CUDA_NORM_PREP_F16 && pr->kind != HR_CUDA_NORM_PREP_Q8_0 &&
+                   pr->kind != HR_CUDA_NORM_PREP_Q8_K) ||
+        (pr->kind == HR_CUDA_NORM_PREP_Q8_K && n % 256))
         return cudaErrorInvalidValue;
     unsigned threads = (n / 4 + 31) / 32 * 32;
     threads = threads < 64 ? 64 : threads > 1024 ? 1024 : threads;
@@ -1103,48 +1213,9 @@ __global__ void __launch_bounds__(128) gemv_q4k_q8_kernel(hr_cuda_gemv_out o, ui
 __global__ void quant_q8k_kernel(const float *x, uint32_t k, hr_cuda_q8_act a)
 {
     pdl_begin();
-    __shared__ float s_ax[8];
-    __shared__ int s_ix[8];
-    __shared__ float s_max;
-    const uint32_t row = blockIdx.y, i = blockIdx.x * 256 + threadIdx.x;
-    const float *xr = x + (size_t)row * k;
-    const float v = xr[i];
-    float ax = fabsf(v);
-    int ix = (int)threadIdx.x;
-#pragma unroll
-    for (int o2 = 16; o2 > 0; o2 >>= 1) {
-        const float a2 = __shfl_xor_sync(0xffffffffu, ax, o2);
-        const int i2 = __shfl_xor_sync(0xffffffffu, ix, o2);
-        if (a2 > ax || (a2 == ax && i2 < ix))
-            ax = a2, ix = i2;
-    }
-    if ((threadIdx.x & 31) == 0)
-        s_ax[threadIdx.x / 32] = ax, s_ix[threadIdx.x / 32] = ix;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float ba = s_ax[0];
-        int bi = s_ix[0];
-        for (int w2 = 1; w2 < 8; w2++)
-            if (s_ax[w2] > ba || (s_ax[w2] == ba && s_ix[w2] < bi))
-                ba = s_ax[w2], bi = s_ix[w2];
-        s_max = ba == 0.0f ? 0.0f : xr[blockIdx.x * 256 + bi];
-    }
-    __syncthreads();
-    const float mx = s_max;
-    int q = 0;
-    if (mx != 0.0f) {
-        const float iscale = -127.f / mx;
-        q = min(127, __float2int_rn(iscale * v));
-    }
-    a.q[(size_t)row * k + i] = (int8_t)q;
-    if (threadIdx.x == 0)
-        a.d[(size_t)row * (k / 256) + blockIdx.x] = mx != 0.0f ? 1 / (-127.f / mx) : 0.0f;
-    int sum = q;
-#pragma unroll
-    for (int o2 = 8; o2 > 0; o2 >>= 1)
-        sum += __shfl_xor_sync(0xffffffffu, sum, o2);
-    if ((threadIdx.x & 15) == 0)
-        a.s[(size_t)row * (k / 16) + i / 16] = (int16_t)sum;
+    const uint32_t row = blockIdx.y, i = blockIdx.x * 256;
+    q8k_block256(x[(size_t)row * k + i + threadIdx.x], a.q + (size_t)row * k + i,
+                 a.d + (size_t)row * (k / 256) + blockIdx.x, a.s + ((size_t)row * k + i) / 16);
 }
 
 /* Q8_0 x Q8_0 with dp4a: the CPU's Q8_0 dot (int sums per block of 32,
@@ -2758,8 +2829,9 @@ extern "C" cudaError_t hr_cuda_attention(const struct hr_cuda_attn_args *a, cuda
     }
     if (a->part && (a->n_split < 1 || a->n_split > HR_CUDA_ATTN_SPLITS))
         return cudaErrorInvalidValue;
-    if (a->prep.kind != HR_CUDA_NORM_PREP_NONE && !a->part)
-        return cudaErrorInvalidValue; /* the merge makes them */
+    if (a->prep.kind != HR_CUDA_NORM_PREP_NONE &&
+        (!a->part || a->prep.kind == HR_CUDA_NORM_PREP_Q8_K))
+        return cudaErrorInvalidValue; /* the merge makes them, a head at a time */
     const uint32_t group = a->n_head / a->kv.n_head_kv;
     if (a->gqa && group > 1 && group <= ATTN_GQA_MAX_WARPS &&
         group * a->kv.head_dim <= 1024) {
@@ -2813,6 +2885,13 @@ __global__ void swiglu_prep_kernel(float *gate, const float *up, uint64_t n, hr_
 {
     pdl_begin();
     const uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (pr.kind == HR_CUDA_NORM_PREP_Q8_K) { /* a block of 256 is a super-block: n % 256 == 0 */
+        const float g = gate[i];
+        const float v = g / (1.0f + expf(-g)) * up[i];
+        gate[i] = v;
+        q8k_block256(v, pr.q.q + (i - threadIdx.x), pr.q.d + i / 256, pr.q.s + (i - threadIdx.x) / 16);
+        return;
+    }
     if (i >= n)
         return; /* whole warps */
     const float g = gate[i];
@@ -2835,7 +2914,9 @@ extern "C" cudaError_t hr_cuda_swiglu_prep(float *gate, const float *up, uint64_
 {
     if (!n)
         return cudaSuccess;
-    if (n % 32 || (pr->kind != HR_CUDA_NORM_PREP_F16 && pr->kind != HR_CUDA_NORM_PREP_Q8_0))
+    if (n % 32 || (pr->kind != HR_CUDA_NORM_PREP_F16 && pr->kind != HR_CUDA_NORM_PREP_Q8_0 &&
+                   pr->kind != HR_CUDA_NORM_PREP_Q8_K) ||
+        (pr->kind == HR_CUDA_NORM_PREP_Q8_K && n % 256))
         return cudaErrorInvalidValue;
     hr_launch(swiglu_prep_kernel, (unsigned)((n + 255) / 256), 256, 0, s, gate, up, n, *pr);
     return cudaGetLastError();

@@ -154,13 +154,13 @@ struct hr_cuda_q8_act {
 
 /* The next matmul's inputs prepared by the norm itself (a launch less a
  * layer and norm): y's rows also rounded to f16 into act (as
- * hr_cuda_act_round with HR_CUDA_ACT_F16), or quantized to Q8_0 into q (as
- * hr_cuda_quant_act with HR_CUDA_ACT_Q8_0), bit for bit. */
-enum { HR_CUDA_NORM_PREP_NONE, HR_CUDA_NORM_PREP_F16, HR_CUDA_NORM_PREP_Q8_0 };
+ * hr_cuda_act_round with HR_CUDA_ACT_F16), or quantized to Q8_0 or Q8_K
+ * into q (as hr_cuda_quant_act, Q8_K needing n % 256 == 0), bit for bit. */
+enum { HR_CUDA_NORM_PREP_NONE, HR_CUDA_NORM_PREP_F16, HR_CUDA_NORM_PREP_Q8_0, HR_CUDA_NORM_PREP_Q8_K };
 typedef struct hr_cuda_norm_prep {
     int kind;
     float *act;                /* F16: n_rows x n f32 values */
-    struct hr_cuda_q8_act q;   /* Q8_0: q and d (n % 32 == 0) */
+    struct hr_cuda_q8_act q;   /* Q8_0: q and d (n % 32 == 0); Q8_K: q, d and s */
 } hr_cuda_norm_prep;
 
 /* hr_cuda_rms_norm (no add, all rows) with the prepared inputs too. */

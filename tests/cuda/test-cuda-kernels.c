@@ -484,11 +484,32 @@ static void test_norm_prep(void)
         same &= memcmp(a, b, (size_t)n * R) == 0;
         from_dev(a, q0.d, sizeof(float) * (n / 32) * R), from_dev(b, q1.d, sizeof(float) * (n / 32) * R);
         same &= memcmp(a, b, sizeof(float) * (n / 32) * R) == 0;
+        if (n % 256 == 0) { /* Q8_K: q, the scale per 256 and the sums per 16 */
+            struct hr_cuda_q8_act k0 = {0}, k1 = {0};
+            CT_CUDA(cudaMalloc((void **)&k0.q, (size_t)n * R));
+            CT_CUDA(cudaMalloc((void **)&k1.q, (size_t)n * R));
+            CT_CUDA(cudaMalloc((void **)&k0.d, sizeof(float) * (n / 256) * R));
+            CT_CUDA(cudaMalloc((void **)&k1.d, sizeof(float) * (n / 256) * R));
+            CT_CUDA(cudaMalloc((void **)&k0.s, sizeof(int16_t) * (n / 16) * R));
+            CT_CUDA(cudaMalloc((void **)&k1.s, sizeof(int16_t) * (n / 16) * R));
+            CT_CUDA(hr_cuda_quant_act(HR_CUDA_ACT_Q8_K, dy0, R, n, &k0, 0));
+            pr = (hr_cuda_norm_prep){.kind = HR_CUDA_NORM_PREP_Q8_K, .q = k1};
+            CT_CUDA(hr_cuda_rms_norm_prep(dx, R, n, dw, 1e-6f, dy1, &pr, 0));
+            from_dev(a, dy0, fb), from_dev(b, dy1, fb);
+            same &= memcmp(a, b, fb) == 0;
+            from_dev(a, k0.q, (size_t)n * R), from_dev(b, k1.q, (size_t)n * R);
+            same &= memcmp(a, b, (size_t)n * R) == 0;
+            from_dev(a, k0.d, sizeof(float) * (n / 256) * R), from_dev(b, k1.d, sizeof(float) * (n / 256) * R);
+            same &= memcmp(a, b, sizeof(float) * (n / 256) * R) == 0;
+            from_dev(a, k0.s, sizeof(int16_t) * (n / 16) * R), from_dev(b, k1.s, sizeof(int16_t) * (n / 16) * R);
+            same &= memcmp(a, b, sizeof(int16_t) * (n / 16) * R) == 0;
+            cudaFree(k0.q), cudaFree(k1.q), cudaFree(k0.d), cudaFree(k1.d), cudaFree(k0.s), cudaFree(k1.s);
+        }
         free(a), free(b), free(x), free(w);
         cudaFree(dx), cudaFree(dw), cudaFree(dy0), cudaFree(dy1), cudaFree(da0), cudaFree(da1);
         cudaFree(q0.q), cudaFree(q1.q), cudaFree(q0.d), cudaFree(q1.d);
     }
-    CT_CHECK(same, "RMSNorm with the next matmul's inputs (f16-rounded; Q8_0 int8 + scales), "
+    CT_CHECK(same, "RMSNorm with the next matmul's inputs (f16-rounded; Q8_0; Q8_K from 4096), "
              "n = 160, 896, 4096, 8192: the separate kernels' bytes, bit for bit");
 }
 
@@ -528,8 +549,28 @@ static void test_swiglu_prep(void)
     same &= memcmp(a, b, n) == 0;
     from_dev(a, q0.d, sizeof(float) * (n / 32)), from_dev(b, q1.d, sizeof(float) * (n / 32));
     same &= memcmp(a, b, sizeof(float) * (n / 32)) == 0;
-    CT_CHECK(same, "SwiGLU with the down matmul's inputs (f16-rounded; Q8_0): the separate "
-             "kernels' bytes, bit for bit");
+    {
+        struct hr_cuda_q8_act k0 = {0}, k1 = {0};
+        CT_CUDA(cudaMalloc((void **)&k0.q, n));
+        CT_CUDA(cudaMalloc((void **)&k1.q, n));
+        CT_CUDA(cudaMalloc((void **)&k0.d, sizeof(float) * (n / 256)));
+        CT_CUDA(cudaMalloc((void **)&k1.d, sizeof(float) * (n / 256)));
+        CT_CUDA(cudaMalloc((void **)&k0.s, sizeof(int16_t) * (n / 16)));
+        CT_CUDA(cudaMalloc((void **)&k1.s, sizeof(int16_t) * (n / 16)));
+        CT_CUDA(hr_cuda_quant_act(HR_CUDA_ACT_Q8_K, dg0, 1, n, &k0, 0));
+        CT_CUDA(cudaMemcpy(dg1, g, sizeof(float) * n, cudaMemcpyHostToDevice));
+        pr = (hr_cuda_norm_prep){.kind = HR_CUDA_NORM_PREP_Q8_K, .q = k1};
+        CT_CUDA(hr_cuda_swiglu_prep(dg1, du, n, &pr, 0));
+        from_dev(a, k0.q, n), from_dev(b, k1.q, n);
+        same &= memcmp(a, b, n) == 0;
+        from_dev(a, k0.d, sizeof(float) * (n / 256)), from_dev(b, k1.d, sizeof(float) * (n / 256));
+        same &= memcmp(a, b, sizeof(float) * (n / 256)) == 0;
+        from_dev(a, k0.s, sizeof(int16_t) * (n / 16)), from_dev(b, k1.s, sizeof(int16_t) * (n / 16));
+        same &= memcmp(a, b, sizeof(int16_t) * (n / 16)) == 0;
+        cudaFree(k0.q), cudaFree(k1.q), cudaFree(k0.d), cudaFree(k1.d), cudaFree(k0.s), cudaFree(k1.s);
+    }
+    CT_CHECK(same, "SwiGLU with the down matmul's inputs (f16-rounded; Q8_0; Q8_K): the "
+             "separate kernels' bytes, bit for bit");
     free(a), free(b), free(g), free(u);
     cudaFree(dg0), cudaFree(dg1), cudaFree(du), cudaFree(da0), cudaFree(da1);
     cudaFree(q0.q), cudaFree(q1.q), cudaFree(q0.d), cudaFree(q1.d);
