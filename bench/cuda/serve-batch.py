@@ -6,6 +6,9 @@ line per N: the streams' tokens / wall seconds from the first request to
 the last answer, and the ratio to N = 1. Needs nothing but python3.
 
     bench/cuda/serve-batch.py HEADROOM MODEL [STREAMS...]
+
+HR_SERVE_ARGS adds arguments to `serve` (e.g. --no-governor: the governor
+and planner's cost, in alternating runs against the default).
 """
 import http.client, json, os, signal, subprocess, sys, threading, time
 
@@ -20,7 +23,8 @@ N_GEN = 128
 port = free_port()
 log = os.environ.get("OUT", "/tmp") + "/serve-batch.log"
 proc = subprocess.Popen([headroom, "serve", "--model", model, "--port", str(port),
-                         "--parallel", str(max(streams)), "--ctx", "1024"],
+                         "--parallel", str(max(streams)), "--ctx", "1024"] +
+                        os.environ.get("HR_SERVE_ARGS", "").split(),
                         stdout=open(log, "w"), stderr=subprocess.STDOUT)
 
 
