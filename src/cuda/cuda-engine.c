@@ -1509,14 +1509,15 @@ static enum hr_status lt_init(struct hr_cuda_engine *e, struct hr_err *err)
 
 /* ---- the forward pass ------------------------------------------------------ */
 
-/* HR_CUDA_ATTN_GQA=1: decode attention a block per KV head's group of
- * query heads, sharing the K/V tiles (off until it has run on a GPU). */
+/* Decode attention a block per KV head's group of query heads, sharing
+ * the K/V tiles (H100, same call: 8B Q4_K tg128 at 16K 62.6 -> 107.7
+ * tok/s); HR_CUDA_ATTN_GQA=0: a warp per head (the A/B switch). */
 static uint32_t attn_gqa_on(void)
 {
     static int v = -1;
     if (v < 0) {
         const char *s = getenv("HR_CUDA_ATTN_GQA");
-        v = s && !strcmp(s, "1");
+        v = !(s && !strcmp(s, "0"));
     }
     return (uint32_t)v;
 }

@@ -2276,7 +2276,7 @@ __host__ __device__ constexpr size_t attn_smem_floats(uint32_t hd, uint32_t warp
     return (size_t)warps * hd + 32 * ((size_t)hd + 1) + 32 * (size_t)hd;
 }
 
-/* GQA 1 (hr_cuda_attn_args.gqa; not yet run on a GPU, so off by default): a
+/* GQA 1 (hr_cuda_attn_args.gqa; the engine's default since 2026-12-07): a
  * block per (token, KV head, run) whose warps are the group's query heads;
  * they load each K/V tile once for the group (the 8B shape's groups of 4
  * read the cache a quarter as often) and each computes its head exactly as
