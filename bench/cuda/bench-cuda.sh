@@ -9,12 +9,23 @@
 #
 # llama.cpp's source: $LLAMA_SRC_TGZ, else build-llsrc/llama-src.tar.gz,
 # else made here from the npm tree's git bundle (make deps-oracle installs
-# it; the GPU machine has no node: bring the tarball).
+# it; the GPU machine has no node: bring the tarball). Or LLAMA_BIN_TGZ:
+# llama-bench and llama-quantize built on another machine
+# (bench/cuda/llama-prebuild.sh), which skips the build.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 if ! nvidia-smi -L >/dev/null 2>&1; then
   echo "bench-cuda: no NVIDIA GPU answers here (nvidia-smi); nothing was run"
   exit 0
+fi
+# llama.cpp built elsewhere (bench/cuda/llama-prebuild.sh): no build here.
+if [[ -n ${LLAMA_BIN_TGZ:-} ]]; then
+  tar xzf "$LLAMA_BIN_TGZ" || exit 1
+  export LD_LIBRARY_PATH=$PWD/build-llbin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  bench/cuda/vs-llama.sh models "${HR_BIN_DIR:-build}" build-llbin || exit 1
+  LLAMA_BENCH=build-llbin/llama-bench HR_BENCH_CUDA=${HR_BENCH_CUDA:-build/bench/bench-cuda} \
+    MODELS=${MODELS:-build/cuda-models} bench/cuda/vs-llama.sh run "${1:-3}"
+  exit
 fi
 src=${LLAMA_SRC_TGZ:-build-llsrc/llama-src.tar.gz}
 if [[ ! -f $src ]]; then
