@@ -689,6 +689,8 @@ static size_t list_uploads(struct hr_cuda_engine *e, struct upload *u)
 
 /* One allocation for every tensor, each uploaded once (a tied output is the
  * embedding's bytes, shared). */
+static bool moe_rows_on(const struct hr_cuda_engine *e, uint32_t T);
+
 static enum hr_status upload_weights(struct hr_cuda_engine *e, struct hr_err *err)
 {
     const size_t cap = 4 + (size_t)39 * e->m->hp.n_layer;
@@ -1103,8 +1105,9 @@ enum hr_status hr_cuda_engine_init(const struct hr_model *m, const struct hr_cud
     /* A one-token warm-up step: the decode graph's first instantiation
      * (and any memory the driver takes for it) happens here, not in a step. */
     const char *gv = getenv("HR_CUDA_GRAPH");
-    /* MoE layers wait for their routing mid-step (moe_ffn): no graphs. */
-    e->graphs = !(gv && !strcmp(gv, "0")) && !m->moe.n_expert;
+    /* MoE layers wait for their routing mid-step (moe_ffn): no graphs,
+     * unless their decode runs on expert rows (moe_rows_on). */
+    e->graphs = !(gv && !strcmp(gv, "0")) && (!m->moe.n_expert || moe_rows_on(e, 1));
     /* A lazy pool maps its first group now: the warm-up step needs a
      * block, and an empty pool would refuse every request's first step. */
     if (e->kv_vmm && hr_cuda_engine_kv_ensure(e, 1) == 0) {
@@ -1879,6 +1882,72 @@ static enum hr_status dense_ffn(struct hr_cuda_engine *e, const struct fwd *f,
  * wait keeps MoE steps out of CUDA graphs; a device-side grouped GEMV would
  * put them back (issue 21).
  */
+/* HR_CUDA_MOE_ROWS=1: a MoE layer's experts in a GEMV step as one launch
+ * on expert rows (hr_cuda_gemv_out.rx) instead of a launch per expert
+ * after the groups come back to the host: no wait mid-step, so MoE decode
+ * steps run as a CUDA graph too. Each row is computed as before (a GEMV
+ * row's sum depends on k only), so the results are the same. Off until it
+ * has run on a GPU. */
+static bool moe_rows_on(const struct hr_cuda_engine *e, uint32_t T)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *s = getenv("HR_CUDA_MOE_ROWS");
+        v = s && !strcmp(s, "1");
+    }
+    return v && T <= e->dims.gemv_max_tokens;
+}
+
+/* moe_ffn's step 8: per token, the weighted experts in slot order, the
+ * shared expert, the residual. */
+static cudaError_t moe_combine_launch(struct hr_cuda_engine *e, const struct fwd *f,
+                                      const struct dlayer *D, uint32_t T)
+{
+    const struct hr_moe *mo = &e->m->moe;
+    struct hr_cuda_moe_combine_args ca = {
+        .x = f->x, .y = f->moe_x, .down_b = (const float *)D->down_exps_b.d,
+        .shx = mo->shexp != HR_SHEXP_NONE ? f->xn : NULL,
+        .shg = mo->shexp == HR_SHEXP_SIGMOID ? f->moe_shg : NULL, .row = f->moe_row,
+        .sel = f->moe_sel, .w = f->moe_w, .n_tokens = T, .k = mo->n_expert_used,
+        .n_embd = e->dims.n_embd};
+    return hr_cuda_moe_combine(&ca, e->stream);
+}
+
+/* moe_ffn's steps 4-8 in a GEMV step, the experts on expert rows: gate and
+ * up as one launch over the TK gathered rows (row r by expert moe_rx[r]),
+ * the activation, down the same way, the shared expert, the combine. */
+static enum hr_status moe_experts_rows(struct hr_cuda_engine *e, const struct fwd *f,
+                                       const struct dlayer *D, uint32_t T, struct hr_err *err)
+{
+    const struct hr_moe *mo = &e->m->moe;
+    const uint32_t E = e->dims.n_embd, K = mo->n_expert_used, FX = mo->n_ff_exp, TK = T * K;
+    cudaStream_t s = e->stream;
+    hr_cuda_gemv_out o;
+    prep_forget(e);
+    gemv_out_init(&o);
+    gemv_out_add(&o, &D->gate_exps, f->moe_gu, 2 * FX, NULL);
+    if (D->up_exps.d) {
+        HR_ASSERT(D->up_exps.type == D->gate_exps.type &&
+                  D->up_exps.mat_bytes == D->gate_exps.mat_bytes);
+        gemv_out_add(&o, &D->up_exps, f->moe_gu + FX, 2 * FX, NULL);
+    }
+    o.rx = f->moe_rx, o.mat_bytes = D->gate_exps.mat_bytes;
+    TRY(gemv_run(e, f, &D->gate_exps, &o, f->moe_x, TK, 0, err));
+    CU(hr_cuda_moe_act(f->moe_gu, f->moe_rx, TK, FX, (const float *)D->gate_exps_b.d,
+                       (const float *)D->up_exps_b.d, mo->act == HR_FFN_ACT_SWIGLU_OAI,
+                       f->moe_h, s), "the MoE activation");
+    prep_forget(e);
+    gemv_out_init(&o);
+    gemv_out_add(&o, &D->down_exps, f->moe_x, E, NULL);
+    o.rx = f->moe_rx, o.mat_bytes = D->down_exps.mat_bytes;
+    TRY(gemv_run(e, f, &D->down_exps, &o, f->moe_h, TK, 0, err));
+    prep_forget(e);
+    if (mo->shexp != HR_SHEXP_NONE)
+        TRY(dense_ffn(e, f, &D->gate_shexp, &D->up_shexp, &D->down_shexp, T, f->xn, 0, err));
+    CU(moe_combine_launch(e, f, D, T), "combining the experts");
+    return HR_OK;
+}
+
 static enum hr_status moe_ffn(struct hr_cuda_engine *e, const struct fwd *f,
                               const struct dlayer *D, uint32_t T, struct hr_err *err)
 {
@@ -1898,13 +1967,18 @@ static enum hr_status moe_ffn(struct hr_cuda_engine *e, const struct fwd *f,
         .gating = (int)mo->gating, .norm_w = mo->norm_w, .w_scale = mo->w_scale,
         .sel = f->moe_sel, .w = f->moe_w, .shg = f->moe_shg};
     CU(hr_cuda_moe_route(&ra, s), "the MoE router");
-    /* 2. The pairs grouped by expert; the groups' ends to the host. */
+    /* 2. The pairs grouped by expert; the groups' ends to the host (not
+     * in a GEMV step on expert rows: moe_rows_on). */
+    const bool rows = moe_rows_on(e, T);
     CU(hr_cuda_moe_group(f->moe_sel, T, K, NX, f->moe_row, f->moe_tok, f->moe_rx, f->moe_off, s),
        "grouping the MoE rows");
-    CU(cudaMemcpyAsync(e->h_moe_off, f->moe_off, NX * sizeof(int32_t), cudaMemcpyDeviceToHost, s),
-       "copying the MoE groups back");
+    if (!rows)
+        CU(cudaMemcpyAsync(e->h_moe_off, f->moe_off, NX * sizeof(int32_t),
+                           cudaMemcpyDeviceToHost, s), "copying the MoE groups back");
     /* 3. Each group's input rows, gathered. */
     CU(hr_cuda_moe_gather(f->xn, f->moe_tok, TK, E, f->moe_x, s), "gathering the MoE rows");
+    if (rows)
+        return moe_experts_rows(e, f, D, T, err);
     CU(cudaStreamSynchronize(s), "the MoE routing");
     const int32_t *off = e->h_moe_off;
     /* 4. Gate and up, per expert with rows (fused: one matrix, gate rows
@@ -1943,12 +2017,7 @@ static enum hr_status moe_ffn(struct hr_cuda_engine *e, const struct fwd *f,
         TRY(dense_ffn(e, f, &D->gate_shexp, &D->up_shexp, &D->down_shexp, T, f->xn, 0, err));
     /* 8. Per token: the weighted experts in slot order, the shared expert,
      * the residual. */
-    struct hr_cuda_moe_combine_args ca = {
-        .x = f->x, .y = f->moe_x, .down_b = (const float *)D->down_exps_b.d,
-        .shx = mo->shexp != HR_SHEXP_NONE ? f->xn : NULL,
-        .shg = mo->shexp == HR_SHEXP_SIGMOID ? f->moe_shg : NULL, .row = f->moe_row,
-        .sel = f->moe_sel, .w = f->moe_w, .n_tokens = T, .k = K, .n_embd = E};
-    CU(hr_cuda_moe_combine(&ca, s), "combining the experts");
+    CU(moe_combine_launch(e, f, D, T), "combining the experts");
     return HR_OK;
 }
 
@@ -2256,7 +2325,7 @@ enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *ste
     f.rope = view(e, p.off_rope, T * e->dims.n_rot * fz);
     f.x = view(e, p.off_x, T * e->dims.n_embd * fz);
     f.xn = view(e, p.off_xn, T * e->dims.n_embd * fz);
-    f.act = view(e, p.off_act, T * max_in * fz);
+    f.act = view(e, p.off_act, hr_cuda_plan_act_rows(&e->dims, T, L) * max_in * fz);
     f.q = view(e, p.off_q, T * q_dim * fz);
     f.k = view(e, p.off_k, T * kv_dim * fz);
     f.v = view(e, p.off_v, T * kv_dim * fz);
@@ -2302,9 +2371,8 @@ enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *ste
     const uint64_t R = T > L ? T : L;
     memset(&f.actq, 0, sizeof(f.actq));
     if (e->dims.int_gemv) {
-        const uint64_t g = R < e->dims.gemv_max_tokens ? R : e->dims.gemv_max_tokens;
         uint64_t d_off, s_off, bytes;
-        hr_cuda_actq_parts(g, max_in, &d_off, &s_off, &bytes);
+        hr_cuda_actq_parts(hr_cuda_plan_actq_rows(&e->dims, T, L), max_in, &d_off, &s_off, &bytes);
         uint8_t *q = view(e, p.off_actq, bytes);
         f.actq = (struct hr_cuda_q8_act){.q = (int8_t *)q, .d = (float *)(q + d_off),
                                          .s = (int16_t *)(q + s_off)};

@@ -416,9 +416,34 @@ __device__ __forceinline__ gemv_row gemv_part(const hr_cuda_gemv_out &o, uint32_
     const int p = jg < o.end[0] ? 0 : jg < o.end[1] ? 1 : 2;
     const uint32_t j0 = p == 0 ? 0 : p == 1 ? o.end[0] : o.end[1];
     const uint8_t *w = p == 0 ? o.w[0] : p == 1 ? o.w[1] : o.w[2];
-    return {w + (uint64_t)(jg - j0) * row_bytes, p == 0 ? o.y[0] : p == 1 ? o.y[1] : o.y[2],
-            p == 0 ? o.bias[0] : p == 1 ? o.bias[1] : o.bias[2],
-            p == 0 ? o.ldy[0] : p == 1 ? o.ldy[1] : o.ldy[2], jg - j0};
+    float *y = p == 0 ? o.y[0] : p == 1 ? o.y[1] : o.y[2];
+    const uint32_t ldy = p == 0 ? o.ldy[0] : p == 1 ? o.ldy[1] : o.ldy[2];
+    if (o.rx) { /* expert rows: this launch row's expert and output row */
+        w += (uint64_t)o.rx[blockIdx.y] * o.mat_bytes;
+        y += (uint64_t)blockIdx.y * ldy;
+    }
+    return {w + (uint64_t)(jg - j0) * row_bytes, y,
+            p == 0 ? o.bias[0] : p == 1 ? o.bias[1] : o.bias[2], ldy, jg - j0};
+}
+
+/* Expert rows: the kernel's input is launch row blockIdx.y alone (m = 1). */
+__device__ __forceinline__ void gemv_rows_x(const hr_cuda_gemv_out &o, uint32_t k, const float **x,
+                                            uint32_t *m)
+{
+    if (o.rx)
+        *x += (uint64_t)blockIdx.y * k, *m = 1;
+}
+
+/* The same for quantized inputs: dg values a scale (32: Q8_0, 256: Q8_K). */
+__device__ __forceinline__ void gemv_rows_q(const hr_cuda_gemv_out &o, uint32_t k, uint32_t dg,
+                                            hr_cuda_q8_act *xa, uint32_t *m)
+{
+    if (o.rx) {
+        const uint64_t r = blockIdx.y;
+        xa->q += r * k, xa->d += r * (k / dg), *m = 1;
+        if (xa->s)
+            xa->s += r * (k / 16);
+    }
 }
 
 /* A Q8_0 block's integer dot: 32 int8 weights (q, 4 a word) times 32 int8
@@ -953,6 +978,7 @@ __global__ void __launch_bounds__(128) gemv_kernel(hr_cuda_gemv_out o, uint64_t 
     if (jg >= o.n)
         return;
     const gemv_row R = gemv_part(o, jg, row_bytes);
+    gemv_rows_x(o, k, &x, &m);
     const uint8_t *row = R.w;
     float acc[HR_CUDA_GEMV_MAX_ROWS];
 #pragma unroll
@@ -1145,6 +1171,7 @@ __global__ void __launch_bounds__(128) gemv_q4k_q8_kernel(hr_cuda_gemv_out o, ui
     if (!ROW && jg >= o.n)
         return;
     const gemv_row R = gemv_part(o, jg, row_bytes);
+    gemv_rows_q(o, k, 256, &xa, &m);
     const uint8_t *row = R.w;
     float acc[HR_CUDA_GEMV_MAX_ROWS];
 #pragma unroll
@@ -1233,6 +1260,7 @@ __global__ void __launch_bounds__(128) gemv_q80_q8_kernel(hr_cuda_gemv_out o, ui
     if (jg >= o.n)
         return;
     const gemv_row R = gemv_part(o, jg, row_bytes);
+    gemv_rows_q(o, k, 32, &xa, &m);
     const uint8_t *row = R.w;
     float acc[HR_CUDA_GEMV_MAX_ROWS];
 #pragma unroll
@@ -1305,6 +1333,7 @@ __global__ void __launch_bounds__(128) gemv_q80s_q8_kernel(hr_cuda_gemv_out o, u
     if (!ROW && jg >= o.n)
         return;
     const gemv_row R = gemv_part(o, jg, row_bytes);
+    gemv_rows_q(o, k, 32, &xa, &m);
     const uintptr_t ra = (uintptr_t)R.w;
     const uint4 *base = (const uint4 *)(ra & ~(uintptr_t)15);
     const uint32_t off = (uint32_t)(ra & 15);
@@ -1487,9 +1516,12 @@ extern "C" cudaError_t hr_cuda_gemv_int_parts(int type, uint64_t row_bytes, uint
     const uint32_t n = o.n;
     if (!m || !n)
         return cudaSuccess;
-    if (m > HR_CUDA_GEMV_MAX_ROWS || !o.n_parts || o.n_parts > HR_CUDA_GEMV_PARTS)
+    /* expert rows: m rows of one input each (a grid row a row) */
+    if ((!o.rx && m > HR_CUDA_GEMV_MAX_ROWS) || (o.rx && m > 65535) || !o.n_parts ||
+        o.n_parts > HR_CUDA_GEMV_PARTS)
         return cudaErrorInvalidValue;
     const uintptr_t al = parts_align(o, row_bytes);
+    const unsigned gy = o.rx ? m : 1; /* expert rows: a grid row each */
     /* rows under 2048 values (Qwen2.5-0.5B's 896: 28 blocks of 32) keep the
      * 2-byte-load kernel, a warp per row: a block per row would leave most
      * of its 128 threads idle (0.5B Q8_0 tg128 on an H200 went 795 -> 727
@@ -1497,23 +1529,23 @@ extern "C" cudaError_t hr_cuda_gemv_int_parts(int type, uint64_t row_bytes, uint
     const int qv = q80_variant() == 2 && k < 2048 ? 0 : q80_variant();
     if (type == HR_CUDA_T_Q8_0 && k % 32 == 0 && al % 2 == 0 && qv) {
         if (qv == 2)
-            hr_launch(gemv_q80s_q8_kernel<1>, n, 128, 0, s, o, row_bytes, k, *a, m, accumulate);
+            hr_launch(gemv_q80s_q8_kernel<1>, dim3(n, gy), 128, 0, s, o, row_bytes, k, *a, m, accumulate);
         else
-            hr_launch(gemv_q80s_q8_kernel<0>, (n + 3) / 4, 128, 0, s, o, row_bytes, k, *a, m,
+            hr_launch(gemv_q80s_q8_kernel<0>, dim3((n + 3) / 4, gy), 128, 0, s, o, row_bytes, k, *a, m,
                       accumulate);
         return cudaGetLastError();
     }
     if (type == HR_CUDA_T_Q8_0 && k % 32 == 0 && al % 2 == 0) {
-        hr_launch(gemv_q80_q8_kernel, (n + 3) / 4, 128, 0, s, o, row_bytes, k, *a, m, accumulate);
+        hr_launch(gemv_q80_q8_kernel, dim3((n + 3) / 4, gy), 128, 0, s, o, row_bytes, k, *a, m, accumulate);
         return cudaGetLastError();
     }
     if (type != HR_CUDA_T_Q4_K || k % 256 || al % 16)
         return cudaErrorInvalidValue;
     /* a block per row from 2048 values (8 super-blocks: 64 pieces) up */
     if (q4k_variant() == 1 && k >= 2048)
-        hr_launch(gemv_q4k_q8_kernel<1>, n, 128, 0, s, o, row_bytes, k, *a, m, accumulate);
+        hr_launch(gemv_q4k_q8_kernel<1>, dim3(n, gy), 128, 0, s, o, row_bytes, k, *a, m, accumulate);
     else
-        hr_launch(gemv_q4k_q8_kernel<0>, (n + 3) / 4, 128, 0, s, o, row_bytes, k, *a, m,
+        hr_launch(gemv_q4k_q8_kernel<0>, dim3((n + 3) / 4, gy), 128, 0, s, o, row_bytes, k, *a, m,
                   accumulate);
     return cudaGetLastError();
 }
@@ -1642,6 +1674,7 @@ __global__ void __launch_bounds__(128) gemv_raw16_kernel(hr_cuda_gemv_out o, uin
     if (jg >= o.n)
         return;
     const gemv_row R = gemv_part(o, jg, row_bytes);
+    gemv_rows_x(o, k, &x, &m);
     const uint4 *row = (const uint4 *)R.w;
     float acc[HR_CUDA_GEMV_MAX_ROWS];
 #pragma unroll
@@ -1683,6 +1716,7 @@ __global__ void __launch_bounds__(128) gemv_raw16_row_kernel(hr_cuda_gemv_out o,
 {
     pdl_begin();
     const gemv_row R = gemv_part(o, blockIdx.x, row_bytes);
+    gemv_rows_x(o, k, &x, &m);
     const uint4 *row = (const uint4 *)R.w;
     float acc[HR_CUDA_GEMV_MAX_ROWS];
 #pragma unroll
@@ -1746,10 +1780,11 @@ extern "C" cudaError_t hr_cuda_gemv_parts(int type, uint64_t row_bytes, uint32_t
     const uint32_t n = o.n;
     if (!m || !n)
         return cudaSuccess;
-    if (m > HR_CUDA_GEMV_MAX_ROWS || k % 32 || !o.n_parts || o.n_parts > HR_CUDA_GEMV_PARTS)
+    if ((!o.rx && m > HR_CUDA_GEMV_MAX_ROWS) || (o.rx && m > 65535) || k % 32 || !o.n_parts ||
+        o.n_parts > HR_CUDA_GEMV_PARTS)
         return cudaErrorInvalidValue;
     const uintptr_t al = parts_align(o, row_bytes);
-    const unsigned blocks = (n + 3) / 4;
+    const dim3 blocks((n + 3) / 4, o.rx ? m : 1); /* expert rows: a grid row each */
     if ((type == HR_CUDA_T_F16 || type == HR_CUDA_T_BF16) && k % 8 == 0 && al % 16 == 0 &&
         !gemv_generic_only()) {
 #define L_RAW16(BF, U, NC)                                                                        \
@@ -1757,9 +1792,9 @@ extern "C" cudaError_t hr_cuda_gemv_parts(int type, uint64_t row_bytes, uint32_t
         const int v = raw16_variant(), bf = type == HR_CUDA_T_BF16;
         if (v == 3) {
             if (bf)
-                hr_launch(gemv_raw16_row_kernel<1>, n, 128, 0, s, o, row_bytes, k, x, m, accumulate);
+                hr_launch(gemv_raw16_row_kernel<1>, dim3(n, blocks.y), 128, 0, s, o, row_bytes, k, x, m, accumulate);
             else
-                hr_launch(gemv_raw16_row_kernel<0>, n, 128, 0, s, o, row_bytes, k, x, m, accumulate);
+                hr_launch(gemv_raw16_row_kernel<0>, dim3(n, blocks.y), 128, 0, s, o, row_bytes, k, x, m, accumulate);
         } else if (v == 0)
             bf ? L_RAW16(1, 4, 0) : L_RAW16(0, 4, 0);
         else if (v == 1)
@@ -1771,8 +1806,9 @@ extern "C" cudaError_t hr_cuda_gemv_parts(int type, uint64_t row_bytes, uint32_t
     }
     /* Four weight rows a warp (Q4_K on f32 inputs; one input row): a warp's
      * rows stay within a part, so one launch per part. */
-    const bool q4k = type == HR_CUDA_T_Q4_K && k % 256 == 0 && al % 16 == 0 && !gemv_generic_only();
-    if (q4k || (m == 1 && !gemv_generic_only())) {
+    const bool q4k = type == HR_CUDA_T_Q4_K && k % 256 == 0 && al % 16 == 0 &&
+                     !gemv_generic_only() && !o.rx;
+    if (q4k || (m == 1 && !gemv_generic_only() && !o.rx)) {
         for (uint32_t p = 0; p < o.n_parts; p++) {
             const hr_cuda_gemv_out q = part_of(o, p);
             const uint32_t np = q.n;

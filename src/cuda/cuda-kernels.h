@@ -137,6 +137,12 @@ typedef struct hr_cuda_gemv_out {
     uint32_t ldy[HR_CUDA_GEMV_PARTS];
     uint32_t end[HR_CUDA_GEMV_PARTS];
     uint32_t n, n_parts;
+    /* Expert rows (a MoE's decode): input row r (r < m) multiplies expert
+     * rx[r]'s matrix (each part's w + rx[r] x mat_bytes) into row r of each
+     * part's y, as a GEMV of that matrix on that row alone would; NULL:
+     * every row multiplies the same matrices. */
+    const int32_t *rx;
+    uint64_t mat_bytes;
 } hr_cuda_gemv_out;
 
 cudaError_t hr_cuda_gemv_parts(int type, uint64_t row_bytes, uint32_t k,

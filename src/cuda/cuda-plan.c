@@ -51,9 +51,9 @@ void hr_cuda_plan_layout(const struct hr_cuda_plan_dims *d, const struct hr_cuda
     p->off_rope = place(&c, T * d->n_rot * f, &end);
     p->off_x = place(&c, T * d->n_embd * f, &end);
     p->off_xn = place(&c, T * d->n_embd * f, &end);
-    p->off_act = place(&c, max64(T, L) * max_in * f, &end);
+    p->off_act = place(&c, hr_cuda_plan_act_rows(d, T, L) * max_in * f, &end);
     if (d->int_gemv) {
-        const uint64_t g = max64(T, L) < d->gemv_max_tokens ? max64(T, L) : d->gemv_max_tokens;
+        const uint64_t g = hr_cuda_plan_actq_rows(d, T, L);
         uint64_t d_off, s_off, bytes;
         hr_cuda_actq_parts(g, max_in, &d_off, &s_off, &bytes);
         p->off_actq = place(&c, bytes, &end);

@@ -25,11 +25,13 @@
  *   rope     [T][n_rot] f32   cos/sin pairs per token
  *   x        [T][n_embd] f32  the residual stream
  *   xn       [T][n_embd] f32  normed input of a block
- *   act      [T][max_in] f32  matmul input rounded to the weight's vec-dot format
- *   actq     the integer GEMV's inputs, G = min(max(T, L), gemv_max_tokens) rows
- *            (models with such weights, int_gemv): int8 [G][max_in], then f32
- *            scales [G][max_in / 32], then int16 sums [G][max_in / 16]
- *            (hr_cuda_actq_parts)
+ *   act      [A][max_in] f32  matmul input rounded to the weight's vec-dot format,
+ *            A = max(T, L, X) (hr_cuda_plan_act_rows), X = a MoE's expert rows
+ *            in a GEMV step, min(T, gemv_max_tokens) x n_expert_used (0 dense)
+ *   actq     the integer GEMV's inputs, G = max(min(max(T, L), gemv_max_tokens), X)
+ *            rows (models with such weights, int_gemv): int8 [G][max_in], then
+ *            f32 scales [G][max_in / 32], then int16 sums [G][max_in / 16]
+ *            (hr_cuda_actq_parts, hr_cuda_plan_actq_rows)
  *   -- only in steps that run a tensor-core GEMM (max(T, L) > gemv_max_tokens) --
  *   act16    [R][max_in] f16  the same input as 16-bit floats, R = max(T, L);
  *            in models with an integer GEMM (int_gemm) at least R rows of actq's
@@ -135,6 +137,31 @@ static inline uint64_t hr_cuda_plan_max_in(const struct hr_cuda_plan_dims *d)
     m = m > d->n_ff ? m : d->n_ff;
     m = m > d->dn_value_dim ? m : d->dn_value_dim;
     return m > d->n_ff_exp ? m : d->n_ff_exp;
+}
+
+/* A MoE model's expert rows in a GEMV step of T tokens (its experts
+ * multiply in one launch a row each: moe_ffn's decode path); 0 dense. */
+static inline uint64_t hr_cuda_plan_expert_rows(const struct hr_cuda_plan_dims *d, uint64_t T)
+{
+    const uint64_t g = T < d->gemv_max_tokens ? T : d->gemv_max_tokens;
+    return d->n_expert ? g * d->n_expert_used : 0;
+}
+
+/* act's rows: max(T, L) and the expert rows. */
+static inline uint64_t hr_cuda_plan_act_rows(const struct hr_cuda_plan_dims *d, uint64_t T,
+                                             uint64_t L)
+{
+    const uint64_t r = T > L ? T : L, x = hr_cuda_plan_expert_rows(d, T);
+    return r > x ? r : x;
+}
+
+/* actq's rows: max(T, L) up to gemv_max_tokens, and the expert rows. */
+static inline uint64_t hr_cuda_plan_actq_rows(const struct hr_cuda_plan_dims *d, uint64_t T,
+                                              uint64_t L)
+{
+    const uint64_t r = T > L ? T : L, x = hr_cuda_plan_expert_rows(d, T);
+    const uint64_t g = r < d->gemv_max_tokens ? r : d->gemv_max_tokens;
+    return g > x ? g : x;
 }
 
 /* The actq buffer for `rows` rows of up to `max_in` values: the scales

@@ -91,6 +91,13 @@ echo "test-cuda-engine, HR_CUDA_GEMM=int (the integer prefill GEMM in dense mode
 HR_CUDA_GEMM=int "$build/tests/cuda/test-cuda-engine" "$models/qwen3-q8_0.gguf" \
   "$models/qwen3-q4_0.gguf" "$models/qwen3-q5_0.gguf" "$models/qwen3-iq4_nl.gguf" \
   "$models/qwen3-mxfp4.gguf" "$models/qwen2-q8_0.gguf" || rc=1
+# MoE decode on expert rows (one launch for a layer's experts, no wait
+# mid-step, so in a CUDA graph; HR_CUDA_MOE_ROWS=1, off by default until
+# this has passed on a GPU).
+echo "test-cuda-engine, HR_CUDA_MOE_ROWS=1 (MoE decode on expert rows):"
+HR_CUDA_MOE_ROWS=1 "$build/tests/cuda/test-cuda-engine" "$models/qwen3moe-q4_k.gguf" \
+  "$models/qwen3moe-f32.gguf" "$models/qwen2moe-q8_0.gguf" "$models/mixtral-f16.gguf" \
+  "$models/gptoss-mxfp4.gguf" "$models/qwen35moe-q8_0.gguf" || rc=1
 "$build/tests/cuda/test-cuda-backend" "${files[@]}" || rc=1
 
 # The external squeeze through `headroom serve`: a model whose token holds

@@ -142,6 +142,54 @@ static void check_parts(enum hr_ggml_type t, const uint8_t *dw, size_t rb, uint3
         cudaFree(dy[p]), cudaFree(dz[p]);
 }
 
+/* Expert rows (hr_cuda_gemv_out.rx, a MoE's decode): dw's 99 rows as 3
+ * stacked experts of 33, each as two parts (rows 0-15, 16-32, as gate and
+ * up); input row r (of 5) by expert rx[r]: each row == that expert's
+ * matrices alone on that input row (m = 1), bit for bit. */
+static void check_expert_rows(enum hr_ggml_type t, const uint8_t *dw, size_t rb, uint32_t k,
+                              const float *dxr, const struct hr_cuda_q8_act *qa, uint32_t dg)
+{
+    const uint32_t R = 5, NE = 33, ld = 40;
+    const int32_t rx[5] = {2, 0, 2, 1, 0};
+    int32_t *drx = to_dev(rx, sizeof(rx));
+    float *dy = NULL, *dz = NULL;
+    CT_CUDA(cudaMalloc((void **)&dy, sizeof(float) * R * ld));
+    CT_CUDA(cudaMalloc((void **)&dz, sizeof(float) * R * ld));
+    CT_CUDA(cudaMemset(dy, 0, sizeof(float) * R * ld));
+    CT_CUDA(cudaMemset(dz, 0, sizeof(float) * R * ld));
+    hr_cuda_gemv_out o;
+    memset(&o, 0, sizeof(o));
+    o.w[0] = dw, o.y[0] = dy, o.ldy[0] = ld, o.end[0] = 16;
+    o.w[1] = dw + 16 * rb, o.y[1] = dy + 20, o.ldy[1] = ld, o.end[1] = o.end[2] = NE;
+    o.n = NE, o.n_parts = 2, o.rx = drx, o.mat_bytes = (uint64_t)NE * rb;
+    if (qa)
+        CT_CUDA(hr_cuda_gemv_int_parts((int)t, rb, k, &o, qa, R, 0, 0));
+    else
+        CT_CUDA(hr_cuda_gemv_parts((int)t, rb, k, &o, dxr, R, 0, 0));
+    for (uint32_t r = 0; r < R; r++) {
+        const uint8_t *we = dw + (size_t)rx[r] * NE * rb;
+        if (qa) {
+            struct hr_cuda_q8_act q1 = {qa->q + (size_t)r * k, qa->d + (size_t)r * (k / dg),
+                                        qa->s ? qa->s + (size_t)r * (k / 16) : NULL};
+            CT_CUDA(hr_cuda_gemv_int((int)t, we, rb, k, 16, &q1, 1, dz + r * ld, ld, NULL, 0, 0));
+            CT_CUDA(hr_cuda_gemv_int((int)t, we + 16 * rb, rb, k, NE - 16, &q1, 1,
+                                     dz + r * ld + 20, ld, NULL, 0, 0));
+        } else {
+            CT_CUDA(hr_cuda_gemv((int)t, we, rb, k, 16, dxr + (size_t)r * k, 1, dz + r * ld, ld,
+                                 NULL, 0, 0));
+            CT_CUDA(hr_cuda_gemv((int)t, we + 16 * rb, rb, k, NE - 16, dxr + (size_t)r * k, 1,
+                                 dz + r * ld + 20, ld, NULL, 0, 0));
+        }
+    }
+    float *a = malloc(sizeof(float) * R * ld), *b = malloc(sizeof(float) * R * ld);
+    from_dev(a, dy, sizeof(float) * R * ld), from_dev(b, dz, sizeof(float) * R * ld);
+    CT_CHECK(memcmp(a, b, sizeof(float) * R * ld) == 0, "%-5s %s GEMV on expert rows (5 rows, "
+             "3 experts, 2 parts): each row == its expert alone, bit for bit",
+             hr_ggml_type_name(t), qa ? "integer" : "float");
+    free(a), free(b);
+    cudaFree(drx), cudaFree(dy), cudaFree(dz);
+}
+
 static void test_type(enum hr_ggml_type t)
 {
     /* n = 99: the Q4_K GEMV takes rows four to a warp and 16 to a block; 99
@@ -226,6 +274,7 @@ static void test_type(enum hr_ggml_type t)
     CT_CHECK(worst < 1e-6 && all_m_ok, "%-5s GEMV m = 1..%u (plain, bias, accumulate): worst error "
              "%.2e of sum |terms| (< 1e-6), other rows untouched", name, M, worst);
     check_parts(t, dw, rb, k, n, dxr, NULL, M, dbias);
+    check_expert_rows(t, dw, rb, k, dxr, NULL, 0);
 
     /* The integer GEMV (dp4a on int8 inputs), where the type has one: the
      * same reference, every m, and a row's result independent of m. */
@@ -277,6 +326,7 @@ static void test_type(enum hr_ggml_type t)
         CT_CHECK(memcmp(ia, ib + 3 * n, sizeof(float) * n) == 0, "%-5s integer GEMV row 3 alone "
                  "== row 3 of %u rows, bit for bit", name, M);
         check_parts(t, dw, rb, k, n, NULL, &qa, M, dbias);
+        check_expert_rows(t, dw, rb, k, NULL, &qa, dg);
         free(ia), free(ib);
         cudaFree(qa.q), cudaFree(qa.d), cudaFree(qa.s);
     }

@@ -57,8 +57,13 @@ static void check_plan(const struct hr_cuda_plan_dims *d, const struct hr_cuda_s
     assert_int_equal(hr_cuda_plan_max_in(d), max_in);
     const uint64_t TK = T * d->n_expert_used, NX = d->n_expert, FX = d->n_ff_exp;
     const int tc = d->tc_gemm && (T > L ? T : L) > d->gemv_max_tokens;
+    /* a MoE's expert rows in a GEMV step (its experts in one launch) */
+    const uint64_t X = d->n_expert ? (T < d->gemv_max_tokens ? T : d->gemv_max_tokens) *
+                                         d->n_expert_used : 0;
     uint64_t g = T > L ? T : L, d_off, s_off, actq_bytes = 0;
     g = g < d->gemv_max_tokens ? g : d->gemv_max_tokens;
+    g = g > X ? g : X;
+    const uint64_t A = (T > L ? T : L) > X ? (T > L ? T : L) : X;
     if (d->int_gemv)
         hr_cuda_actq_parts(g, max_in, &d_off, &s_off, &actq_bytes);
     /* act16: R rows of f16, or of the integer GEMM's Q8_0 inputs when larger */
@@ -77,7 +82,7 @@ static void check_plan(const struct hr_cuda_plan_dims *d, const struct hr_cuda_s
         {p.off_seq_slot, d->dn_conv_dim ? (uint64_t)s->n_seqs * 4 : 0, 0},
         {p.off_rope, T * d->n_rot * f, 0},
         {p.off_x, T * d->n_embd * f, 0}, {p.off_xn, T * d->n_embd * f, 0},
-        {p.off_act, (T > L ? T : L) * max_in * f, 0},
+        {p.off_act, A * max_in * f, 0},
         {p.off_actq, actq_bytes, 0},
         {p.off_act16, tc ? act16 : 0, 0},
         {p.off_wdq, tc ? d->wdq_elems * 2 : 0, 0}, {p.off_q, T * qd * f, 1}, {p.off_k, T * kvd * f, 1},
