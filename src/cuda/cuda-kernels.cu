@@ -834,15 +834,24 @@ extern "C" cudaError_t hr_cuda_rms_norm(float *x, const float *add, const int32_
     return cudaGetLastError();
 }
 
+/* A prepared-input kind a fused kernel makes, on rows of n values (Q8_0
+ * blocks of 32, Q8_K super-blocks of 256). */
+static bool norm_prep_ok(const hr_cuda_norm_prep *pr, uint64_t n)
+{
+    switch (pr->kind) {
+    case HR_CUDA_NORM_PREP_F16: case HR_CUDA_NORM_PREP_Q8_0: return n % 32 == 0;
+    case HR_CUDA_NORM_PREP_Q8_K: return n % 256 == 0;
+    default: return false;
+    }
+}
+
 extern "C" cudaError_t hr_cuda_rms_norm_prep(float *x, uint32_t n_rows, uint32_t n,
                                              const float *w, float eps, float *y,
                                              const hr_cuda_norm_prep *pr, cudaStream_t s)
 {
     if (!n_rows)
         return cudaSuccess;
-    if (n % 32 || (pr->kind != HR_CUDA_NORM_PREP_F16 && pr->kind != HR_CUDA_NORM_PREP_Q8_0 &&
-                   pr->kind != HR_CUDA_NORM_PREP_Q8_K) ||
-        (pr->kind == HR_CUDA_NORM_PREP_Q8_K && n % 256))
+    if (!norm_prep_ok(pr, n))
         return cudaErrorInvalidValue;
     unsigned threads = (n / 4 + 31) / 32 * 32;
     threads = threads < 64 ? 64 : threads > 1024 ? 1024 : threads;
@@ -2950,9 +2959,7 @@ extern "C" cudaError_t hr_cuda_swiglu_prep(float *gate, const float *up, uint64_
 {
     if (!n)
         return cudaSuccess;
-    if (n % 32 || (pr->kind != HR_CUDA_NORM_PREP_F16 && pr->kind != HR_CUDA_NORM_PREP_Q8_0 &&
-                   pr->kind != HR_CUDA_NORM_PREP_Q8_K) ||
-        (pr->kind == HR_CUDA_NORM_PREP_Q8_K && n % 256))
+    if (!norm_prep_ok(pr, n))
         return cudaErrorInvalidValue;
     hr_launch(swiglu_prep_kernel, (unsigned)((n + 255) / 256), 256, 0, s, gate, up, n, *pr);
     return cudaGetLastError();

@@ -52,6 +52,16 @@ static void from_dev(void *h, const void *d, size_t n)
     CT_CUDA(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
 }
 
+/* Whether two device buffers hold the same bytes. */
+static int same_dev(const void *a, const void *b, size_t n)
+{
+    char *x = malloc(n), *y = malloc(n);
+    from_dev(x, a, n), from_dev(y, b, n);
+    const int same = memcmp(x, y, n) == 0;
+    free(x), free(y);
+    return same;
+}
+
 static const enum hr_ggml_type types[] = {
     HR_GGML_F32,  HR_GGML_F16,    HR_GGML_BF16,  HR_GGML_Q8_0, HR_GGML_Q4_0, HR_GGML_Q4_1,
     HR_GGML_Q5_0, HR_GGML_Q5_1,   HR_GGML_IQ4_NL, HR_GGML_MXFP4, HR_GGML_Q2_K, HR_GGML_Q3_K,
@@ -528,12 +538,8 @@ static void test_norm_prep(void)
         pr = (hr_cuda_norm_prep){.kind = HR_CUDA_NORM_PREP_Q8_0, .q = q1};
         CT_CUDA(cudaMemset(dy1, 0, fb));
         CT_CUDA(hr_cuda_rms_norm_prep(dx, R, n, dw, 1e-6f, dy1, &pr, 0));
-        from_dev(a, dy0, fb), from_dev(b, dy1, fb);
-        same &= memcmp(a, b, fb) == 0;
-        from_dev(a, q0.q, (size_t)n * R), from_dev(b, q1.q, (size_t)n * R);
-        same &= memcmp(a, b, (size_t)n * R) == 0;
-        from_dev(a, q0.d, sizeof(float) * (n / 32) * R), from_dev(b, q1.d, sizeof(float) * (n / 32) * R);
-        same &= memcmp(a, b, sizeof(float) * (n / 32) * R) == 0;
+        same &= same_dev(dy0, dy1, fb) && same_dev(q0.q, q1.q, (size_t)n * R) &&
+                same_dev(q0.d, q1.d, sizeof(float) * (n / 32) * R);
         if (n % 256 == 0) { /* Q8_K: q, the scale per 256 and the sums per 16 */
             struct hr_cuda_q8_act k0 = {0}, k1 = {0};
             CT_CUDA(cudaMalloc((void **)&k0.q, (size_t)n * R));
@@ -545,14 +551,9 @@ static void test_norm_prep(void)
             CT_CUDA(hr_cuda_quant_act(HR_CUDA_ACT_Q8_K, dy0, R, n, &k0, 0));
             pr = (hr_cuda_norm_prep){.kind = HR_CUDA_NORM_PREP_Q8_K, .q = k1};
             CT_CUDA(hr_cuda_rms_norm_prep(dx, R, n, dw, 1e-6f, dy1, &pr, 0));
-            from_dev(a, dy0, fb), from_dev(b, dy1, fb);
-            same &= memcmp(a, b, fb) == 0;
-            from_dev(a, k0.q, (size_t)n * R), from_dev(b, k1.q, (size_t)n * R);
-            same &= memcmp(a, b, (size_t)n * R) == 0;
-            from_dev(a, k0.d, sizeof(float) * (n / 256) * R), from_dev(b, k1.d, sizeof(float) * (n / 256) * R);
-            same &= memcmp(a, b, sizeof(float) * (n / 256) * R) == 0;
-            from_dev(a, k0.s, sizeof(int16_t) * (n / 16) * R), from_dev(b, k1.s, sizeof(int16_t) * (n / 16) * R);
-            same &= memcmp(a, b, sizeof(int16_t) * (n / 16) * R) == 0;
+            same &= same_dev(dy0, dy1, fb) && same_dev(k0.q, k1.q, (size_t)n * R) &&
+                    same_dev(k0.d, k1.d, sizeof(float) * (n / 256) * R) &&
+                    same_dev(k0.s, k1.s, sizeof(int16_t) * (n / 16) * R);
             cudaFree(k0.q), cudaFree(k1.q), cudaFree(k0.d), cudaFree(k1.d), cudaFree(k0.s), cudaFree(k1.s);
         }
         free(a), free(b), free(x), free(w);
@@ -586,19 +587,11 @@ static void test_swiglu_prep(void)
     CT_CUDA(hr_cuda_quant_act(HR_CUDA_ACT_Q8_0, dg0, 1, n, &q0, 0));
     hr_cuda_norm_prep pr = {.kind = HR_CUDA_NORM_PREP_F16, .act = da1};
     CT_CUDA(hr_cuda_swiglu_prep(dg1, du, n, &pr, 0));
-    char *a = malloc(sizeof(float) * n), *b = malloc(sizeof(float) * n);
-    int same = 1;
-    from_dev(a, dg0, sizeof(float) * n), from_dev(b, dg1, sizeof(float) * n);
-    same &= memcmp(a, b, sizeof(float) * n) == 0;
-    from_dev(a, da0, sizeof(float) * n), from_dev(b, da1, sizeof(float) * n);
-    same &= memcmp(a, b, sizeof(float) * n) == 0;
+    int same = same_dev(dg0, dg1, sizeof(float) * n) && same_dev(da0, da1, sizeof(float) * n);
     CT_CUDA(cudaMemcpy(dg1, g, sizeof(float) * n, cudaMemcpyHostToDevice));
     pr = (hr_cuda_norm_prep){.kind = HR_CUDA_NORM_PREP_Q8_0, .q = q1};
     CT_CUDA(hr_cuda_swiglu_prep(dg1, du, n, &pr, 0));
-    from_dev(a, q0.q, n), from_dev(b, q1.q, n);
-    same &= memcmp(a, b, n) == 0;
-    from_dev(a, q0.d, sizeof(float) * (n / 32)), from_dev(b, q1.d, sizeof(float) * (n / 32));
-    same &= memcmp(a, b, sizeof(float) * (n / 32)) == 0;
+    same &= same_dev(q0.q, q1.q, n) && same_dev(q0.d, q1.d, sizeof(float) * (n / 32));
     {
         struct hr_cuda_q8_act k0 = {0}, k1 = {0};
         CT_CUDA(cudaMalloc((void **)&k0.q, n));
@@ -611,17 +604,13 @@ static void test_swiglu_prep(void)
         CT_CUDA(cudaMemcpy(dg1, g, sizeof(float) * n, cudaMemcpyHostToDevice));
         pr = (hr_cuda_norm_prep){.kind = HR_CUDA_NORM_PREP_Q8_K, .q = k1};
         CT_CUDA(hr_cuda_swiglu_prep(dg1, du, n, &pr, 0));
-        from_dev(a, k0.q, n), from_dev(b, k1.q, n);
-        same &= memcmp(a, b, n) == 0;
-        from_dev(a, k0.d, sizeof(float) * (n / 256)), from_dev(b, k1.d, sizeof(float) * (n / 256));
-        same &= memcmp(a, b, sizeof(float) * (n / 256)) == 0;
-        from_dev(a, k0.s, sizeof(int16_t) * (n / 16)), from_dev(b, k1.s, sizeof(int16_t) * (n / 16));
-        same &= memcmp(a, b, sizeof(int16_t) * (n / 16)) == 0;
+        same &= same_dev(k0.q, k1.q, n) && same_dev(k0.d, k1.d, sizeof(float) * (n / 256)) &&
+                same_dev(k0.s, k1.s, sizeof(int16_t) * (n / 16));
         cudaFree(k0.q), cudaFree(k1.q), cudaFree(k0.d), cudaFree(k1.d), cudaFree(k0.s), cudaFree(k1.s);
     }
     CT_CHECK(same, "SwiGLU with the down matmul's inputs (f16-rounded; Q8_0; Q8_K): the "
              "separate kernels' bytes, bit for bit");
-    free(a), free(b), free(g), free(u);
+    free(g), free(u);
     cudaFree(dg0), cudaFree(dg1), cudaFree(du), cudaFree(da0), cudaFree(da1);
     cudaFree(q0.q), cudaFree(q1.q), cudaFree(q0.d), cudaFree(q1.d);
 }
