@@ -108,6 +108,7 @@ T2 static void prepare_avx2(const struct hr_mm_layout *l, const float *x, size_t
             for (; j < k; j++)
                 row[j] = hr_f32_to_f16(xi[j]);
             memset(row + k, 0, l->qs_stride - k * sizeof(uint16_t));
+            hr_mm_widen_f16_row(l, act, i);
         }
     }
 }

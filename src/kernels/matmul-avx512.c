@@ -47,7 +47,12 @@
  * With batch invariance on (the default) the float types skip both shapes:
  * float_mm below sums every output in one order at any m, at GEMV speed for
  * decode and ~95 GFLOP/s per core (F32/F16; BF16 ~190) for prefill, above
- * the packed float GEMM, which is kept for HR_KERNELS_INVARIANT=0.
+ * the packed float GEMM, which is kept for HR_KERNELS_INVARIANT=0. Its F16
+ * inputs come widened once in the act scratch (hr_mm_a32): converting them
+ * in the tile cost 10 conversions per 24 FMAs; on a 2-core Xeon (178
+ * GFLOP/s FMA peak a thread), m = 512 on the Qwen2.5-0.5B shapes, one
+ * thread, two alternating rounds: ffn_up 84.7/90.1 -> 112.8/122.4 GFLOP/s,
+ * attn_q 86.5/85.0 -> 110.9/125.8, ffn_down 91.2/100.8 -> 105.5/107.7.
  *
  * Numerics are those of matmul-ref.c: integer block sums exact (the
  * unsigned-weight offset is removed by starting each accumulator at `comp`,
@@ -245,12 +250,14 @@ T512 static void prepare_avx512(const struct hr_mm_layout *l, const float *x, si
         } else if (vt == HR_GGML_F16) {
             /* vcvtps2ph rounds to nearest even, as hr_f32_to_f16 */
             uint16_t *row = (uint16_t *)(base + l->qs_off + i * l->qs_stride);
+            float *a32 = (float *)(base + l->a32_off + i * l->a32_stride);
             const size_t n_pad = l->qs_stride / 2;
             for (size_t j = 0; j < n_pad; j += 16) {
                 __mmask16 mk = j + 16 <= k ? 0xffff : j < k ? (__mmask16)((1u << (k - j)) - 1) : 0;
-                _mm256_storeu_si256((__m256i *)(row + j),
-                                    _mm512_cvtps_ph(_mm512_maskz_loadu_ps(mk, xi + j),
-                                                    _MM_FROUND_TO_NEAREST_INT));
+                const __m256i h = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(mk, xi + j),
+                                                  _MM_FROUND_TO_NEAREST_INT);
+                _mm256_storeu_si256((__m256i *)(row + j), h);
+                _mm512_storeu_ps(a32 + j, _mm512_cvtph_ps(h)); /* exact */
             }
         } else {
             float *row = (float *)(base + l->qs_off + i * l->qs_stride);
@@ -1656,10 +1663,13 @@ INLINE T512 void ftile(const struct hr_mm_layout *l, const void *w, size_t r, co
     for (int u = 0; u < R; u++)
         wr[u] = packed ? (const uint8_t *)w + hr_mm_f16p_row_off(r + (size_t)u, kp)
                        : (const uint8_t *)w + (r + (size_t)u) * k * esz;
+    /* F16's inputs from their widened copy (a32: no conversion here) */
+    const bool a32 = wt == HR_GGML_F32 || wt == HR_GGML_F16;
     UNROLL
     for (int i = 0; i < I; i++) {
-        a[i] = wt == HR_GGML_F32 ? (const void *)hr_mm_f32(l, act, i0 + i)
-                                 : (const void *)hr_mm_u16(l, act, i0 + i);
+        a[i] = wt == HR_GGML_F32   ? (const void *)hr_mm_f32(l, act, i0 + i)
+               : wt == HR_GGML_F16 ? (const void *)hr_mm_a32(l, act, i0 + i)
+                                   : (const void *)hr_mm_u16(l, act, i0 + i);
         UNROLL
         for (int u = 0; u < R; u++)
             acc[u][i] = _mm512_setzero_ps();
@@ -1693,7 +1703,7 @@ INLINE T512 void ftile(const struct hr_mm_layout *l, const void *w, size_t r, co
             wv[u] = packed ? load_f16p(wr[u], j) : load_w16(wt, wr[u], j, 0xffff);
         UNROLL
         for (int i = 0; i < I; i++) {
-            const __m512 av = load_a16(wt, a[i], j);
+            const __m512 av = a32 ? _mm512_loadu_ps((const float *)a[i] + j) : load_a16(wt, a[i], j);
             UNROLL
             for (int u = 0; u < R; u++)
                 acc[u][i] = _mm512_fmadd_ps(wv[u], av, acc[u][i]);
@@ -1707,7 +1717,7 @@ INLINE T512 void ftile(const struct hr_mm_layout *l, const void *w, size_t r, co
             wv[u] = packed ? load_f16p(wr[u], j) : load_w16(wt, wr[u], j, mk);
         UNROLL
         for (int i = 0; i < I; i++) {
-            const __m512 av = load_a16(wt, a[i], j);
+            const __m512 av = a32 ? _mm512_loadu_ps((const float *)a[i] + j) : load_a16(wt, a[i], j);
             UNROLL
             for (int u = 0; u < R; u++)
                 acc[u][i] = _mm512_fmadd_ps(wv[u], av, acc[u][i]);

@@ -52,6 +52,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/fp16.h"
 #include "gguf/ggml-types.h"
 
 struct hr_mm_layout {
@@ -61,6 +62,12 @@ struct hr_mm_layout {
     size_t qs_stride;   /* bytes per row of the first array */
     size_t qs_off, d_off, comp_off, comp4_off, comp5_off, s_off; /* byte offsets; 0 if absent */
     size_t bsum_off, sum32_off, comp16_off;
+    /* F16 weights: the f16-rounded inputs again, widened to f32 (rows of
+     * a32_stride bytes, zero-padded like the f16 rows), so the batch-
+     * invariant AVX-512 float GEMM does not convert the same inputs again
+     * for every 4 weight rows (10 conversions per 24 FMAs on the FMA
+     * ports); the same values, so the same bits. 0 for other types. */
+    size_t a32_off, a32_stride;
     size_t total;       /* bytes */
 };
 
@@ -170,6 +177,19 @@ static inline const float *hr_mm_f32(const struct hr_mm_layout *l, const void *a
 static inline const uint16_t *hr_mm_u16(const struct hr_mm_layout *l, const void *act, size_t i)
 {
     return (const uint16_t *)((const uint8_t *)act + l->qs_off + i * l->qs_stride);
+}
+static inline const float *hr_mm_a32(const struct hr_mm_layout *l, const void *act, size_t i)
+{
+    return (const float *)((const uint8_t *)act + l->a32_off + i * l->a32_stride);
+}
+
+/* Row i's a32 copy from its f16 row (padding included: zeros). */
+static inline void hr_mm_widen_f16_row(const struct hr_mm_layout *l, void *act, size_t i)
+{
+    const uint16_t *h = hr_mm_u16(l, act, i);
+    float *o = (float *)((uint8_t *)act + l->a32_off + i * l->a32_stride);
+    for (size_t j = 0; j < l->a32_stride / sizeof(float); j++)
+        o[j] = hr_f16_to_f32(h[j]);
 }
 
 

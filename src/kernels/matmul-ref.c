@@ -99,6 +99,7 @@ void hr_mm_prepare_generic(const struct hr_mm_layout *l, const float *x, size_t 
             uint16_t *row = (uint16_t *)(base + l->qs_off + i * l->qs_stride);
             hr_convert_row_f16(xi, row, k);
             memset(row + k, 0, l->qs_stride - k * sizeof(uint16_t));
+            hr_mm_widen_f16_row(l, act, i);
             break;
         }
         default: {

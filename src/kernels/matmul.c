@@ -65,10 +65,15 @@ void hr_mm_layout_init(struct hr_mm_layout *l, enum hr_ggml_type wtype, size_t m
         l->sum32_off = off, off = round_up(off + m * l->nb * 8 * sizeof(int16_t), 64);
         l->comp16_off = off, off = round_up(off + m * l->nb * 16 * sizeof(int32_t), 64);
         break;
-    case HR_GGML_BF16:
-    case HR_GGML_F16: /* 16-bit rows, as ggml's vec-dot format */
+    case HR_GGML_BF16: /* 16-bit rows, as ggml's vec-dot format */
         l->qs_stride = round_up(k, 32) * sizeof(uint16_t);
         l->qs_off = off, off = round_up(off + m * l->qs_stride, 64);
+        break;
+    case HR_GGML_F16: /* the same, and those values widened (a32) */
+        l->qs_stride = round_up(k, 32) * sizeof(uint16_t);
+        l->qs_off = off, off = round_up(off + m * l->qs_stride, 64);
+        l->a32_stride = round_up(k, 32) * sizeof(float);
+        l->a32_off = off, off = round_up(off + m * l->a32_stride, 64);
         break;
     default: /* F32: f32 rows */
         l->qs_stride = round_up(k, 32) * sizeof(float);
