@@ -1867,21 +1867,6 @@ static enum hr_status dense_ffn(struct hr_cuda_engine *e, const struct fwd *f,
     return HR_OK;
 }
 
-/*
- * The MoE FFN (engine.c's moe_ffn, the same steps): x += sum over each
- * token's k experts of weight x expert(xn) [+ the shared expert].
- *
- * Routing and the grouping of the T k (token, slot) pairs by expert run on
- * the device; the groups' ends come back to the host (one small copy and a
- * wait per layer), which then runs each expert that has rows as one matmul
- * over them, on the kernels the step's size picks for every matrix (the
- * GEMV for up to gemv_max_tokens tokens, else the tensor-core GEMM, even
- * for a group of one row): a token's result depends only on its own rows
- * and on that threshold, as with dense matrices, never on how many other
- * tokens chose its experts. The
- * wait keeps MoE steps out of CUDA graphs; a device-side grouped GEMV would
- * put them back (issue 21).
- */
 /* HR_CUDA_MOE_ROWS=1: a MoE layer's experts in a GEMV step as one launch
  * on expert rows (hr_cuda_gemv_out.rx) instead of a launch per expert
  * after the groups come back to the host: no wait mid-step, so MoE decode
@@ -1898,24 +1883,29 @@ static bool moe_rows_on(const struct hr_cuda_engine *e, uint32_t T)
     return v && T <= e->dims.gemv_max_tokens;
 }
 
-/* moe_ffn's step 8: per token, the weighted experts in slot order, the
- * shared expert, the residual. */
-static cudaError_t moe_combine_launch(struct hr_cuda_engine *e, const struct fwd *f,
-                                      const struct dlayer *D, uint32_t T)
+/* moe_ffn's steps 7 and 8, after the experts' down matmuls: the shared
+ * expert, on xn, into xn; then per token the weighted experts in slot
+ * order, the shared expert, the residual. */
+static enum hr_status moe_finish(struct hr_cuda_engine *e, const struct fwd *f,
+                                 const struct dlayer *D, uint32_t T, struct hr_err *err)
 {
     const struct hr_moe *mo = &e->m->moe;
+    prep_forget(e);
+    if (mo->shexp != HR_SHEXP_NONE)
+        TRY(dense_ffn(e, f, &D->gate_shexp, &D->up_shexp, &D->down_shexp, T, f->xn, 0, err));
     struct hr_cuda_moe_combine_args ca = {
         .x = f->x, .y = f->moe_x, .down_b = (const float *)D->down_exps_b.d,
         .shx = mo->shexp != HR_SHEXP_NONE ? f->xn : NULL,
         .shg = mo->shexp == HR_SHEXP_SIGMOID ? f->moe_shg : NULL, .row = f->moe_row,
         .sel = f->moe_sel, .w = f->moe_w, .n_tokens = T, .k = mo->n_expert_used,
         .n_embd = e->dims.n_embd};
-    return hr_cuda_moe_combine(&ca, e->stream);
+    CU(hr_cuda_moe_combine(&ca, e->stream), "combining the experts");
+    return HR_OK;
 }
 
-/* moe_ffn's steps 4-8 in a GEMV step, the experts on expert rows: gate and
+/* moe_ffn's steps 4-6 in a GEMV step, the experts on expert rows: gate and
  * up as one launch over the TK gathered rows (row r by expert moe_rx[r]),
- * the activation, down the same way, the shared expert, the combine. */
+ * the activation, down the same way; then moe_finish. */
 static enum hr_status moe_experts_rows(struct hr_cuda_engine *e, const struct fwd *f,
                                        const struct dlayer *D, uint32_t T, struct hr_err *err)
 {
@@ -1941,13 +1931,24 @@ static enum hr_status moe_experts_rows(struct hr_cuda_engine *e, const struct fw
     gemv_out_add(&o, &D->down_exps, f->moe_x, E, NULL);
     o.rx = f->moe_rx, o.mat_bytes = D->down_exps.mat_bytes;
     TRY(gemv_run(e, f, &D->down_exps, &o, f->moe_h, TK, 0, err));
-    prep_forget(e);
-    if (mo->shexp != HR_SHEXP_NONE)
-        TRY(dense_ffn(e, f, &D->gate_shexp, &D->up_shexp, &D->down_shexp, T, f->xn, 0, err));
-    CU(moe_combine_launch(e, f, D, T), "combining the experts");
-    return HR_OK;
+    return moe_finish(e, f, D, T, err);
 }
 
+/*
+ * The MoE FFN (engine.c's moe_ffn, the same steps): x += sum over each
+ * token's k experts of weight x expert(xn) [+ the shared expert].
+ *
+ * Routing and the grouping of the T k (token, slot) pairs by expert run on
+ * the device; the groups' ends come back to the host (one small copy and a
+ * wait per layer), which then runs each expert that has rows as one matmul
+ * over them, on the kernels the step's size picks for every matrix (the
+ * GEMV for up to gemv_max_tokens tokens, else the tensor-core GEMM, even
+ * for a group of one row): a token's result depends only on its own rows
+ * and on that threshold, as with dense matrices, never on how many other
+ * tokens chose its experts. The wait keeps MoE steps out of CUDA graphs;
+ * in a GEMV step the experts can instead run on expert rows, with no wait
+ * (moe_rows_on, moe_experts_rows).
+ */
 static enum hr_status moe_ffn(struct hr_cuda_engine *e, const struct fwd *f,
                               const struct dlayer *D, uint32_t T, struct hr_err *err)
 {
@@ -2011,14 +2012,8 @@ static enum hr_status moe_ffn(struct hr_cuda_engine *e, const struct fwd *f,
         TRY(matmul_in_step(e, f, &wd, f->moe_h + (uint64_t)start * FX, n, T,
                            f->moe_x + (uint64_t)start * E, E, NULL, 0, err));
     }
-    prep_forget(e);
-    /* 7. The shared expert, on xn, into xn. */
-    if (mo->shexp != HR_SHEXP_NONE)
-        TRY(dense_ffn(e, f, &D->gate_shexp, &D->up_shexp, &D->down_shexp, T, f->xn, 0, err));
-    /* 8. Per token: the weighted experts in slot order, the shared expert,
-     * the residual. */
-    CU(moe_combine_launch(e, f, D, T), "combining the experts");
-    return HR_OK;
+    /* 7 and 8: the shared expert, the combine. */
+    return moe_finish(e, f, D, T, err);
 }
 
 /* Attention (engine.c's attention_mixer): xn -> Q/K/V (a gated layer's Wq

@@ -615,6 +615,24 @@ extern "C" cudaError_t hr_cuda_rope_table(const int32_t *pos, uint32_t n_tokens,
 
 /* ---- RMSNorm (with the residual add fused) --------------------------------- */
 
+/* ggml's Q8_0 rounding (x86 from_float) of a block of 32 whose largest
+ * |value| is amax: the f16 scale, the multiplier, and a value's int8
+ * (through an integer: rint(-0.3) is -0.0, the quant is +0). */
+__device__ __forceinline__ float q80_d(float amax)
+{
+    return __half2float(__float2half_rn(amax / 127.f));
+}
+
+__device__ __forceinline__ float q80_id(float amax)
+{
+    return amax != 0.0f ? 127.f / amax : 0.0f;
+}
+
+__device__ __forceinline__ int q80_q(float v, float id)
+{
+    return q80_q(v, id);
+}
+
 /* The first value of largest magnitude among (ax, ix, v) candidates:
  * larger |v|, or equal and a lower index. */
 __device__ __forceinline__ void q8k_best(float &ax, int &ix, float &v, float a2, int i2, float v2)
@@ -645,9 +663,10 @@ __device__ __forceinline__ float q8k_d(float mx)
     return mx != 0.0f ? 1 / (-127.f / mx) : 0.0f;
 }
 
-/* One Q8_K super-block by a block of 256 threads, value v of thread
- * threadIdx.x (every thread calls): q[256], its scale d and its 16 sums. */
-__device__ void q8k_block256(float v, int8_t *q, float *d, int16_t *s)
+/* A Q8_K super-block held by a block of 256 threads, value v of thread
+ * threadIdx.x (every thread calls): the first value of largest magnitude
+ * (0 when all are 0), for every thread. */
+__device__ float q8k_block_max(float v)
 {
     __shared__ float s_ax[8], s_v[8];
     __shared__ int s_ix[8];
@@ -666,7 +685,14 @@ __device__ void q8k_block256(float v, int8_t *q, float *d, int16_t *s)
         s_max = ba == 0.0f ? 0.0f : bvv;
     }
     __syncthreads();
-    const float mx = s_max;
+    return s_max;
+}
+
+/* One Q8_K super-block by a block of 256 threads, value v of thread
+ * threadIdx.x (every thread calls): q[256], its scale d and its 16 sums. */
+__device__ void q8k_block256(float v, int8_t *q, float *d, int16_t *s)
+{
+    const float mx = q8k_block_max(v);
     const int qv = q8k_q(mx, v);
     q[threadIdx.x] = (int8_t)qv;
     if (threadIdx.x == 0)
@@ -793,15 +819,15 @@ __global__ void rms_norm_kernel(float *x, const float *add, const int32_t *rows,
 #pragma unroll
                 for (int s = 1; s < 8; s <<= 1)
                     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, s));
-                const float d = __half2float(__float2half_rn(amax / 127.f));
-                const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+                const float d = q80_d(amax);
+                const float id = q80_id(amax);
                 if (in) {
                     const float ov[4] = {o.x, o.y, o.z, o.w};
                     char4 q;
-                    q.x = (signed char)max(-128, min(127, __float2int_rn(ov[0] * id)));
-                    q.y = (signed char)max(-128, min(127, __float2int_rn(ov[1] * id)));
-                    q.z = (signed char)max(-128, min(127, __float2int_rn(ov[2] * id)));
-                    q.w = (signed char)max(-128, min(127, __float2int_rn(ov[3] * id)));
+                    q.x = (signed char)q80_q(ov[0], id);
+                    q.y = (signed char)q80_q(ov[1], id);
+                    q.z = (signed char)q80_q(ov[2], id);
+                    q.w = (signed char)q80_q(ov[3], id);
                     ((char4 *)(pr.q.q + (size_t)r * n))[i] = q;
                     if (i % 8 == 0)
                         pr.q.d[(size_t)r * (n / 32) + i / 8] = d;
@@ -898,48 +924,14 @@ __global__ void act_round_kernel(int act, const float *x, uint32_t k, void *out_
     } else if (act == HR_CUDA_ACT_Q8_0) {
         /* A warp is one 32-value block. */
         const float amax = warp_max(fabsf(v));
-        const float d = __half2float(__float2half_rn(amax / 127.f));
-        const float id = amax != 0.0f ? 127.f / amax : 0.0f;
-        /* through an integer, as the CPU's int8 quant: rint(-0.3) is -0.0,
-         * but the quant 0 is +0 */
-        const int q = max(-128, min(127, __float2int_rn(v * id)));
+        const float d = q80_d(amax);
+        const int q = q80_q(v, q80_id(amax));
         if (in)
             store_out(out_v, o + i, kind, d * (float)q);
     } else { /* Q8_K: the block of 256 threads is one super-block */
-        __shared__ float s_ax[8];
-        __shared__ int s_ix[8];
-        __shared__ float s_max;
-        float ax = fabsf(v);
-        int ix = (int)threadIdx.x;
-#pragma unroll
-        for (int o2 = 16; o2 > 0; o2 >>= 1) {
-            const float a2 = __shfl_xor_sync(0xffffffffu, ax, o2);
-            const int i2 = __shfl_xor_sync(0xffffffffu, ix, o2);
-            if (a2 > ax || (a2 == ax && i2 < ix))
-                ax = a2, ix = i2;
-        }
-        if ((threadIdx.x & 31) == 0)
-            s_ax[threadIdx.x / 32] = ax, s_ix[threadIdx.x / 32] = ix;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            float ba = s_ax[0];
-            int bi = s_ix[0];
-            for (int w = 1; w < 8; w++)
-                if (s_ax[w] > ba || (s_ax[w] == ba && s_ix[w] < bi))
-                    ba = s_ax[w], bi = s_ix[w];
-            s_max = ba == 0.0f ? 0.0f : xr[blockIdx.x * blockDim.x + bi];
-        }
-        __syncthreads();
-        const float mx = s_max;
-        if (in) {
-            if (mx == 0.0f) {
-                store_out(out_v, o + i, kind, 0.0f);
-            } else {
-                const float iscale = -127.f / mx;
-                const int q = min(127, __float2int_rn(iscale * v));
-                store_out(out_v, o + i, kind, (1 / iscale) * (float)q);
-            }
-        }
+        const float mx = q8k_block_max(v);
+        if (in)
+            store_out(out_v, o + i, kind, mx == 0.0f ? 0.0f : q8k_d(mx) * (float)q8k_q(mx, v));
     }
 }
 
@@ -1446,9 +1438,9 @@ __global__ void quant_q80_kernel(const float *x, uint32_t k, hr_cuda_q8_act a)
         return; /* whole warps: k % 32 == 0 */
     const float v = x[(size_t)row * k + i];
     const float amax = warp_max(fabsf(v));
-    const float d = __half2float(__float2half_rn(amax / 127.f));
-    const float id = amax != 0.0f ? 127.f / amax : 0.0f;
-    const int q = max(-128, min(127, __float2int_rn(v * id)));
+    const float d = q80_d(amax);
+    const float id = q80_id(amax);
+    const int q = q80_q(v, id);
     a.q[(size_t)row * k + i] = (int8_t)q;
     if ((threadIdx.x & 31) == 0)
         a.d[(size_t)row * (k / 32) + i / 32] = d;
@@ -2506,9 +2498,9 @@ __device__ __forceinline__ void attn_prep_out(const hr_cuda_norm_prep &pr, uint6
             continue;
         }
         const float amax = warp_max(fabsf(v[i]));
-        const float d = __half2float(__float2half_rn(amax / 127.f));
-        const float id = amax != 0.0f ? 127.f / amax : 0.0f;
-        pr.q.q[idx] = (int8_t)max(-128, min(127, __float2int_rn(v[i] * id)));
+        const float d = q80_d(amax);
+        const float id = q80_id(amax);
+        pr.q.q[idx] = (int8_t)q80_q(v[i], id);
         if (lane == 0)
             pr.q.d[idx / 32] = d;
     }
@@ -2947,9 +2939,9 @@ __global__ void swiglu_prep_kernel(float *gate, const float *up, uint64_t n, hr_
         return;
     }
     const float amax = warp_max(fabsf(v));
-    const float d = __half2float(__float2half_rn(amax / 127.f));
-    const float id = amax != 0.0f ? 127.f / amax : 0.0f;
-    pr.q.q[i] = (int8_t)max(-128, min(127, __float2int_rn(v * id)));
+    const float d = q80_d(amax);
+    const float id = q80_id(amax);
+    pr.q.q[i] = (int8_t)q80_q(v, id);
     if ((threadIdx.x & 31) == 0)
         pr.q.d[i / 32] = d;
 }
