@@ -59,6 +59,8 @@ static void usage(FILE *f)
             "                      l %% N < N - 1; default 2, not written)\n"
             "  --tied | --untied   output shares the token embedding, or has its own\n"
             "  --seed N            random seed (default 42)\n"
+            "  --row-streams       draw each row from its own stream, on every core (other\n"
+            "                      values than the default draw; for big benchmark files)\n"
             "  --name S            general.name\n"
             "  --chat-template F   tokenizer.chat_template from file F instead of the\n"
             "                      vocabulary's (e.g. a llama.cpp models/templates file)\n");
@@ -103,6 +105,10 @@ int main(int argc, char **argv)
         }
         if (strcmp(a, "--untied") == 0) {
             p.tied = false;
+            continue;
+        }
+        if (strcmp(a, "--row-streams") == 0) {
+            p.row_streams = true;
             continue;
         }
         if (!v) {

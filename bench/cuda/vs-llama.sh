@@ -36,19 +36,20 @@ phase=${1:?usage: vs-llama.sh build SRC_TGZ BIN_DIR | models BIN_DIR LLAMA_BIN_D
 W=build-vsllama
 mkdir -p "$W"
 # The files llama-bench reads: the shapes bench-cuda builds in memory
-# (the 8B shape in F16 and Q8_0, written side by side; its Q4_K comes
-# from the F16 file through llama-quantize --pure on all threads, a minute,
-# where gen-model's one-threaded Q4_K search took over 15).
+# (the 8B shape in F16 and Q8_0, written side by side, each row drawn from
+# its own stream on every core: --row-streams, 4.5 minutes -> seconds; its
+# Q4_K comes from the F16 file through llama-quantize --pure on all
+# threads, a minute, where gen-model's one-threaded Q4_K search took over 15).
 gen_models() { # BIN_DIR LLAMA_QUANTIZE
   local bin=$1 quant=$2 t0
   t0=$(date +%s)
   l8=(--arch llama --n-embd 4096 --n-layer 32 --n-head 32 --n-head-kv 8 --head-dim 128
     --n-ff 14336 --vocab builtin --vocab-size 128256 --untied --rope-base 500000)
   for t in f16 q8_0; do
-    "$bin/gen-model" "${l8[@]}" --type $t --out "$W/llama-3-8b-$t.gguf" >/dev/null &
+    "$bin/gen-model" "${l8[@]}" --row-streams --type $t --out "$W/llama-3-8b-$t.gguf" >/dev/null &
   done
   for t in q8_0 f16; do
-    "$bin/gen-model" --shape qwen2.5-0.5b --vocab builtin --vocab-size 151936 --type $t \
+    "$bin/gen-model" --shape qwen2.5-0.5b --vocab builtin --vocab-size 151936 --row-streams --type $t \
       --out "$W/qwen2.5-0.5b-$t.gguf" >/dev/null
   done
   wait

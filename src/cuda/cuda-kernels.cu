@@ -630,7 +630,7 @@ __device__ __forceinline__ float q80_id(float amax)
 
 __device__ __forceinline__ int q80_q(float v, float id)
 {
-    return q80_q(v, id);
+    return max(-128, min(127, __float2int_rn(v * id)));
 }
 
 /* The first value of largest magnitude among (ax, ix, v) candidates:
@@ -1057,9 +1057,16 @@ __device__ __forceinline__ void q4k_scales(const uint4 hd, uint32_t p, float *d1
 __global__ void __launch_bounds__(128) gemv_q4k_kernel(const uint8_t *w, uint64_t row_bytes,
                                                        uint32_t k, uint32_t n, const float *x,
                                                        uint32_t m, float *y, uint32_t ldy,
-                                                       const float *bias, int accumulate)
+                                                       const float *bias, int accumulate,
+                                                       const int32_t *rx, uint64_t mat_bytes)
 {
     pdl_begin();
+    if (rx) { /* expert rows: grid row y is input row y, by expert rx[y] */
+        w += (uint64_t)rx[blockIdx.y] * mat_bytes;
+        x += (uint64_t)blockIdx.y * k;
+        y += (uint64_t)blockIdx.y * ldy;
+        m = 1;
+    }
     const uint32_t lane = threadIdx.x & 31;
     const uint32_t j0 = (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * Q4K_ROWS;
     if (j0 >= n)
@@ -1805,10 +1812,11 @@ extern "C" cudaError_t hr_cuda_gemv_parts(int type, uint64_t row_bytes, uint32_t
 #undef L_RAW16
         return cudaGetLastError();
     }
-    /* Four weight rows a warp (Q4_K on f32 inputs; one input row): a warp's
-     * rows stay within a part, so one launch per part. */
+    /* Four weight rows a warp (Q4_K on f32 inputs; one input row; expert
+     * rows a grid row each): a warp's rows stay within a part, so one launch
+     * per part. */
     const bool q4k = type == HR_CUDA_T_Q4_K && k % 256 == 0 && al % 16 == 0 &&
-                     !gemv_generic_only() && !o.rx;
+                     !gemv_generic_only();
     if (q4k || (m == 1 && !gemv_generic_only() && !o.rx)) {
         for (uint32_t p = 0; p < o.n_parts; p++) {
             const hr_cuda_gemv_out q = part_of(o, p);
@@ -1817,8 +1825,9 @@ extern "C" cudaError_t hr_cuda_gemv_parts(int type, uint64_t row_bytes, uint32_t
                 continue;
             if (q4k) {
                 const unsigned qblocks = (np + 4 * Q4K_ROWS - 1) / (4 * Q4K_ROWS);
-                hr_launch(gemv_q4k_kernel, qblocks, 128, 0, s, q.w[0], row_bytes, k, np, x, m,
-                          q.y[0], q.ldy[0], q.bias[0], accumulate);
+                hr_launch(gemv_q4k_kernel, dim3(qblocks, o.rx ? m : 1), 128, 0, s, q.w[0],
+                          row_bytes, k, np, x, m, q.y[0], q.ldy[0], q.bias[0], accumulate, o.rx,
+                          o.mat_bytes);
             } else {
 #define L_GEMV1(T)                                                                                \
     hr_launch(gemv1_kernel<T>, (np + 15) / 16, 128, 0, s, q.w[0], row_bytes, k, np, x, q.y[0],     \

@@ -209,22 +209,63 @@ static void note_written(struct gen *g, uint64_t n_bytes);
 enum { GEN_BATCH_FLOATS = 1 << 20 };
 
 struct quant_batch {
-    enum hr_ggml_type type;
-    const float *src;
+    const struct tensor_src *t;
+    float *src;
     uint8_t *dst;
     uint64_t row, row_bytes, n_rows;
+    uint64_t r0; /* the batch's first row in the tensor (row_streams draws) */
     atomic_int failed;
 };
+
+static void draw_row(const struct tensor_src *t, struct hr_rng *rng, float *v, uint64_t row);
+
+/* row_streams: row r's values from its own stream; a fused gate/up stack's
+ * row takes the stream its separate tensor's row would */
+static void draw_row_stream(const struct tensor_src *t, uint64_t r, float *v, uint64_t row)
+{
+    uint64_t seed = t->seed, local = r;
+    if (t->fuse_rows) {
+        const uint64_t f = t->fuse_rows;
+        seed = r % (2 * f) >= f ? t->seed2 : t->seed;
+        local = r / (2 * f) * f + r % f;
+    }
+    struct hr_rng rng;
+    hr_rng_seed(&rng, seed ^ (0x9E3779B97F4A7C15ull * (local + 1)));
+    draw_row(t, &rng, v, row);
+}
 
 static void quant_batch_run(void *ctx, int ith, int nth)
 {
     struct quant_batch *q = ctx;
     const uint64_t r1 = q->n_rows * (uint64_t)(ith + 1) / (uint64_t)nth;
-    for (uint64_t r = q->n_rows * (uint64_t)ith / (uint64_t)nth; r < r1; r++)
-        if (hr_quantize_row(q->type, q->src + r * q->row, q->dst + r * q->row_bytes, q->row) != 0) {
+    for (uint64_t r = q->n_rows * (uint64_t)ith / (uint64_t)nth; r < r1; r++) {
+        if (q->t->params->row_streams)
+            draw_row_stream(q->t, q->r0 + r, q->src + r * q->row, q->row);
+        if (hr_quantize_row(q->t->type, q->src + r * q->row, q->dst + r * q->row_bytes, q->row) != 0) {
             atomic_store(&q->failed, 1);
             return;
         }
+    }
+}
+
+static void draw_row(const struct tensor_src *t, struct hr_rng *rng, float *v, uint64_t row)
+{
+    const double sd = 1.0 / sqrt((double)row);
+    const uint32_t head_dim = t->params->head_dim;
+    for (uint64_t i = 0; i < row; i++) {
+        switch (t->init) {
+        case INIT_MATRIX: v[i] = (float)(hr_rng_normal(rng) * sd); break;
+        case INIT_NORM: v[i] = (float)(1.0 + 0.1 * hr_rng_normal(rng)); break;
+        case INIT_BIAS: v[i] = (float)(0.1 * hr_rng_normal(rng)); break;
+        case INIT_SINK: v[i] = (float)hr_rng_normal(rng); break;
+        case INIT_ROPE_FREQS: v[i] = llama3_rope_factor(t->params, head_dim, i); break;
+        /* -exp(A_log) around -1, and a dt bias making softplus(dt) about
+         * 0.13: each token decays the DeltaNet state by ~0.9, so it
+         * remembers tens of tokens, as trained models' states do */
+        case INIT_SSM_A: v[i] = (float)-exp(0.5 * hr_rng_normal(rng)); break;
+        case INIT_DT_BIAS: v[i] = (float)(-2.0 + 0.5 * hr_rng_normal(rng)); break;
+        }
+    }
 }
 
 static enum hr_status fill_tensor(void *ctx, void *dst, uint64_t n_bytes, struct hr_err *err)
@@ -242,33 +283,18 @@ static enum hr_status fill_tensor(void *ctx, void *dst, uint64_t n_bytes, struct
     struct hr_rng rng_a, rng_b;
     hr_rng_seed(&rng_a, t->seed);
     hr_rng_seed(&rng_b, t->seed2);
-    double sd = 1.0 / sqrt((double)row);
-    uint32_t head_dim = t->params->head_dim;
     for (uint64_t r = 0; r < rows; r++) {
         /* a fused gate/up stack draws each half from the stream the separate
          * tensor would, so both layouts hold the same values */
         struct hr_rng *rng = t->fuse_rows && r % (2 * t->fuse_rows) >= t->fuse_rows ? &rng_b
                                                                                     : &rng_a;
-        float *v = buf + (r % batch) * row;
-        for (uint64_t i = 0; i < row; i++) {
-            switch (t->init) {
-            case INIT_MATRIX: v[i] = (float)(hr_rng_normal(rng) * sd); break;
-            case INIT_NORM: v[i] = (float)(1.0 + 0.1 * hr_rng_normal(rng)); break;
-            case INIT_BIAS: v[i] = (float)(0.1 * hr_rng_normal(rng)); break;
-            case INIT_SINK: v[i] = (float)hr_rng_normal(rng); break;
-            case INIT_ROPE_FREQS: v[i] = llama3_rope_factor(t->params, head_dim, i); break;
-            /* -exp(A_log) around -1, and a dt bias making softplus(dt) about
-             * 0.13: each token decays the DeltaNet state by ~0.9, so it
-             * remembers tens of tokens, as trained models' states do */
-            case INIT_SSM_A: v[i] = (float)-exp(0.5 * hr_rng_normal(rng)); break;
-            case INIT_DT_BIAS: v[i] = (float)(-2.0 + 0.5 * hr_rng_normal(rng)); break;
-            }
-        }
+        if (!t->params->row_streams) /* else drawn on the pool with the quantizing */
+            draw_row(t, rng, buf + (r % batch) * row, row);
         const uint64_t n = r % batch + 1;
         if (n < batch && r + 1 < rows)
             continue;
-        struct quant_batch q = {t->type, buf, (uint8_t *)dst + (r + 1 - n) * row_bytes, row,
-                                row_bytes, n, 0};
+        struct quant_batch q = {t, buf, (uint8_t *)dst + (r + 1 - n) * row_bytes, row,
+                                row_bytes, n, r + 1 - n, 0};
         hr_pool_run(t->gen->pool, quant_batch_run, &q);
         if (atomic_load(&q.failed)) {
             free(buf);

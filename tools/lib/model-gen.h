@@ -78,6 +78,11 @@ struct hr_gen_params {
     uint32_t ssm_head_dim;  /* their dim (0: head_dim / 2) */
     uint32_t full_attn_interval; /* every Nth layer is attention (0: 4) */
     uint64_t seed;
+    /* A stream per row (seeded by the tensor's stream and the row) instead
+     * of one per tensor, so rows are drawn on every core: benchmark files of
+     * several GiB in seconds instead of minutes. Different values from the
+     * default draw (same seed, same shape: same file every time). */
+    bool row_streams;
     bool progress;        /* a stderr line a second once writing takes longer than a
                            * second (gen-model sets it; large models take minutes) */
 };
