@@ -28,8 +28,9 @@
 # the matrices a token reads x tokens/s) and of the bf16 peak the prefill rows reach (2 x
 # parameters x tokens/s), against the card's numbers (H200: 4.8 TB/s and
 # 790 TFLOP/s measured with cuBLAS; H100 SXM: 3.35 TB/s, 700 TFLOP/s
-# nominal-class; others: none printed); last, batched decode through
-# `headroom serve` (bench/cuda/serve-batch.py).
+# nominal-class; others: none printed); then batched decode through
+# `headroom serve` (bench/cuda/serve-batch.py), and last each decode GEMV's
+# GB/s beside a read-only kernel's (bench-gemv).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 phase=${1:?usage: vs-llama.sh build SRC_TGZ BIN_DIR | models BIN_DIR LLAMA_BIN_DIR | run [ROUNDS]}
@@ -132,6 +133,14 @@ if [[ -x $srv && -f $W/llama-3-8b-q4_k.gguf ]]; then
   timeout 900 python3 bench/cuda/serve-batch.py "$srv" "$W/llama-3-8b-q4_k.gguf" 1 8 32
 else
   echo "serve-batch: skipped ($srv or the 8B Q4_K file is missing)"
+fi
+# Each decode GEMV's GB/s beside a read-only kernel and a device copy of
+# the same bytes (issue 21's first item; bench/cuda/bench-gemv.c).
+G=${HR_BENCH_GEMV:-$(dirname "$B")/bench-gemv}
+if [[ -x $G ]]; then
+  timeout 120 "$G" --types q4_k,q8_0,f16 --shapes 8b | sed 's/ gpu="[^"]*"//'
+else
+  echo "bench-gemv: skipped ($G is not built)"
 fi
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 python3 - "$out" "$gpu" <<'PY'
