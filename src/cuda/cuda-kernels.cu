@@ -1241,6 +1241,99 @@ __global__ void __launch_bounds__(128) gemv_q4k_q8_kernel(hr_cuda_gemv_out o, ui
         gemv_warp_store(acc, m, R.j, R.y, R.ldy, R.bias, accumulate);
 }
 
+/* NR weight rows a block of 128 threads (k >= 2048; HR_CUDA_Q4K=rows2 or
+ * rows4): each row's pieces and sums exactly as gemv_q4k_q8_kernel<1>'s
+ * (thread i takes pieces i, i + 128, ... in order; the 4 warps' sums added
+ * in warp order), so the same results bit for bit; but a thread loads its
+ * inputs' piece once for NR rows, and NR rows' weights are in flight at once
+ * (the block-per-row kernel has one 32-byte load a thread at k = 4096). */
+template <int NR>
+__global__ void __launch_bounds__(128) gemv_q4k_q8_rows_kernel(hr_cuda_gemv_out o,
+                                                               uint64_t row_bytes, uint32_t k,
+                                                               hr_cuda_q8_act xa, uint32_t m,
+                                                               int accumulate)
+{
+    pdl_begin();
+    gemv_rows_q(o, k, 256, &xa, &m);
+    const uint32_t j0 = blockIdx.x * NR;
+    gemv_row R[NR];
+#pragma unroll
+    for (int r = 0; r < NR; r++) /* a row past n reads row n - 1 and is not stored */
+        R[r] = gemv_part(o, j0 + r < o.n ? j0 + r : o.n - 1, row_bytes);
+    float acc[NR][HR_CUDA_GEMV_MAX_ROWS];
+#pragma unroll
+    for (int r = 0; r < NR; r++)
+#pragma unroll
+        for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++)
+            acc[r][t] = 0.0f;
+    const uint32_t pieces = k / 256 * 8;
+    for (uint32_t pc = threadIdx.x; pc < pieces; pc += 128) {
+        const uint32_t sb = pc / 8, p = (pc / 2) % 4, h = pc % 2;
+        uint4 hd[NR], qv[NR];
+#pragma unroll
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *b = R[r].w + (size_t)sb * 144;
+            hd[r] = *(const uint4 *)b;
+            qv[r] = *(const uint4 *)(b + 16 + 32 * p + 16 * h);
+        }
+        const uint32_t xo = sb * 256 + 64 * p + 16 * h, so = sb * 16 + 4 * p + h;
+#pragma unroll
+        for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
+            if ((uint32_t)t >= m)
+                break;
+            const int8_t *xr = xa.q + (uint64_t)t * k;
+            const int4 va = *(const int4 *)(xr + xo), vb = *(const int4 *)(xr + xo + 32);
+            const int16_t *xs = xa.s + (uint64_t)t * (k / 16);
+            const float bsa = (float)xs[so], bsb = (float)xs[so + 2];
+            const float dx = xa.d[(uint64_t)t * (k / 256) + sb];
+#pragma unroll
+            for (int r = 0; r < NR; r++) {
+                float d1a, m1a, d1b, m1b;
+                q4k_scales(hd[r], p, &d1a, &m1a, &d1b, &m1b);
+                const uint32_t q[4] = {qv[r].x, qv[r].y, qv[r].z, qv[r].w};
+                int sa = 0, sbb = 0;
+                sa = __dp4a((int)(q[0] & 0x0F0F0F0Fu), va.x, sa);
+                sa = __dp4a((int)(q[1] & 0x0F0F0F0Fu), va.y, sa);
+                sa = __dp4a((int)(q[2] & 0x0F0F0F0Fu), va.z, sa);
+                sa = __dp4a((int)(q[3] & 0x0F0F0F0Fu), va.w, sa);
+                sbb = __dp4a((int)((q[0] >> 4) & 0x0F0F0F0Fu), vb.x, sbb);
+                sbb = __dp4a((int)((q[1] >> 4) & 0x0F0F0F0Fu), vb.y, sbb);
+                sbb = __dp4a((int)((q[2] >> 4) & 0x0F0F0F0Fu), vb.z, sbb);
+                sbb = __dp4a((int)((q[3] >> 4) & 0x0F0F0F0Fu), vb.w, sbb);
+                acc[r][t] += dx * ((d1a * (float)sa - m1a * bsa) + (d1b * (float)sbb - m1b * bsb));
+            }
+        }
+    }
+    __shared__ float part[4][NR][HR_CUDA_GEMV_MAX_ROWS];
+    const uint32_t lane = threadIdx.x & 31, wi = threadIdx.x / 32;
+#pragma unroll
+    for (int r = 0; r < NR; r++)
+#pragma unroll
+        for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
+            if ((uint32_t)t < m) {
+                const float a = warp_sum(acc[r][t]);
+                if (lane == 0)
+                    part[wi][r][t] = a;
+            }
+        }
+    __syncthreads();
+    if (threadIdx.x < NR * m) { /* as gemv_block_store, a thread per (row, input row) */
+        const uint32_t r = threadIdx.x / m, t = threadIdx.x % m;
+        if (j0 + r < o.n) {
+            gemv_row Rr = R[0]; /* R[r], by selects (no local-memory indexing) */
+#pragma unroll
+            for (int i = 1; i < NR; i++)
+                if ((uint32_t)i == r)
+                    Rr = R[i];
+            float a = ((part[0][r][t] + part[1][r][t]) + part[2][r][t]) + part[3][r][t];
+            if (Rr.bias)
+                a += Rr.bias[Rr.j];
+            float *yp = Rr.y + (uint64_t)t * Rr.ldy + Rr.j;
+            *yp = accumulate ? *yp + a : a;
+        }
+    }
+}
+
 /* Q8_K quantization of m rows of k (k % 256 == 0) for the integer GEMV:
  * the values act_round_kernel's Q8_K branch makes (q and 1 / iscale), as
  * int8 plus one scale per 256, and the sums of q per 16. One block of 256
@@ -1429,7 +1522,7 @@ static int q4k_variant(void)
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("HR_CUDA_Q4K");
-        v = e && !strcmp(e, "warp") ? 0 : 1;
+        v = !e ? 1 : !strcmp(e, "warp") ? 0 : !strcmp(e, "rows2") ? 2 : !strcmp(e, "rows4") ? 4 : 1;
     }
     return v;
 }
@@ -1550,7 +1643,14 @@ extern "C" cudaError_t hr_cuda_gemv_int_parts(int type, uint64_t row_bytes, uint
     if (type != HR_CUDA_T_Q4_K || k % 256 || al % 16)
         return cudaErrorInvalidValue;
     /* a block per row from 2048 values (8 super-blocks: 64 pieces) up */
-    if (q4k_variant() == 1 && k >= 2048)
+    const int qv4 = k >= 2048 ? q4k_variant() : 0;
+    if (qv4 == 2)
+        hr_launch(gemv_q4k_q8_rows_kernel<2>, dim3((n + 1) / 2, gy), 128, 0, s, o, row_bytes, k, *a, m,
+                  accumulate);
+    else if (qv4 == 4)
+        hr_launch(gemv_q4k_q8_rows_kernel<4>, dim3((n + 3) / 4, gy), 128, 0, s, o, row_bytes, k, *a, m,
+                  accumulate);
+    else if (qv4 == 1)
         hr_launch(gemv_q4k_q8_kernel<1>, dim3(n, gy), 128, 0, s, o, row_bytes, k, *a, m, accumulate);
     else
         hr_launch(gemv_q4k_q8_kernel<0>, dim3((n + 3) / 4, gy), 128, 0, s, o, row_bytes, k, *a, m,
@@ -3507,6 +3607,8 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
         return ce;
     const void *k[] = {(const void *)gemv_q4k_kernel, (const void *)gemv_q4k_q8_kernel<0>,
                        (const void *)gemv_q4k_q8_kernel<1>,
+                       (const void *)gemv_q4k_q8_rows_kernel<2>,
+                       (const void *)gemv_q4k_q8_rows_kernel<4>,
                        (const void *)gemv_q80_q8_kernel, (const void *)gemv_q80s_q8_kernel<0>,
                        (const void *)gemv_q80s_q8_kernel<1>,
                        (const void *)quant_q80_kernel,

@@ -83,6 +83,12 @@ done
 rc=0
 "$build/tests/cuda/test-cuda-kernels" || rc=$?
 if ((rc == 77)); then exit 77; fi
+# The Q4_K integer GEMV's rows-a-block variants (HR_CUDA_Q4K=rows2/rows4,
+# off by default until measured): the kernel tests' 2304-input rows use them.
+for v in rows2 rows4; do
+  echo "test-cuda-kernels, HR_CUDA_Q4K=$v:"
+  HR_CUDA_Q4K=$v "$build/tests/cuda/test-cuda-kernels" | grep -E "Q4_K +integer|passed" || rc=1
+done
 "$build/tests/cuda/test-cuda-engine" "${files[@]}" || rc=1
 # Dense models multiply Q8_0 / Q4_0 / Q5_0 / IQ4_NL / MXFP4 in prefill on
 # cuBLASLt by default and MoE models on the integer GEMM; the integer GEMM
