@@ -172,6 +172,25 @@ struct dweight {
     enum hr_cuda_act act;   /* how its inputs are rounded (the vec-dot type) */
 };
 
+/* Every tensor of a layer, by its name in model.h's hr_layer and here, in
+ * upload order: X(name, M), M = 1 for a matrix multiplied by the GEMMs and
+ * GEMVs (tensor cores in prefill), 2 for the DeltaNet's beta and alpha
+ * (matrices the mixer multiplies in f32 itself), 0 for vectors. The one
+ * list the upload, the dims and the cuBLASLt shapes all read. */
+#define LAYER_TENSORS(X)                                                                           \
+    X(attn_norm, 0) X(wq, 1) X(wk, 1) X(wv, 1) X(bq, 0) X(bk, 0) X(bv, 0) X(q_norm, 0)            \
+    X(k_norm, 0) X(wo, 1) X(bo, 0) X(sinks, 0) X(ffn_norm, 0) X(w_gate, 1) X(w_up, 1)               \
+    X(w_down, 1) X(gate_inp, 1) X(gate_inp_b, 0) X(exp_probs_b, 0) X(gate_exps, 1)                 \
+    X(up_exps, 1) X(down_exps, 1) X(gate_exps_b, 0) X(up_exps_b, 0) X(down_exps_b, 0)              \
+    X(gate_inp_shexp, 0) X(gate_shexp, 1) X(up_shexp, 1) X(down_shexp, 1) X(ssm_qkv, 1)            \
+    X(ssm_z, 1) X(ssm_beta, 2) X(ssm_alpha, 2) X(ssm_ba, 2) X(ssm_out, 1) X(ssm_conv1d, 0)         \
+    X(ssm_dt, 0) X(ssm_a, 0) X(ssm_norm, 0)
+#define LT_COUNT(name, M) +1
+#define LT_MAT(name, M) +((M) != 0)
+enum { LAYER_TENSORS_N = 0 LAYER_TENSORS(LT_COUNT), LAYER_MATS = 0 LAYER_TENSORS(LT_MAT) };
+#undef LT_COUNT
+#undef LT_MAT
+
 struct dlayer {
     struct dweight attn_norm, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, bo, sinks, ffn_norm;
     uint32_t window;        /* sliding window (gpt-oss); 0: full causal */
@@ -577,19 +596,14 @@ static uint64_t weight_bytes(const struct hr_weight *w)
 
 /* The matrices of layer L a forward pass multiplies by (the stacked
  * experts once: their slices share a shape); returns how many. */
-#define LAYER_MATS 18
 static size_t layer_mats(const struct hr_layer *L, const struct hr_weight **out)
 {
-    const struct hr_weight *all[LAYER_MATS] = {
-        &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->gate_inp,
-        &L->gate_exps, &L->up_exps, &L->down_exps, &L->gate_shexp, &L->ssm_qkv, &L->ssm_z,
-        &L->ssm_beta, &L->ssm_alpha, &L->ssm_ba, &L->ssm_out};
     size_t n = 0;
-    for (size_t i = 0; i < LAYER_MATS; i++)
-        if (all[i]->data)
-            out[n++] = all[i];
-    if (L->up_shexp.data)
-        out[n++] = &L->up_shexp, out[n++] = &L->down_shexp;
+#define MAT(name, M)                                                                               \
+    if ((M) && L->name.data)                                                                       \
+        out[n++] = &L->name;
+    LAYER_TENSORS(MAT)
+#undef MAT
     return n;
 }
 
@@ -638,45 +652,9 @@ static size_t list_uploads(struct hr_cuda_engine *e, struct upload *u)
     for (uint32_t l = 0; l < m->hp.n_layer; l++) {
         const struct hr_layer *L = &m->layers[l];
         struct dlayer *D = &e->layers[l];
-        ADD(L->attn_norm, D->attn_norm, false);
-        ADD(L->wq, D->wq, true);
-        ADD(L->wk, D->wk, true);
-        ADD(L->wv, D->wv, true);
-        ADD(L->bq, D->bq, false);
-        ADD(L->bk, D->bk, false);
-        ADD(L->bv, D->bv, false);
-        ADD(L->q_norm, D->q_norm, false);
-        ADD(L->k_norm, D->k_norm, false);
-        ADD(L->wo, D->wo, true);
-        ADD(L->bo, D->bo, false);
-        ADD(L->sinks, D->sinks, false);
-        ADD(L->ffn_norm, D->ffn_norm, false);
-        ADD(L->w_gate, D->w_gate, true);
-        ADD(L->w_up, D->w_up, true);
-        ADD(L->w_down, D->w_down, true);
-        ADD(L->gate_inp, D->gate_inp, true);
-        ADD(L->gate_inp_b, D->gate_inp_b, false);
-        ADD(L->exp_probs_b, D->exp_probs_b, false);
-        ADD(L->gate_exps, D->gate_exps, true);
-        ADD(L->up_exps, D->up_exps, true);
-        ADD(L->down_exps, D->down_exps, true);
-        ADD(L->gate_exps_b, D->gate_exps_b, false);
-        ADD(L->up_exps_b, D->up_exps_b, false);
-        ADD(L->down_exps_b, D->down_exps_b, false);
-        ADD(L->gate_inp_shexp, D->gate_inp_shexp, false);
-        ADD(L->gate_shexp, D->gate_shexp, true);
-        ADD(L->up_shexp, D->up_shexp, true);
-        ADD(L->down_shexp, D->down_shexp, true);
-        ADD(L->ssm_qkv, D->ssm_qkv, true);
-        ADD(L->ssm_z, D->ssm_z, true);
-        ADD(L->ssm_beta, D->ssm_beta, true);
-        ADD(L->ssm_alpha, D->ssm_alpha, true);
-        ADD(L->ssm_ba, D->ssm_ba, true);
-        ADD(L->ssm_out, D->ssm_out, true);
-        ADD(L->ssm_conv1d, D->ssm_conv1d, false);
-        ADD(L->ssm_dt, D->ssm_dt, false);
-        ADD(L->ssm_a, D->ssm_a, false);
-        ADD(L->ssm_norm, D->ssm_norm, false);
+#define UP(name, M) ADD(L->name, D->name, (M) != 0);
+        LAYER_TENSORS(UP)
+#undef UP
         D->moe = L->ffn_kind == HR_FFN_MOE;
         D->dn = L->mixer == HR_MIXER_DELTANET;
         D->kv_layer = L->kv_layer;
@@ -693,7 +671,7 @@ static bool moe_rows_on(const struct hr_cuda_engine *e, uint32_t T);
 
 static enum hr_status upload_weights(struct hr_cuda_engine *e, struct hr_err *err)
 {
-    const size_t cap = 4 + (size_t)39 * e->m->hp.n_layer;
+    const size_t cap = 4 + (size_t)LAYER_TENSORS_N * e->m->hp.n_layer;
     struct upload *u = calloc(cap, sizeof(*u));
     uint64_t *off = calloc(cap, sizeof(*off));
     if (!u || !off) {
@@ -837,7 +815,7 @@ void hr_cuda_engine_dims(const struct hr_model *m, const struct hr_cuda_config *
     uint64_t wdq = 0;
     bool tc = false, igm = false;
     const bool int_ok = int_gemm_model(m);
-    const struct hr_weight *ws[LAYER_MATS + 2];
+    const struct hr_weight *ws[LAYER_MATS];
     for (uint32_t l = 0; l < hp->n_layer && !simt; l++) {
         const size_t n = layer_mats(&m->layers[l], ws);
         for (size_t i = 0; i < n; i++) {
@@ -1474,14 +1452,11 @@ static enum hr_status lt_init(struct hr_cuda_engine *e, struct hr_err *err)
     enum hr_status st = HR_OK;
     for (uint32_t l = 0; l < e->m->hp.n_layer && st == HR_OK; l++) {
         const struct dlayer *D = &e->layers[l];
-        const struct dweight *mats[] = {&D->wq, &D->wk, &D->wv, &D->wo, &D->w_gate, &D->w_up,
-                                        &D->w_down, &D->gate_inp, &D->gate_exps, &D->up_exps,
-                                        &D->down_exps, &D->gate_shexp, &D->up_shexp,
-                                        &D->down_shexp, &D->ssm_qkv, &D->ssm_z,
-                                        &D->ssm_out}; /* beta, alpha: f32 (deltanet_mixer) */
-        for (size_t i = 0; i < sizeof(mats) / sizeof(mats[0]) && st == HR_OK; i++)
-            if (lt_type(e, mats[i]))
-                st = lt_add_matrix(e, mats[i], err);
+#define LT_MATRIX(name, M)                                                                         \
+    if ((M) == 1 && st == HR_OK && lt_type(e, &D->name))                                           \
+        st = lt_add_matrix(e, &D->name, err);
+        LAYER_TENSORS(LT_MATRIX)
+#undef LT_MATRIX
     }
     const uint32_t n_layer_shapes = e->n_lt_shapes;
     if (st == HR_OK && e->cfg.max_step_logits > e->dims.gemv_max_tokens && lt_type(e, &e->output))
