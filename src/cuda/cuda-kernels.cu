@@ -12,6 +12,7 @@
 #include "cuda/cuda-kernels.h"
 #include "cuda/cuda-plan.h"
 #include "engine/moe-weights.h"
+#include "engine/rope-row.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -584,24 +585,8 @@ __global__ void rope_table_kernel(const int32_t *pos, uint32_t n_tokens, uint32_
     const uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= n_tokens)
         return;
-    float theta = (float)pos[t];
-    float *c = rope + (size_t)t * n_rot;
-    for (uint32_t i0 = 0; i0 < n_rot; i0 += 2) {
-        const float f = freqs ? freqs[i0 / 2] : 1.0f;
-        const float extrap = theta / f;
-        float a = r.freq_scale * extrap, mscale = r.attn_factor;
-        if (r.ext_factor != 0.0f) {
-            const float lo = r.corr_dims[0], hi = r.corr_dims[1];
-            float y = ((float)(i0 / 2) - lo) / (hi - lo > 0.001f ? hi - lo : 0.001f);
-            y = y < 0.0f ? 0.0f : y > 1.0f ? 1.0f : y;
-            const float ramp_mix = (1 - y) * r.ext_factor;
-            a = a * (1 - ramp_mix) + extrap * ramp_mix;
-            mscale *= 1.0f + 0.1f * logf(1.0f / r.freq_scale);
-        }
-        c[i0] = cosf(a) * mscale;
-        c[i0 + 1] = sinf(a) * mscale;
-        theta *= r.theta_scale;
-    }
+    hr_rope_row(pos[t], n_rot, r.theta_scale, r.freq_scale, r.ext_factor, r.attn_factor,
+                r.corr_dims[0], r.corr_dims[1], freqs, rope + (size_t)t * n_rot);
 }
 
 extern "C" cudaError_t hr_cuda_rope_table(const int32_t *pos, uint32_t n_tokens, uint32_t n_rot,

@@ -88,11 +88,8 @@ struct hr_cuda_rope {
     float theta_scale, freq_scale, ext_factor, attn_factor, corr_dims[2];
 };
 
-/* rope[t] = n_rot/2 (cos, sin) pairs for position pos[t], as engine.c's
- * rope_cache_row: theta = pos, times theta_scale per pair; divided by
- * freqs[i] (llama3) when given; times freq_scale, YaRN's ramp between that
- * and the extrapolated angle when ext_factor is set; cos and sin times
- * attn_factor (and YaRN's magnitude correction). */
+/* rope[t] = n_rot/2 (cos, sin) pairs for position pos[t]: engine/rope-row.h's
+ * hr_rope_row, the CPU engine's formula (its device cosf/sinf/logf). */
 cudaError_t hr_cuda_rope_table(const int32_t *pos, uint32_t n_tokens, uint32_t n_rot,
                                const struct hr_cuda_rope *r, const float *freqs, float *rope,
                                cudaStream_t s);

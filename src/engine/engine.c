@@ -36,6 +36,7 @@
 #include "engine/attention.h"
 #include "engine/deltanet.h"
 #include "engine/moe-weights.h"
+#include "engine/rope-row.h"
 #include "engine/state-pool.h"
 #include "engine/threadpool.h"
 #include "kernels/matmul.h"
@@ -395,26 +396,9 @@ static void rms_norm_row(const float *x, const float *w, float *y, uint32_t n, f
  * scaled by the magnitude correction). */
 static void rope_cache_row(const struct hr_engine *e, int32_t pos, float *cache)
 {
-    const struct hr_model *m = e->m;
     const struct hr_rope *r = &e->rope;
-    const float *ff = m->rope_freqs.data;
-    float theta = (float)pos;
-    for (uint32_t i0 = 0; i0 < m->hp.n_rot; i0 += 2) {
-        const float f = ff ? ff[i0 / 2] : 1.0f;
-        const float extrap = theta / f;
-        float t = r->freq_scale * extrap, mscale = r->attn_factor;
-        if (r->ext_factor != 0.0f) {
-            const float lo = r->corr_dims[0], hi = r->corr_dims[1];
-            float y = ((float)(i0 / 2) - lo) / (hi - lo > 0.001f ? hi - lo : 0.001f);
-            y = y < 0.0f ? 0.0f : y > 1.0f ? 1.0f : y;
-            const float ramp_mix = (1 - y) * r->ext_factor;
-            t = t * (1 - ramp_mix) + extrap * ramp_mix;
-            mscale *= 1.0f + 0.1f * logf(1.0f / r->freq_scale);
-        }
-        cache[i0] = cosf(t) * mscale;
-        cache[i0 + 1] = sinf(t) * mscale;
-        theta *= r->theta_scale;
-    }
+    hr_rope_row(pos, e->m->hp.n_rot, r->theta_scale, r->freq_scale, r->ext_factor, r->attn_factor,
+                r->corr_dims[0], r->corr_dims[1], e->m->rope_freqs.data, cache);
 }
 
 /* Rotates one head of `hd` values in place. Llama rotates adjacent pairs
