@@ -3,7 +3,10 @@
 once, each a short prompt and 128 generated tokens (non-streaming
 completions, ignore_eos), for N in STREAMS (default 1 8 32). Prints one
 line per N: the streams' tokens / wall seconds from the first request to
-the last answer, and the ratio to N = 1. Needs nothing but python3.
+the last answer, and the ratio to N = 1; and from /metrics the engine
+thread's seconds in steps and in scheduling them (admission, chunk
+sizing, plans, the governor: schedule_pct is their cost against the
+steps'). Needs nothing but python3.
 
     bench/cuda/serve-batch.py HEADROOM MODEL [STREAMS...]
 
@@ -39,6 +42,20 @@ def post(i, out):
     out[i] = j.get("usage", {}).get("completion_tokens", 0) if r.status == 200 else 0
 
 
+def engine_seconds():
+    """The engine thread's seconds in steps and in scheduling them (admission,
+    chunk sizing, plans, the governor's accounts): /metrics' counters."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("GET", "/metrics")
+    v = {}
+    for line in c.getresponse().read().decode().splitlines():
+        if line.startswith("headroom_engine_s"):
+            k, x = line.split()
+            v[k] = float(x)
+    return (v.get("headroom_engine_step_seconds_total", 0.0),
+            v.get("headroom_engine_schedule_seconds_total", 0.0))
+
+
 try:
     t0 = time.time()
     while True:
@@ -55,6 +72,7 @@ try:
     post(0, [0])  # warm-up: the first request's one-time costs
     base = None
     for n in streams:
+        m0 = engine_seconds()
         out = [0] * n
         th = [threading.Thread(target=post, args=(i, out)) for i in range(n)]
         t = time.time()
@@ -65,8 +83,12 @@ try:
         dt = time.time() - t
         tps = sum(out) / dt
         base = base or tps
-        print("serve-batch streams=%d tokens=%d seconds=%.2f tok_s=%.1f vs_1=%.2f"
-              % (n, sum(out), dt, tps, tps / base), flush=True)
+        m1 = engine_seconds()
+        step, sched = m1[0] - m0[0], m1[1] - m0[1]
+        print("serve-batch streams=%d tokens=%d seconds=%.2f tok_s=%.1f vs_1=%.2f "
+              "step_s=%.3f schedule_s=%.4f schedule_pct=%.2f"
+              % (n, sum(out), dt, tps, tps / base, step, sched,
+                 100 * sched / step if step > 0 else 0), flush=True)
 finally:
     proc.send_signal(signal.SIGINT)
     try:

@@ -1171,6 +1171,8 @@ static void *engine_main(void *arg)
     enum hr_sched_finish *done_why = s->done_why;
     const char **done_msg = s->done_msg;
     struct hr_err err = {{0}};
+    /* time in steps and in scheduling them, not yet in s->st */
+    double t_step = 0.0, t_sched = 0.0, t0;
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (!s->stop && !s->q_head && s->n_running == 0) {
@@ -1208,7 +1210,9 @@ static void *engine_main(void *arg)
                 }
             }
         }
+        t0 = hr_now_seconds();
         start_queued(s);
+        t_sched += hr_now_seconds() - t0;
         const uint32_t n_new = s->n_started_now;
         s->n_started_now = 0;
         sched_unlock(s);
@@ -1252,7 +1256,9 @@ static void *engine_main(void *arg)
             }
         }
         struct request *lone = NULL;
+        t0 = hr_now_seconds();
         uint32_t n_items = fit_step(s, &lone);
+        t_sched += hr_now_seconds() - t0;
         if (lone) {
             done_why[n_done] = HR_SCHED_LENGTH;
             done_msg[n_done] = NULL;
@@ -1282,6 +1288,7 @@ static void *engine_main(void *arg)
              * learns only from prefill chunks, so decode-only steps skip it
              * and rely on the periodic sampler. */
             bracket = s->cfg.gov && s->n_step_prefill > 0;
+            t0 = hr_now_seconds();
             if (s->cfg.gov)
                 hr_backend_plan(s->engine, &step, &planned);
             if (s->pc) { /* the pool's free blocks first, then cached ones nobody uses */
@@ -1291,6 +1298,8 @@ static void *engine_main(void *arg)
             }
             if (bracket)
                 hr_gov_step_begin(s->cfg.gov);
+            const double t1 = hr_now_seconds();
+            t_sched += t1 - t0;
             st = hr_backend_step(s->engine, &step, &err);
             while (st == HR_ERR_NOMEM) {
                 /* The pool cannot hold this step. Preempt the youngest; a
@@ -1335,6 +1344,7 @@ static void *engine_main(void *arg)
                 step = (struct hr_step){.seqs = s->items, .n_seqs = n_items};
                 st = hr_backend_step(s->engine, &step, &err);
             }
+            t_step += hr_now_seconds() - t1; /* with a retry's preempting, rare */
         }
         if (st != HR_OK) {
             /* Not a memory condition: a malformed step is our bug. Every
@@ -1361,8 +1371,10 @@ static void *engine_main(void *arg)
 
         if (n_items) {
             uint64_t dfree, dtotal;
+            t0 = hr_now_seconds();
             sample_device(s, &dfree, &dtotal);
             give_back(s, false);
+            t_sched += hr_now_seconds() - t0;
         }
         if (device_wait != s->device_waiting) {
             s->device_waiting = device_wait;
@@ -1383,6 +1395,8 @@ static void *engine_main(void *arg)
         pthread_mutex_lock(&s->mu);
         const uint32_t n_pre = s->n_preempted;
         s->n_preempted = 0;
+        s->st.step_seconds += t_step, s->st.schedule_seconds += t_sched;
+        t_step = t_sched = 0.0;
         sched_unlock(s);
         for (uint32_t i = 0; i < n_pre; i++) {
             struct hr_sched_event ev = {.kind = HR_SCHED_PREEMPTED};
@@ -1390,6 +1404,7 @@ static void *engine_main(void *arg)
         }
 
         if (s->cfg.gov && n_items) {
+            t0 = hr_now_seconds();
             const uint64_t high = hr_backend_arena_high_water(s->engine);
             if (high > s->arena_committed)
                 s->arena_committed = high;
@@ -1398,6 +1413,7 @@ static void *engine_main(void *arg)
             if (bracket)
                 hr_gov_step_end(s->cfg.gov, s->n_step_prefill, NULL);
             hr_gov_note_plan(s->cfg.gov, planned.arena_bytes, high);
+            t_sched += hr_now_seconds() - t0; /* published with the next step's */
         }
 
         /* Results: progress for unfinished chunks, a sampled token otherwise. */

@@ -198,6 +198,11 @@ struct hr_sched_params hr_sched_params_defaults(void);
 
 struct hr_sched_stats {
     uint64_t steps, prefill_chunks, tokens_prefilled, tokens_generated;
+    /* The engine thread's time, since start: in engine steps, and in
+     * admitting, building, planning and governing them (admission, chunk
+     * sizing, the step's plan, the governor's accounts and samples, the
+     * device's samples); their ratio is what the planner and governor cost. */
+    double step_seconds, schedule_seconds;
     uint64_t admitted, refused_too_long, refused_overloaded, preempted;
     uint64_t parked, parked_tokens; /* preemptions parked in host memory; their tokens */
     uint64_t aborted_for_memory; /* only a device out-of-memory error (a planning bug) counts */

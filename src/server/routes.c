@@ -960,6 +960,13 @@ static enum MHD_Result r_metrics(struct hr_exchange *ex)
             "# TYPE headroom_requests_queued gauge\nheadroom_requests_queued %u\n"
             "# HELP headroom_engine_steps_total Engine steps run.\n"
             "# TYPE headroom_engine_steps_total counter\nheadroom_engine_steps_total %" PRIu64 "\n"
+            "# HELP headroom_engine_step_seconds_total The engine thread's time in steps.\n"
+            "# TYPE headroom_engine_step_seconds_total counter\n"
+            "headroom_engine_step_seconds_total %.6f\n"
+            "# HELP headroom_engine_schedule_seconds_total The engine thread's time admitting, "
+            "building, planning and governing steps (their cost against the steps' own).\n"
+            "# TYPE headroom_engine_schedule_seconds_total counter\n"
+            "headroom_engine_schedule_seconds_total %.6f\n"
             "# HELP headroom_prefill_tokens_total Prompt tokens computed by prefill chunks "
             "(prefix-cache hits excluded).\n"
             "# TYPE headroom_prefill_tokens_total counter\n"
@@ -1004,7 +1011,8 @@ static enum MHD_Result r_metrics(struct hr_exchange *ex)
             "# HELP headroom_kv_used_bytes KV memory requests use (blocks in use x block "
             "bytes).\n"
             "# TYPE headroom_kv_used_bytes gauge\nheadroom_kv_used_bytes %" PRIu64 "\n",
-            s.running, s.queued, s.steps, s.tokens_prefilled, srv->gov ? 1 : 0,
+            s.running, s.queued, s.steps, s.step_seconds, s.schedule_seconds, s.tokens_prefilled,
+            srv->gov ? 1 : 0,
             s.cache_lookup_tokens, s.cache_hit_tokens,
             s.cache_blocks, (uint64_t)s.cache_blocks * s.kv_block_bytes, s.cache_evictable_blocks,
             s.cache_evicted_blocks, s.cache_snapshots, s.cache_snapshot_bytes,

@@ -116,6 +116,19 @@ static uint64_t metric(const char *name)
     return v;
 }
 
+/* A metric's value as a float (the seconds counters). */
+static double metric_f(const char *name)
+{
+    struct reply r = request("GET", "/metrics", KEY, NULL);
+    assert_int_equal(r.status, 200);
+    char key[128];
+    snprintf(key, sizeof(key), "\n%s ", name);
+    const char *p = strstr(r.body, key);
+    const double v = p ? strtod(p + strlen(key), NULL) : -1.0;
+    free(r.body);
+    return v;
+}
+
 /* ---- setup ------------------------------------------------------------------- */
 
 static int setup(void **state)
@@ -265,6 +278,10 @@ static void test_concurrent_equals_sequential(void **state)
         assert_int_equal(streams[i].status, 200);
         assert_string_equal(streams[i].content, "done");
     }
+    /* the engine thread's time: in steps, and scheduling them (both ran) */
+    assert_true(metric("headroom_engine_steps_total") > 0);
+    assert_true(metric_f("headroom_engine_step_seconds_total") > 0.0);
+    assert_true(metric_f("headroom_engine_schedule_seconds_total") > 0.0);
 }
 
 /* The dashboard: its page answers without the key (401, the key form), its
