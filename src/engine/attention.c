@@ -13,11 +13,11 @@
 
 uint32_t hr_attn_block_tokens(uint32_t group)
 {
-    uint32_t t = group ? 64 / group : 1;
+    uint32_t t = group ? 128 / group : 1;
     if (t < 1)
         t = 1;
-    if (t > 16)
-        t = 16;
+    if (t > 32)
+        t = 32;
     return t;
 }
 
