@@ -11,24 +11,25 @@
 #include <immintrin.h>
 #endif
 
-uint32_t hr_attn_block_tokens(uint32_t group)
-{
-    uint32_t t = group ? 128 / group : 1;
-    if (t < 1)
-        t = 1;
-    if (t > 32)
-        t = 32;
-    return t;
-}
-
-static uint32_t max_rows(uint32_t group)
-{
-    return hr_attn_block_tokens(group) * group;
-}
-
 static bool is_quant(enum hr_ggml_type t)
 {
     return t == HR_GGML_Q8_0 || t == HR_GGML_Q4_0;
+}
+
+uint32_t hr_attn_block_tokens(enum hr_ggml_type kv_type, uint32_t group)
+{
+    const uint32_t rows = is_quant(kv_type) ? 128 : 64;
+    uint32_t t = group ? rows / group : 1;
+    if (t < 1)
+        t = 1;
+    if (t > rows / 4)
+        t = rows / 4;
+    return t;
+}
+
+static uint32_t max_rows(enum hr_ggml_type kv_type, uint32_t group)
+{
+    return hr_attn_block_tokens(kv_type, group) * group;
 }
 
 /* Per row of a quantized cache: the query as Q8_0 split into arrays the
@@ -48,7 +49,7 @@ size_t hr_attn_scratch_bytes(enum hr_ggml_type kv_type, uint32_t head_dim, uint3
      * block scales, fits in the f32 K block's room); per row: the scores /
      * probabilities [32], a query pointer, acc [head_dim], m, l, corr; the
      * quantized query rows last. */
-    const size_t rows = max_rows(group);
+    const size_t rows = max_rows(kv_type, group);
     size_t bytes = (2 * (size_t)HR_ATTN_KEYS * head_dim + rows * HR_ATTN_KEYS) * sizeof(float) +
                    rows * sizeof(const float *) + rows * (head_dim + 3) * sizeof(float);
     if (is_quant(kv_type))
@@ -788,12 +789,12 @@ void hr_attention(const struct hr_attn_ctx *c, uint32_t kv_head, const float *q,
     t.kt = scratch;
     t.vt = t.kt + (size_t)HR_ATTN_KEYS * hd;
     t.s = t.vt + (size_t)HR_ATTN_KEYS * hd;
-    const float **qr = (const float **)(t.s + (size_t)max_rows(G) * HR_ATTN_KEYS);
-    t.acc = (float *)(qr + max_rows(G));
-    t.m = t.acc + (size_t)max_rows(G) * hd;
-    t.l = t.m + max_rows(G);
-    t.corr = t.l + max_rows(G);
-    t.qq = (uint8_t *)(t.corr + max_rows(G));
+    const float **qr = (const float **)(t.s + (size_t)max_rows(t.type, G) * HR_ATTN_KEYS);
+    t.acc = (float *)(qr + max_rows(t.type, G));
+    t.m = t.acc + (size_t)max_rows(t.type, G) * hd;
+    t.l = t.m + max_rows(t.type, G);
+    t.corr = t.l + max_rows(t.type, G);
+    t.qq = (uint8_t *)(t.corr + max_rows(t.type, G));
     t.ku = (uint8_t *)t.kt;
     t.dk = (float *)(t.ku + (size_t)HR_ATTN_KEYS * hd);
 
