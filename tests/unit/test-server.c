@@ -104,29 +104,31 @@ static json_t *reply_json(const struct reply *r)
 
 #define KEY "x-api-key: sesame\r\n"
 
-static uint64_t metric(const char *name)
+/* A metric's value from /metrics as text into buf; false when absent. */
+static bool metric_text(const char *name, char *buf, size_t cap)
 {
     struct reply r = request("GET", "/metrics", KEY, NULL);
     assert_int_equal(r.status, 200);
     char key[128];
     snprintf(key, sizeof(key), "\n%s ", name);
     const char *p = strstr(r.body, key);
-    const uint64_t v = p ? strtoull(p + strlen(key), NULL, 10) : UINT64_MAX;
+    if (p)
+        snprintf(buf, cap, "%.*s", (int)strcspn(p + strlen(key), "\n"), p + strlen(key));
     free(r.body);
-    return v;
+    return p != NULL;
 }
 
-/* A metric's value as a float (the seconds counters). */
+static uint64_t metric(const char *name)
+{
+    char v[64];
+    return metric_text(name, v, sizeof(v)) ? strtoull(v, NULL, 10) : UINT64_MAX;
+}
+
+/* A metric's value as a float (the seconds counters); -1 when absent. */
 static double metric_f(const char *name)
 {
-    struct reply r = request("GET", "/metrics", KEY, NULL);
-    assert_int_equal(r.status, 200);
-    char key[128];
-    snprintf(key, sizeof(key), "\n%s ", name);
-    const char *p = strstr(r.body, key);
-    const double v = p ? strtod(p + strlen(key), NULL) : -1.0;
-    free(r.body);
-    return v;
+    char v[64];
+    return metric_text(name, v, sizeof(v)) ? strtod(v, NULL) : -1.0;
 }
 
 /* ---- setup ------------------------------------------------------------------- */
