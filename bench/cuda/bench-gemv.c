@@ -26,6 +26,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "base/rand.h"
 #include "cuda/cuda-kernels.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
@@ -56,14 +57,11 @@ static const struct shape SHAPES_05B[] = {
     {"0.5b_attn_q", 896, 896}, {"0.5b_ffn_up", 4864, 896}, {"0.5b_ffn_down", 896, 4864},
 };
 
-static uint64_t rng = 88172645463325252ull;
+static struct hr_rng rng;
 
-static float frand(void)
+static float frand(void) /* in [-1, 1) */
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((double)(rng >> 11) / (double)(1ull << 53) * 2.0 - 1.0);
+    return (float)(hr_rng_uniform(&rng) * 2.0 - 1.0);
 }
 
 static int cmp_f(const void *a, const void *b)
@@ -243,6 +241,7 @@ int main(int argc, char **argv)
     }
     struct cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
+    hr_rng_seed(&rng, 42);
     CK(hr_cuda_kernels_preload());
     char list[256];
     snprintf(list, sizeof(list), "%s", types);

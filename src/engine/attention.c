@@ -789,12 +789,13 @@ void hr_attention(const struct hr_attn_ctx *c, uint32_t kv_head, const float *q,
     t.kt = scratch;
     t.vt = t.kt + (size_t)HR_ATTN_KEYS * hd;
     t.s = t.vt + (size_t)HR_ATTN_KEYS * hd;
-    const float **qr = (const float **)(t.s + (size_t)max_rows(t.type, G) * HR_ATTN_KEYS);
-    t.acc = (float *)(qr + max_rows(t.type, G));
-    t.m = t.acc + (size_t)max_rows(t.type, G) * hd;
-    t.l = t.m + max_rows(t.type, G);
-    t.corr = t.l + max_rows(t.type, G);
-    t.qq = (uint8_t *)(t.corr + max_rows(t.type, G));
+    const uint32_t mr = max_rows(t.type, G); /* the scratch's layout, as hr_attn_scratch_bytes */
+    const float **qr = (const float **)(t.s + (size_t)mr * HR_ATTN_KEYS);
+    t.acc = (float *)(qr + mr);
+    t.m = t.acc + (size_t)mr * hd;
+    t.l = t.m + mr;
+    t.corr = t.l + mr;
+    t.qq = (uint8_t *)(t.corr + mr);
     t.ku = (uint8_t *)t.kt;
     t.dk = (float *)(t.ku + (size_t)HR_ATTN_KEYS * hd);
 

@@ -219,18 +219,21 @@ struct quant_batch {
 
 static void draw_row(const struct tensor_src *t, struct hr_rng *rng, float *v, uint64_t row);
 
-/* row_streams: row r's values from its own stream; a fused gate/up stack's
- * row takes the stream its separate tensor's row would */
+/* Whether row r of a fused gate/up stack is an up row: each half draws from
+ * the stream the separate tensor would, so both layouts hold the same
+ * values. */
+static bool up_row(const struct tensor_src *t, uint64_t r)
+{
+    return t->fuse_rows && r % (2 * t->fuse_rows) >= t->fuse_rows;
+}
+
+/* row_streams: row r's values from its own stream; a fused stack's row
+ * takes the stream its separate tensor's row would */
 static void draw_row_stream(const struct tensor_src *t, uint64_t r, float *v, uint64_t row)
 {
-    uint64_t seed = t->seed, local = r;
-    if (t->fuse_rows) {
-        const uint64_t f = t->fuse_rows;
-        seed = r % (2 * f) >= f ? t->seed2 : t->seed;
-        local = r / (2 * f) * f + r % f;
-    }
+    const uint64_t f = t->fuse_rows, local = f ? r / (2 * f) * f + r % f : r;
     struct hr_rng rng;
-    hr_rng_seed(&rng, seed ^ (0x9E3779B97F4A7C15ull * (local + 1)));
+    hr_rng_seed(&rng, (up_row(t, r) ? t->seed2 : t->seed) ^ (0x9E3779B97F4A7C15ull * (local + 1)));
     draw_row(t, &rng, v, row);
 }
 
@@ -284,12 +287,8 @@ static enum hr_status fill_tensor(void *ctx, void *dst, uint64_t n_bytes, struct
     hr_rng_seed(&rng_a, t->seed);
     hr_rng_seed(&rng_b, t->seed2);
     for (uint64_t r = 0; r < rows; r++) {
-        /* a fused gate/up stack draws each half from the stream the separate
-         * tensor would, so both layouts hold the same values */
-        struct hr_rng *rng = t->fuse_rows && r % (2 * t->fuse_rows) >= t->fuse_rows ? &rng_b
-                                                                                    : &rng_a;
         if (!t->params->row_streams) /* else drawn on the pool with the quantizing */
-            draw_row(t, rng, buf + (r % batch) * row, row);
+            draw_row(t, up_row(t, r) ? &rng_b : &rng_a, buf + (r % batch) * row, row);
         const uint64_t n = r % batch + 1;
         if (n < batch && r + 1 < rows)
             continue;
