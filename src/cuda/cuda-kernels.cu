@@ -1500,14 +1500,21 @@ static int q80_variant(void)
     return v;
 }
 
-/* The Q4_K integer GEMV (HR_CUDA_Q4K=warp|row; the A/B switch): a warp or
- * (the default, rows of 2048 values and more) a block per row. */
+/* The Q4_K integer GEMV for rows of 2048 values and more
+ * (HR_CUDA_Q4K=warp|row|rows2|rows4|auto; the A/B switch): a warp per row
+ * (0), a block per row (1), a block per 2 or 4 rows (2, 4). The default,
+ * auto (5): a warp per row, and a block per 2 rows from 8192 values (the
+ * 8B shape's ffn_down). bench-gemv on an H100, 2026-12-07, share of a
+ * read-only kernel's GB/s (warp / row / rows2): attn_q 67/51/68%, ffn_up
+ * 66/38/56%, ffn_down 58/65/69%, output 65/32/49%; 8B Q4_K tg128 through
+ * bench-cuda: row 192.7, rows2 252.7, warp 271.3, auto 275.9 tok/s. */
 static int q4k_variant(void)
 {
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("HR_CUDA_Q4K");
-        v = !e ? 1 : !strcmp(e, "warp") ? 0 : !strcmp(e, "rows2") ? 2 : !strcmp(e, "rows4") ? 4 : 1;
+        v = !e ? 5 : !strcmp(e, "warp") ? 0 : !strcmp(e, "row") ? 1 : !strcmp(e, "rows2") ? 2
+                   : !strcmp(e, "rows4") ? 4 : 5;
     }
     return v;
 }
@@ -1628,7 +1635,9 @@ extern "C" cudaError_t hr_cuda_gemv_int_parts(int type, uint64_t row_bytes, uint
     if (type != HR_CUDA_T_Q4_K || k % 256 || al % 16)
         return cudaErrorInvalidValue;
     /* a block per row from 2048 values (8 super-blocks: 64 pieces) up */
-    const int qv4 = k >= 2048 ? q4k_variant() : 0;
+    int qv4 = k >= 2048 ? q4k_variant() : 0;
+    if (qv4 == 5)
+        qv4 = k >= 8192 ? 2 : 0;
     if (qv4 == 2)
         hr_launch(gemv_q4k_q8_rows_kernel<2>, dim3((n + 1) / 2, gy), 128, 0, s, o, row_bytes, k, *a, m,
                   accumulate);
