@@ -169,7 +169,7 @@ int main(int argc, char **argv)
                 struct hr_attn_ctx ac = {.kv = r->pool, .blocks = r->seq.blocks, .layer = 0,
                                          .head_dim = hd, .block_tokens = 32, .group = G,
                                          .scale = 1.0f / sqrtf((float)hd)};
-                const uint32_t bq = hr_attn_block_tokens(r->type, G);
+                const uint32_t bq = hr_attn_block_tokens(G);
                 double t0 = cpu_seconds();
                 for (uint32_t t = 0; t < queries; t += bq) {
                     const uint32_t nq = queries - t < bq ? queries - t : bq;

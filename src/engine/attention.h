@@ -76,16 +76,11 @@ struct hr_attn_ctx {
     const float *sinks;
 };
 
-/* Query tokens per call for a cache type and GQA group size: rows = tokens
- * x group <= 128 on a quantized cache, <= 64 on f16/f32 (at least one
- * token, at most rows / 4). Each call streams its KV head's blocks once, so
- * more rows a call read the KV fewer times. Measured (2026-12-07, this
- * 2-core host): 128 rows over 64 took bench-attn's 16K-context rows 4-11%
- * higher on one thread for both types, and the 0.5B Q8_0 16K prefill 7%
- * higher end to end on two threads (both rounds), but not the F16 one
- * (-11% and -2%, within this host's swings but never better), so f16
- * keeps 64; 256 rows gave nothing more. */
-uint32_t hr_attn_block_tokens(enum hr_ggml_type kv_type, uint32_t group);
+/* Query tokens per call for a GQA group size: rows = tokens x group <= 128
+ * (at least one token, at most 32). Each call streams its KV head's blocks
+ * once, so more rows a call read the KV fewer times (measurements at the
+ * definition). */
+uint32_t hr_attn_block_tokens(uint32_t group);
 
 /* The work of one hr_attention call, in arbitrary units proportional to its
  * multiply-adds (rows x keys visited, plus a fixed part): the engine splits

@@ -182,7 +182,7 @@ static void check(const struct setup *su, uint32_t n_pos)
     const float *sk = su->sinks ? sinks : NULL;
     const size_t scr_bytes = (hr_attn_scratch_bytes(su->type, hd, G) + 63) / 64 * 64;
     void *scr = aligned_alloc(64, scr_bytes);
-    const uint32_t bq = hr_attn_block_tokens(su->type, G);
+    const uint32_t bq = hr_attn_block_tokens(G);
     /* Scratch is fully (re)initialized by each call: poison it. */
     memset(scr, 0xFF, scr_bytes);
     run_tiles(&c, su, q, sk, 0, bq, a, scr);

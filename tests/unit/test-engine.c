@@ -770,7 +770,7 @@ static void test_attention_window_sinks(void **state)
         }
         void *scr = malloc(hr_attn_scratch_bytes(types[ti], hd, G));
         const uint32_t windows[] = {0, 1, 16, 20, 33};
-        const uint32_t q_dim = G * n_kv_head * hd, bq = hr_attn_block_tokens(types[ti], G);
+        const uint32_t q_dim = G * n_kv_head * hd, bq = hr_attn_block_tokens(G);
         for (size_t wi = 0; wi < sizeof(windows) / sizeof(windows[0]); wi++)
             for (int with_sinks = 0; with_sinks <= 1; with_sinks++) {
                 struct hr_attn_ctx ac = {.kv = pool, .blocks = seq.blocks, .layer = 0,

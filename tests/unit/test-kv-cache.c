@@ -242,7 +242,7 @@ static void check_quant_attention(enum hr_ggml_type type, uint32_t hd, uint32_t 
             assert_memory_equal(at, row, rb);
         }
 
-    const uint32_t nq = hr_attn_block_tokens(type, group) > 3 ? 3 : hr_attn_block_tokens(type, group);
+    const uint32_t nq = hr_attn_block_tokens(group) > 3 ? 3 : hr_attn_block_tokens(group);
     const int32_t pos0 = (int32_t)n_pos - (int32_t)nq;
     const size_t q_stride = (size_t)n_head_kv * group * hd;
     float *q = malloc(nq * q_stride * sizeof(float)), *out = calloc(nq * q_stride, sizeof(float));
