@@ -119,7 +119,7 @@ for r in $(seq "$rounds"); do
   done
   for t in q8_0 f16; do
     ours qwen2.5-0.5b $t
-    "$LB" -m "$W/qwen2.5-0.5b-$t.gguf" -ngl 99 -fa 1 -r 3 -p 512 -n 128 2>&1 | grep -E '^\|' |
+    "$LB" -m "$W/qwen2.5-0.5b-$t.gguf" -ngl 99 -fa 1 -r 3 -p 512,4096 -n 128 2>&1 | grep -E '^\|' |
       sed "s/^/llama 0.5b-$t /" >>"$out"
   done
 done
