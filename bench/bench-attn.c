@@ -159,7 +159,7 @@ int main(int argc, char **argv)
         uint32_t rs = 2;
         for (size_t i = 0; i < (size_t)queries * q_stride; i++)
             q[i] = frand(&rs);
-        const uint32_t first = ctx - queries;
+        const uint32_t bq = hr_attn_block_tokens(G), first = ctx - queries;
         double flops = 0;
         for (uint32_t p = first; p < ctx; p++)
             flops += 4.0 * hd * G * (p + 1.0);
@@ -169,7 +169,6 @@ int main(int argc, char **argv)
                 struct hr_attn_ctx ac = {.kv = r->pool, .blocks = r->seq.blocks, .layer = 0,
                                          .head_dim = hd, .block_tokens = 32, .group = G,
                                          .scale = 1.0f / sqrtf((float)hd)};
-                const uint32_t bq = hr_attn_block_tokens(G);
                 double t0 = cpu_seconds();
                 for (uint32_t t = 0; t < queries; t += bq) {
                     const uint32_t nq = queries - t < bq ? queries - t : bq;

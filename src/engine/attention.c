@@ -11,11 +11,6 @@
 #include <immintrin.h>
 #endif
 
-static bool is_quant(enum hr_ggml_type t)
-{
-    return t == HR_GGML_Q8_0 || t == HR_GGML_Q4_0;
-}
-
 uint32_t hr_attn_block_tokens(uint32_t group)
 {
     /* 128 rows: each call streams its KV head once, so twice the rows read
@@ -35,6 +30,11 @@ uint32_t hr_attn_block_tokens(uint32_t group)
 static uint32_t max_rows(uint32_t group)
 {
     return hr_attn_block_tokens(group) * group;
+}
+
+static bool is_quant(enum hr_ggml_type t)
+{
+    return t == HR_GGML_Q8_0 || t == HR_GGML_Q4_0;
 }
 
 /* Per row of a quantized cache: the query as Q8_0 split into arrays the
@@ -569,7 +569,7 @@ struct tile {
     int32_t koff;
     float *kt, *vt, *s, *acc, *m, *corr; /* kt: 2 halves [hd][16]; vt [32][hd] */
     float *l;                            /* [rows][16]: lane sums */
-    uint8_t *ku, *qq;                        /* quantized K halves, Q8_0 query rows */
+    uint8_t *ku, *qq;                    /* quantized K halves, Q8_0 query rows */
     float *dk;
 };
 

@@ -810,8 +810,7 @@ static uint64_t attention_units(struct fwd *f, const struct hr_layer *L, uint32_
     struct hr_engine *e = f->e;
     const struct hr_hparams *hp = &e->m->hp;
     const uint32_t hd = hp->head_dim_k, q_dim = hp->n_head * hd;
-    const uint32_t group = hp->n_head / hp->n_head_kv;
-    const uint32_t bq = hr_attn_block_tokens(group);
+    const uint32_t group = hp->n_head / hp->n_head_kv, bq = hr_attn_block_tokens(group);
     void *scr = f->attn_scr + (size_t)ith * e->plan.attn_scr_stride;
     uint64_t done = 0;
     for (uint32_t si = 0; si < e->n_seqs; si++) {

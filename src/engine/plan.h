@@ -52,8 +52,7 @@
  *   The recurrent state itself is not in the arena: it persists across steps
  *   in the engine's state slots (engine/state-pool.h).
  *   attn_scr [nth][...]      per-thread attention scratch: O(rows x (32 + head_dim)),
- *                            rows <= 64 query rows (128 on a quantized cache);
- *                            never T x KV length
+ *                            rows <= 128 query rows; never T x KV length
  *   out_x    [L][n_embd]     normed rows whose logits are wanted
  *   logits   [L][n_vocab]    only for the L rows asked for
  *
