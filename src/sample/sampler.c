@@ -302,12 +302,80 @@ static uint32_t sort_reachable(struct hr_sampler *s, uint32_t n, float mx)
     return n;
 }
 
+/* The first id of the largest logit (a strict > scan's answer). Eight
+ * running maxima, then a search for the first equal value: a 150K-token
+ * vocabulary's scan costs less than a tenth of the candidate copy, which
+ * at 32 streams was the engine thread's largest cost after the step. */
+static int32_t argmax(const float *l, uint32_t n)
+{
+    float m[8];
+    for (int j = 0; j < 8; j++)
+        m[j] = l[0];
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            m[j] = l[i + j] > m[j] ? l[i + j] : m[j];
+    for (; i < n; i++)
+        m[0] = l[i] > m[0] ? l[i] : m[0];
+    float mx = m[0];
+    for (int j = 1; j < 8; j++)
+        mx = m[j] > mx ? m[j] : mx;
+    for (i = 0; i < n; i++)
+        if (l[i] == mx)
+            return (int32_t)i;
+    return 0; /* l[0] is NaN: nothing compares greater */
+}
+
+/* The k best candidates (cmp_cand_desc's order: ties by id) into
+ * s->cands[0..k), unordered, in one pass over the logits: each either
+ * misses the k-th best so far (one compare, almost all of them) or
+ * replaces it in a min-heap. The same set select_top finds in the full
+ * candidate array, without writing that array. */
+static void heap_top(struct hr_sampler *s, const float *l, uint32_t n, uint32_t k)
+{
+    struct cand *h = s->cands;
+    /* h[0] is the worst kept: a candidate enters only if it sorts before it */
+    for (uint32_t i = 0; i < n; i++) {
+        const struct cand c = {(int32_t)i, l[i]};
+        uint32_t j;
+        if (i < k) {
+            j = i; /* sift up */
+            while (j > 0 && cmp_cand_desc(&h[(j - 1) / 2], &c) < 0) {
+                h[j] = h[(j - 1) / 2];
+                j = (j - 1) / 2;
+            }
+            h[j] = c;
+            continue;
+        }
+        if (!(c.logit > h[0].logit))
+            continue; /* equal logits: the later id sorts after */
+        j = 0; /* sift down */
+        for (;;) {
+            uint32_t a = 2 * j + 1, b = a + 1, w = j;
+            const struct cand *wc = &c;
+            if (a < k && cmp_cand_desc(&h[a], wc) > 0)
+                w = a, wc = &h[a];
+            if (b < k && cmp_cand_desc(&h[b], wc) > 0)
+                w = b;
+            if (w == j)
+                break;
+            h[j] = h[w];
+            j = w;
+        }
+        h[j] = c;
+    }
+}
+
 int32_t hr_sampler_sample(struct hr_sampler *s, const float *logits)
 {
     const struct hr_sampler_params *p = &s->p;
     const uint32_t V = s->n_vocab;
     uint32_t n = V;
-    for (uint32_t i = 0; i < V; i++) {
+    /* No penalty moved a logit: greedy and top-k need not copy them all */
+    if (!s->n_hist && p->temperature <= 0.0f)
+        return argmax(logits, V);
+    const bool heap = !s->n_hist && p->top_k > 0 && (uint32_t)p->top_k < V;
+    for (uint32_t i = 0; i < (heap ? 0 : V); i++) {
         s->cands[i].id = (int32_t)i;
         s->cands[i].logit = logits[i];
     }
@@ -339,11 +407,17 @@ int32_t hr_sampler_sample(struct hr_sampler *s, const float *logits)
                 best = i;
         return s->cands[best].id;
     }
-    float mx = s->cands[0].logit;
-    for (uint32_t i = 1; i < n; i++)
-        mx = s->cands[i].logit > mx ? s->cands[i].logit : mx;
+    float mx = heap ? logits[0] : s->cands[0].logit;
+    for (uint32_t i = 1; i < n; i++) {
+        const float l = heap ? logits[i] : s->cands[i].logit;
+        mx = l > mx ? l : mx;
+    }
     s->has_cut_sum = false;
-    if (p->top_k > 0 && (uint32_t)p->top_k < n) {
+    if (heap) {
+        heap_top(s, logits, n, (uint32_t)p->top_k);
+        n = (uint32_t)p->top_k;
+        qsort(s->cands, n, sizeof(*s->cands), cmp_cand_desc);
+    } else if (p->top_k > 0 && (uint32_t)p->top_k < n) {
         select_top(s->cands, n, (uint32_t)p->top_k);
         n = (uint32_t)p->top_k;
         qsort(s->cands, n, sizeof(*s->cands), cmp_cand_desc);

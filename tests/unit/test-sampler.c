@@ -129,6 +129,8 @@ static int32_t reference_draw(const float *l, uint32_t n, const struct hr_sample
         c[i] = (struct rc){(int32_t)i, l[i]};
     qsort(c, n, sizeof(*c), rc_desc);
     const float mx = c[0].logit;
+    if (p->top_k > 0 && (uint32_t)p->top_k < n)
+        n = (uint32_t)p->top_k;
     double sum = 0;
     for (uint32_t i = 0; i < n; i++)
         sum += pr[i] = expf(c[i].logit - mx);
@@ -182,6 +184,56 @@ static void test_partial_sort_equals_full_sort(void **state)
             assert_int_equal(hr_sampler_sample(s, l), reference_draw(l, V, &p, &rr, c, pr));
         hr_sampler_free(s);
     }
+}
+
+/* Top-k picks its k from the logits directly (a heap, no candidate copy)
+ * and greedy scans them: the same draws as the full sort, ties included
+ * (logits rounded to a few values so many are equal). */
+static void test_top_k_and_greedy_equal_full_sort(void **state)
+{
+    (void)state;
+    enum { V = 30011 };
+    static float l[V], pr[V];
+    static struct rc c[V];
+    struct hr_rng g;
+    hr_rng_seed(&g, 5);
+    for (uint32_t i = 0; i < V; i++)
+        l[i] = roundf((float)(hr_rng_normal(&g) * 3.0));
+    const int ks[] = {1, 2, 7, 40, 1000, V - 1};
+    for (size_t k = 0; k < sizeof(ks) / sizeof(ks[0]); k++) {
+        struct hr_sampler_params p = plain();
+        p.temperature = 50.0f; /* a near-uniform draw reaches the cut's ties */
+        p.top_k = ks[k];
+        p.top_p = k % 2 ? 0.9f : 1.0f;
+        p.min_p = k % 3 ? 0.0f : 0.05f;
+        p.seed = 300 + k;
+        struct hr_sampler *s = make(p, V);
+        struct hr_rng rr;
+        hr_rng_seed(&rr, p.seed);
+        for (int i = 0; i < 30; i++)
+            assert_int_equal(hr_sampler_sample(s, l), reference_draw(l, V, &p, &rr, c, pr));
+        hr_sampler_free(s);
+    }
+    /* All equal: the k lowest ids, and every draw one of them */
+    static float flat[100];
+    struct hr_sampler_params p = plain();
+    p.top_k = 5;
+    p.seed = 9;
+    struct hr_sampler *s = make(p, 100);
+    for (int i = 0; i < 50; i++)
+        assert_true(hr_sampler_sample(s, flat) < 5);
+    hr_sampler_free(s);
+    p = plain();
+    p.temperature = 0.0f;
+    s = make(p, V);
+    for (uint32_t n = 0; n < 3; n++) {
+        l[V - 1 - n * 5000] = 99.0f; /* ties at the max: the lowest id wins */
+        int32_t want = 0;
+        for (uint32_t i = 1; i < V; i++)
+            want = l[i] > l[want] ? (int32_t)i : want;
+        assert_int_equal(hr_sampler_sample(s, l), want);
+    }
+    hr_sampler_free(s);
 }
 
 static void test_same_seed_same_draws(void **state)
@@ -279,6 +331,7 @@ int main(void)
         cmocka_unit_test(test_distribution),     cmocka_unit_test(test_temperature_sharpens),
         cmocka_unit_test(test_top_p_and_min_p_cut),
         cmocka_unit_test(test_partial_sort_equals_full_sort),
+        cmocka_unit_test(test_top_k_and_greedy_equal_full_sort),
         cmocka_unit_test(test_same_seed_same_draws),
         cmocka_unit_test(test_penalties),        cmocka_unit_test(test_top_logprobs),
         cmocka_unit_test(test_bad_params),
