@@ -185,7 +185,9 @@ int main(int argc, char **argv)
         t_pre[r] = hr_cuda_engine_last_step_ms(e);
     }
     /* HR_BENCH_PROFILE=1: only two decode steps (after 512 tokens) between
-     * cudaProfilerStart and Stop, for `ncu --profile-from-start off`. */
+     * cudaProfilerStart and Stop, for `ncu --profile-from-start off`;
+     * =prefill: the last 512-token step of 4096; =d16384: two decode steps
+     * after 16384 tokens. */
     if (getenv("HR_BENCH_PROFILE") && !strcmp(getenv("HR_BENCH_PROFILE"), "prefill")) {
         /* the last 512-token step of a 4096-token prompt */
         hr_kv_seq_clear(&seqs[0], pool);
@@ -194,6 +196,18 @@ int main(int argc, char **argv)
                 cudaProfilerStart();
             ok = step1(e, &seqs[0], toks, 512, c == 7, &err);
         }
+        cudaProfilerStop();
+        hr_cuda_engine_free(e);
+        return ok ? 0 : 1;
+    }
+    if (getenv("HR_BENCH_PROFILE") && !strcmp(getenv("HR_BENCH_PROFILE"), "d16384")) {
+        /* two decode steps after DEPTH tokens of context (tg128_d16384's) */
+        hr_kv_seq_clear(&seqs[0], pool);
+        for (int c = 0; ok && c < DEPTH / 512; c++)
+            ok = step1(e, &seqs[0], toks, 512, 0, &err);
+        cudaProfilerStart();
+        for (int r = 0; ok && r < 2; r++)
+            ok = step1(e, &seqs[0], &toks[r], 1, 1, &err);
         cudaProfilerStop();
         hr_cuda_engine_free(e);
         return ok ? 0 : 1;

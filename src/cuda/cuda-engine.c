@@ -15,9 +15,12 @@
  * Matmuls: up to HR_CUDA_GEMV_MAX_ROWS rows (decode, small batches) run the
  * dequantizing GEMV kernel. More rows (prefill) run on the tensor cores.
  * In MoE models (int_gemm_model), types whose CPU dot is integer sums per
- * block of 32 on Q8_0 inputs (Q8_0, Q4_0, Q5_0, IQ4_NL, MXFP4) take the
- * integer GEMM: inputs quantized as the CPU does, exact int8 MMAs, the two
- * scales per block. The other types and models:
+ * block of 32 on Q8_0 inputs (Q8_0, Q4_0, Q5_0, IQ4_NL, MXFP4; Q4_K on
+ * Q8_K under HR_CUDA_GEMM=int) take the integer GEMM: inputs quantized as
+ * the CPU does, exact int8 MMAs, the scales per block. Dense models can
+ * take it in steps of up to HR_CUDA_INT_ROWS rows (batched decode: the
+ * weights read once as they lie; off by default, INT_GEMM_DECODE_ROWS).
+ * The other types and models:
  * the inputs are rounded to the weight's vec-dot format and stored as f16
  * (bf16 for BF16 weights), the weight matrix is dequantized to f16 into the
  * arena's wdq scratch (F16 and BF16 weights are used as they lie), and
@@ -233,6 +236,7 @@ struct hr_cuda_engine {
     const struct hr_model *m;
     struct hr_cuda_config cfg;
     struct hr_cuda_plan_dims dims;
+    uint32_t int_gemm_rows; /* GEMM steps of up to this many rows: integer GEMM types on it */
     struct hr_cuda_mem mem;
     char device_name[320];
     bool lost;
@@ -779,6 +783,39 @@ static bool int_gemm_model(const struct hr_model *m)
     return m->moe.n_expert > 0;
 }
 
+/* Steps of more rows than the GEMV takes and at most this many run the
+ * integer-GEMM types on the integer GEMM in dense models too, so that a
+ * decode batch would read each quantized matrix once (the f16 path writes
+ * and reads a dequantized copy, 4.6 bytes a weight for Q4_K). 0 for now:
+ * today's integer GEMM is slower at decode sizes (8B shape, 32 rows, H100,
+ * same call, 2026-12-07: Q4_K 31.3 ms a step against 25.5 on the f16 path,
+ * Q8_0 33.3 against 25.6; its stages' loads wait one after another).
+ * HR_CUDA_INT_ROWS=N sets it (the A/B switch). */
+#define INT_GEMM_DECODE_ROWS 0
+
+/* The types the integer GEMM takes by default: Q4_K only when asked for
+ * (HR_CUDA_GEMM=int) - its prefill speed in MoE models is unmeasured, and
+ * before 2026-12-07 they multiplied Q4_K on the f16 path. */
+static bool int_type(int type, enum hr_cuda_act act)
+{
+    static int all = -1;
+    if (all < 0) {
+        const char *g = getenv("HR_CUDA_GEMM");
+        all = g && !strcmp(g, "int");
+    }
+    return hr_cuda_gemm_int_type(type, act) && (all || type != HR_CUDA_T_Q4_K);
+}
+
+static uint32_t int_gemm_rows(const struct hr_model *m)
+{
+    const char *g = getenv("HR_CUDA_GEMM"), *r = getenv("HR_CUDA_INT_ROWS");
+    if (int_gemm_model(m))
+        return UINT32_MAX;
+    if (g && (!strcmp(g, "f16") || !strcmp(g, "simt")))
+        return 0;
+    return r ? (uint32_t)strtoul(r, NULL, 10) : INT_GEMM_DECODE_ROWS;
+}
+
 void hr_cuda_engine_dims(const struct hr_model *m, const struct hr_cuda_config *cfg,
                          struct hr_cuda_plan_dims *d)
 {
@@ -814,7 +851,9 @@ void hr_cuda_engine_dims(const struct hr_model *m, const struct hr_cuda_config *
     const bool simt = g && !strcmp(g, "simt");
     uint64_t wdq = 0;
     bool tc = false, igm = false;
-    const bool int_ok = int_gemm_model(m);
+    /* int_all: every GEMM step of an integer type takes the integer GEMM
+     * (no dequantized copy); int_some: the small ones (int_gemm_rows) */
+    const bool int_all = int_gemm_model(m), int_some = int_gemm_rows(m) > 0;
     const struct hr_weight *ws[LAYER_MATS];
     for (uint32_t l = 0; l < hp->n_layer && !simt; l++) {
         const size_t n = layer_mats(&m->layers[l], ws);
@@ -822,18 +861,20 @@ void hr_cuda_engine_dims(const struct hr_model *m, const struct hr_cuda_config *
             if (ws[i]->type == HR_GGML_F32)
                 continue;
             tc = true;
-            if (int_ok && hr_cuda_gemm_int_type((int)ws[i]->type, act_of(ws[i]->type)))
+            const bool it = int_type((int)ws[i]->type, act_of(ws[i]->type));
+            if (it && int_some)
                 igm = true; /* multiplied as it lies, inputs quantized into act16 */
-            else if (ws[i]->type != HR_GGML_F16 && ws[i]->type != HR_GGML_BF16)
+            if (!(it && int_all) && ws[i]->type != HR_GGML_F16 && ws[i]->type != HR_GGML_BF16)
                 wdq = max64(wdq, ws[i]->ne0 * ws[i]->ne1);
         }
     }
     const struct hr_weight *out = m->output.data ? &m->output : &m->tok_embd;
     if (!simt && out->data && out->type != HR_GGML_F32) {
         tc = true;
-        if (int_ok && hr_cuda_gemm_int_type((int)out->type, act_of(out->type)))
+        const bool it = int_type((int)out->type, act_of(out->type));
+        if (it && int_some)
             igm = true;
-        else if (out->type != HR_GGML_F16 && out->type != HR_GGML_BF16)
+        if (!(it && int_all) && out->type != HR_GGML_F16 && out->type != HR_GGML_BF16)
             wdq = max64(wdq, out->ne0 * (out->ne1 < 4096 ? out->ne1 : 4096));
     }
     d->tc_gemm = tc;
@@ -1003,6 +1044,7 @@ enum hr_status hr_cuda_engine_init(const struct hr_model *m, const struct hr_cud
     /* Dims and the largest step's plan. */
     struct hr_cuda_plan_dims *d = &e->dims;
     hr_cuda_engine_dims(m, &cfg, d);
+    e->int_gemm_rows = int_gemm_rows(m);
     struct hr_kv_config kc;
     hr_engine_kv_config(m, cfg.kv_type, cfg.kv_block_tokens, cfg.kv_full_window, &kc);
     kc.budget_bytes = cfg.kv_budget_bytes;
@@ -1398,17 +1440,19 @@ static bool tc_type(const struct dweight *w)
     return w->d && w->type != HR_GGML_F32;
 }
 
-/* Multiplied on the int8 tensor cores (hr_cuda_gemm_int), not cuBLASLt
- * (dims.int_gemm: the model takes the integer GEMM, int_gemm_model). */
-static bool int_gemm(const struct hr_cuda_engine *e, const struct dweight *w)
+/* Multiplied on the int8 tensor cores (hr_cuda_gemm_int), not cuBLASLt,
+ * in a GEMM step of step_rows rows (int_gemm_rows: all of them in models
+ * that take the integer GEMM, int_gemm_model; decode batches in others). */
+static bool int_gemm(const struct hr_cuda_engine *e, const struct dweight *w, uint32_t step_rows)
 {
-    return e->dims.int_gemm && w->d && hr_cuda_gemm_int_type((int)w->type, w->act);
+    return e->dims.int_gemm && step_rows <= e->int_gemm_rows && w->d &&
+           int_type((int)w->type, w->act);
 }
 
-/* Multiplied by cuBLASLt on 16-bit tiles. */
+/* Multiplied by cuBLASLt on 16-bit tiles in some step. */
 static bool lt_type(const struct hr_cuda_engine *e, const struct dweight *w)
 {
-    return tc_type(w) && !int_gemm(e, w);
+    return tc_type(w) && !int_gemm(e, w, UINT32_MAX);
 }
 
 static bool raw16(const struct dweight *w)
@@ -1508,6 +1552,22 @@ static bool attn_split_on(void)
     if (v < 0) {
         const char *s = getenv("HR_CUDA_ATTN_SPLIT");
         v = !(s && !strcmp(s, "0"));
+    }
+    return v;
+}
+
+/* A decode token's keys in up to this many runs (blocks) of the split
+ * attention: HR_CUDA_ATTN_NSPLIT (1 .. HR_CUDA_ATTN_SPLITS, the plan's
+ * room), else all of them: 64 blocks a KV head keep the 8B shape's decode
+ * at 16K positions streaming the cache (512 blocks on the GPU; 32 left
+ * it waiting on loads, 2026-12-07). */
+static uint32_t attn_nsplit(void)
+{
+    static uint32_t v;
+    if (!v) {
+        const char *s = getenv("HR_CUDA_ATTN_NSPLIT");
+        const unsigned long n = s ? strtoul(s, NULL, 10) : 0;
+        v = n >= 1 && n <= HR_CUDA_ATTN_SPLITS ? (uint32_t)n : HR_CUDA_ATTN_SPLITS;
     }
     return v;
 }
@@ -1688,7 +1748,7 @@ static enum hr_status matmul_in_step(struct hr_cuda_engine *e, const struct fwd 
         gemv_out_add(&o, w, y, ldy, b);
         return gemv_run(e, f, w, &o, x, m, accumulate, err);
     }
-    if (f->actq16.q && int_gemm(e, w)) {
+    if (f->actq16.q && int_gemm(e, w, step_rows)) {
         if (!prep_have(e, x, m, k, w->act, PREP_INT_WIDE))
             CU(hr_cuda_quant_act(w->act, x, m, k, &f->actq16, e->stream),
                "quantizing matmul inputs");
@@ -2026,7 +2086,7 @@ static enum hr_status attention_mixer(struct hr_cuda_engine *e, const struct fwd
                                    .kv = kv, .seq_fa = f->n_tiles ? f->seq_fa : NULL,
                                    .tiles = f->tiles, .n_tiles = f->n_tiles,
                                    .window = D->window, .sinks = (const float *)D->sinks.d,
-                                   .part = f->attn_part, .n_split = HR_CUDA_ATTN_SPLITS,
+                                   .part = f->attn_part, .n_split = attn_nsplit(),
                                    .gqa = attn_gqa_on()};
     /* Wo's inputs made by the merge (split decode; not under the gate) */
     enum prep_kind wo_kind = PREP_F32;

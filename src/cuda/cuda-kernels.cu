@@ -2053,7 +2053,10 @@ extern "C" cudaError_t hr_cuda_gemm(int type, const void *w, uint64_t row_bytes,
  * times the two blocks' scales (Q8_0, Q4_0, Q5_0, IQ4_NL and MXFP4, all on
  * Q8_0 inputs): the same integer sums, made by mma.sync m16n8k32 (s8 x s8
  * -> s32, exact), then y += (dw * dx) * sum per block as the CPU and the
- * integer GEMV do. The f16 path rounds inputs and weights to f16 instead
+ * integer GEMV do. Q4_K on Q8_K inputs too: a sub-block of 32 is a block,
+ * its nibbles the int8 values, y += dx (d sc sum - dmin m sum x) with the
+ * inputs' per-16 sums (the GEMV's terms, by 32 instead of by 16). In dense
+ * models this path takes the decode batches (cuda-engine.c's int_gemm). The f16 path rounds inputs and weights to f16 instead
  * (cuBLASLt on a dequantized copy), which moved a qwen35moe Q8_0 model's
  * MoE routing on 3 of 55 rows; this path has no rounding but the scales'.
  *
@@ -2097,9 +2100,26 @@ __device__ __forceinline__ uint32_t bit4_spread(uint32_t x)
  * the scale: MXFP4's table is doubled and its scale halved, as on the CPU. */
 template <int TYPE>
 __device__ __forceinline__ float mq_chunk(const uint8_t *row, uint32_t c, uint32_t q[8],
-                                          const int8_t *lut)
+                                          const int8_t *lut, float *mn)
 {
-    if constexpr (TYPE == HR_CUDA_T_Q8_0) {
+    if constexpr (TYPE == HR_CUDA_T_Q4_K) {
+        /* sub-block j = c % 8 of super-block c / 8: the low nibbles of quant
+         * bytes 32 (j / 2) .. + 31 for even j, the high ones for odd j;
+         * value = d sc_j q - dmin m_j, the offset returned in *mn */
+        const uint8_t *b = row + (size_t)(c / 8) * 144;
+        const uint32_t j = c % 8, sh = 4 * (j & 1);
+        const uint4 hd = *(const uint4 *)b;
+        const uint4 *qp = (const uint4 *)(b + 16 + 32 * (j / 2));
+        const uint4 u0 = qp[0], u1 = qp[1];
+        const uint32_t w[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            q[e] = (w[e] >> sh) & 0x0F0F0F0Fu;
+        float d1a, m1a, d1b, m1b;
+        q4k_scales(hd, j / 2, &d1a, &m1a, &d1b, &m1b);
+        *mn = j & 1 ? m1b : m1a;
+        return j & 1 ? d1b : d1a;
+    } else if constexpr (TYPE == HR_CUDA_T_Q8_0) {
         const unsigned short *p = (const unsigned short *)(row + (size_t)c * 34);
 #pragma unroll
         for (int e = 0; e < 8; e++)
@@ -2153,6 +2173,9 @@ __global__ void __launch_bounds__(128) gemm_mq_kernel(const uint8_t *w, uint64_t
     pdl_begin();
     __shared__ __align__(16) uint32_t ws[MQ_N * MQ_LDW], xs[MQ_M * MQ_LDW];
     __shared__ float wd[MQ_N][MQ_KB], xd[MQ_M][MQ_KB];
+    /* Q4_K: each block's offset dmin m_j, and the inputs' sums over it */
+    constexpr bool QK = TYPE == HR_CUDA_T_Q4_K;
+    __shared__ float wmn[QK ? MQ_N : 1][MQ_KB], xb[QK ? MQ_M : 1][MQ_KB];
     __shared__ int8_t lut[16];
     const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const uint32_t g = lane >> 2, t4 = lane & 3;
@@ -2174,27 +2197,37 @@ __global__ void __launch_bounds__(128) gemm_mq_kernel(const uint8_t *w, uint64_t
         for (uint32_t c = tid; c < MQ_N * MQ_KB; c += blockDim.x) {
             const uint32_t r = c / MQ_KB, kb = c % MQ_KB;
             uint32_t q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-            float d = 0.0f;
+            float d = 0.0f, mn = 0.0f;
             if (n0 + r < n && b0 + kb < nb)
-                d = mq_chunk<TYPE>(w + (uint64_t)(n0 + r) * row_bytes, b0 + kb, q, lut);
+                d = mq_chunk<TYPE>(w + (uint64_t)(n0 + r) * row_bytes, b0 + kb, q, lut, &mn);
             uint4 *dst = (uint4 *)(ws + r * MQ_LDW + kb * 8);
             dst[0] = make_uint4(q[0], q[1], q[2], q[3]);
             dst[1] = make_uint4(q[4], q[5], q[6], q[7]);
             wd[r][kb] = d;
+            if constexpr (QK)
+                wmn[r][kb] = mn;
         }
         for (uint32_t c = tid; c < MQ_M * MQ_KB; c += blockDim.x) {
             const uint32_t r = c / MQ_KB, kb = c % MQ_KB;
             uint4 a = make_uint4(0, 0, 0, 0), b = a;
-            float d = 0.0f;
+            float d = 0.0f, bs = 0.0f;
             if (m0 + r < m && b0 + kb < nb) {
-                const uint4 *p = (const uint4 *)(xa.q + (uint64_t)(m0 + r) * k +
-                                                 (uint64_t)(b0 + kb) * 32);
+                const uint64_t c = b0 + kb;
+                const uint4 *p = (const uint4 *)(xa.q + (uint64_t)(m0 + r) * k + c * 32);
                 a = p[0], b = p[1];
-                d = xa.d[(uint64_t)(m0 + r) * nb + b0 + kb];
+                if constexpr (QK) { /* Q8_K: a scale per 256, sums per 16 */
+                    d = xa.d[(uint64_t)(m0 + r) * (k / 256) + c / 8];
+                    const int16_t *sp = xa.s + (uint64_t)(m0 + r) * (k / 16) + 2 * c;
+                    bs = (float)(sp[0] + sp[1]);
+                } else {
+                    d = xa.d[(uint64_t)(m0 + r) * nb + c];
+                }
             }
             uint4 *dst = (uint4 *)(xs + r * MQ_LDW + kb * 8);
             dst[0] = a, dst[1] = b;
             xd[r][kb] = d;
+            if constexpr (QK)
+                xb[r][kb] = bs;
         }
         __syncthreads();
         const uint32_t kbs = nb - b0 < MQ_KB ? nb - b0 : MQ_KB;
@@ -2220,10 +2253,21 @@ __global__ void __launch_bounds__(128) gemm_mq_kernel(const uint8_t *w, uint64_t
                     mma_s8(s, af[mt], bf[nt][0], bf[nt][1]);
                     const float dx0 = xd[wm + nt * 8 + 2 * t4][kb];
                     const float dx1 = xd[wm + nt * 8 + 2 * t4 + 1][kb];
-                    acc[mt][nt][0] += dw0 * dx0 * (float)s[0];
-                    acc[mt][nt][1] += dw0 * dx1 * (float)s[1];
-                    acc[mt][nt][2] += dw1 * dx0 * (float)s[2];
-                    acc[mt][nt][3] += dw1 * dx1 * (float)s[3];
+                    if constexpr (QK) { /* dx (d sc q.x - dmin m sum x), the GEMV's terms */
+                        const float mw0 = wmn[wn + mt * 16 + g][kb];
+                        const float mw1 = wmn[wn + mt * 16 + g + 8][kb];
+                        const float bx0 = xb[wm + nt * 8 + 2 * t4][kb];
+                        const float bx1 = xb[wm + nt * 8 + 2 * t4 + 1][kb];
+                        acc[mt][nt][0] += dx0 * (dw0 * (float)s[0] - mw0 * bx0);
+                        acc[mt][nt][1] += dx1 * (dw0 * (float)s[1] - mw0 * bx1);
+                        acc[mt][nt][2] += dx0 * (dw1 * (float)s[2] - mw1 * bx0);
+                        acc[mt][nt][3] += dx1 * (dw1 * (float)s[3] - mw1 * bx1);
+                    } else {
+                        acc[mt][nt][0] += dw0 * dx0 * (float)s[0];
+                        acc[mt][nt][1] += dw0 * dx1 * (float)s[1];
+                        acc[mt][nt][2] += dw1 * dx0 * (float)s[2];
+                        acc[mt][nt][3] += dw1 * dx1 * (float)s[3];
+                    }
                 }
             }
         }
@@ -2249,9 +2293,10 @@ __global__ void __launch_bounds__(128) gemm_mq_kernel(const uint8_t *w, uint64_t
 
 extern "C" int hr_cuda_gemm_int_type(int type, enum hr_cuda_act act)
 {
-    return act == HR_CUDA_ACT_Q8_0 &&
-           (type == HR_CUDA_T_Q8_0 || type == HR_CUDA_T_Q4_0 || type == HR_CUDA_T_Q5_0 ||
-            type == HR_CUDA_T_IQ4_NL || type == HR_CUDA_T_MXFP4);
+    return (act == HR_CUDA_ACT_Q8_0 &&
+            (type == HR_CUDA_T_Q8_0 || type == HR_CUDA_T_Q4_0 || type == HR_CUDA_T_Q5_0 ||
+             type == HR_CUDA_T_IQ4_NL || type == HR_CUDA_T_MXFP4)) ||
+           (act == HR_CUDA_ACT_Q8_K && type == HR_CUDA_T_Q4_K);
 }
 
 extern "C" cudaError_t hr_cuda_gemm_int(int type, const void *w, uint64_t row_bytes, uint32_t k,
@@ -2261,7 +2306,8 @@ extern "C" cudaError_t hr_cuda_gemm_int(int type, const void *w, uint64_t row_by
 {
     if (!m || !n)
         return cudaSuccess;
-    if (k % 32 || (type != HR_CUDA_T_MXFP4 && ((uintptr_t)w | row_bytes) % 2))
+    if (k % 32 || (type != HR_CUDA_T_MXFP4 && ((uintptr_t)w | row_bytes) % 2) ||
+        (type == HR_CUDA_T_Q4_K && (k % 256 || ((uintptr_t)w | row_bytes) % 16)))
         return cudaErrorInvalidValue;
     const dim3 grid((n + MQ_N - 1) / MQ_N, (m + MQ_M - 1) / MQ_M);
 #define L_MQ(T)                                                                                   \
@@ -2273,6 +2319,7 @@ extern "C" cudaError_t hr_cuda_gemm_int(int type, const void *w, uint64_t row_by
     case HR_CUDA_T_Q5_0: L_MQ(HR_CUDA_T_Q5_0); break;
     case HR_CUDA_T_IQ4_NL: L_MQ(HR_CUDA_T_IQ4_NL); break;
     case HR_CUDA_T_MXFP4: L_MQ(HR_CUDA_T_MXFP4); break;
+    case HR_CUDA_T_Q4_K: L_MQ(HR_CUDA_T_Q4_K); break;
     default: return cudaErrorInvalidValue;
     }
 #undef L_MQ
@@ -2384,14 +2431,24 @@ extern "C" cudaError_t hr_cuda_qkv_post(const struct hr_cuda_qkv_args *a, cudaSt
     return cudaGetLastError();
 }
 
+/* 16 bytes global -> shared without passing through registers; zeros when
+ * !valid (src is then not read). */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid)
+{
+    const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+
 /* ---- attention ---------------------------------------------------------------
  *
- * One warp per (token, query head). Keys 0..pos in tiles of 32: the warp
- * first copies the tile's 32 K rows and 32 V rows into shared memory (row
- * by row, each row one coalesced read; the 32 row addresses come from the
- * block table at once, one lookup per lane), then lane l computes key l's
- * score against the query (also in shared memory; K rows padded by one
- * float so the 32 lanes read 32 banks), the warp takes the tile maximum,
+ * One warp per (token, query head). Keys 0..pos in tiles of 32: the tile's
+ * 32 K rows and 32 V rows are copied into shared memory as they are in the
+ * cache (cp.async, 16 bytes a thread, the next two tiles' copies in flight
+ * while this one is computed; the 32 row addresses come from the block table at
+ * once, one lookup per lane), then lane l computes key l's score against
+ * the query (in shared memory; K rows padded by 16 bytes so the 32 lanes'
+ * 16-byte reads hit distinct banks), the warp takes the tile maximum,
  * and the online softmax keeps a running maximum m, sum l and output acc
  * (lane owns dims lane, lane + 32, ...): when a tile raises m, l and acc are
  * rescaled by exp(m_old - m_new). Then every lane adds p_j x V_j for the
@@ -2400,7 +2457,12 @@ extern "C" cudaError_t hr_cuda_qkv_post(const struct hr_cuda_qkv_args *a, cudaSt
  * Earlier versions read the rows one value at a time (each lane its own
  * key's row, then row by row with a shared store after each load): ncu
  * showed attention taking 4.8 of the 7.8 ms of a 1B model's decode step at
- * 512 positions, waiting on those loads one after another.
+ * 512 positions, waiting on those loads one after another. The version
+ * before this one converted each tile to f32 in shared memory with scalar
+ * stores (8-way bank conflicts) and waited for each tile's loads: shared
+ * memory, not HBM, bounded it, 8B Q4_K decode at 16K positions reading the
+ * cache at about 0.5 TB/s (H100, 2026-12-07). The arithmetic is the same
+ * fmaf chains in the same order, so the results did not change.
  *
  * Split over keys (a.part set: decode steps). One warp streaming a whole
  * context is one warp per head on the GPU: 32 warps for an 8B model's
@@ -2411,9 +2473,26 @@ extern "C" cudaError_t hr_cuda_qkv_post(const struct hr_cuda_qkv_args *a, cudaSt
  * output to a.part, and attn_combine_kernel merges the runs in order, the
  * sink joining there. A token of one run (32 keys or fewer) is computed as
  * without the split, bit for bit. */
-__host__ __device__ constexpr size_t attn_smem_floats(uint32_t hd, uint32_t warps = 1)
+/* 16-byte vectors in a cache row of head_dim hd */
+__host__ __device__ constexpr uint32_t attn_row_vecs(uint32_t hd, int f16)
 {
-    return (size_t)warps * hd + 32 * ((size_t)hd + 1) + 32 * (size_t)hd;
+    return hd * (f16 ? 2 : 4) / 16;
+}
+
+/* Tiles in flight: a block copies the next two while it computes one. With
+ * one ahead, ncu saw the kernel at 25% of DRAM bandwidth and 11.5% achieved
+ * occupancy at 16K positions (8B shape, H100): too few bytes in flight. */
+#define ATTN_STAGES 3
+
+/* attention_kernel's shared memory in floats: the warps' queries (f32),
+ * then ATTN_STAGES stages of a 32-key tile: K rows of vecs + 1 vectors, V
+ * rows of vecs, the cache's elements as they are (f32 caches by default:
+ * the most) */
+__host__ __device__ constexpr size_t attn_smem_floats(uint32_t hd, uint32_t warps = 1,
+                                                      int f16 = 0)
+{
+    return (size_t)warps * hd +
+           ATTN_STAGES * 32 * (2 * (size_t)attn_row_vecs(hd, f16) + 1) * 4;
 }
 
 /* GQA 1 (hr_cuda_attn_args.gqa; the engine's default since 2026-12-07): a
@@ -2455,8 +2534,11 @@ __global__ void attention_kernel(hr_cuda_attn_args a)
     const uint32_t tid = GQA ? threadIdx.x : lane, nthr = GQA ? blockDim.x : 32;
     if (a.seq_fa && a.seq_fa[a.kv.seq_of[t]])
         return; /* the tiled kernel's */
-    const uint32_t hd = a.kv.head_dim, nd = hd / 32, kst = hd + 1;
-    float *ks = sm, *vs = ks + 32 * kst, *qs = vs + 32 * hd + (GQA ? wi * hd : 0);
+    const uint32_t hd = a.kv.head_dim, nd = hd / 32;
+    /* a cache row's 16-byte vectors; K rows one longer (banks, above) */
+    const uint32_t vpr = attn_row_vecs(hd, F16), kvs = vpr + 1;
+    float *qs = sm + (GQA ? wi * hd : 0);
+    uint4 *tile = (uint4 *)(sm + (GQA ? blockDim.x / 32 : 1) * hd);
     const uint64_t q_dim = (uint64_t)a.n_head * hd;
     const float *q = a.q + (uint64_t)t * q_dim + (uint64_t)h * hd;
     for (uint32_t i = lane; i < hd; i += 32)
@@ -2473,80 +2555,77 @@ __global__ void attention_kernel(hr_cuda_attn_args a)
         j_begin += (int32_t)blockIdx.z * c;
         j_end = min(j_end, j_begin + c);
     }
+    /* The copy of the tile at j0 into stage st: each warp has all 32 keys'
+     * row offsets (lane = key), a vector's comes by shuffle within the warp
+     * that copies it; every thread runs the same trips (the shuffles). */
+    auto copy_tile = [&](int32_t j0, int st) {
+        const int32_t n_keys = max(0, min(32, j_end - j0)); /* 0: an empty group */
+        unsigned long long koff = 0, voff = 0;
+        if ((int32_t)lane < n_keys) {
+            koff = kv_row(a.kv, tab0, j0 + (int32_t)lane, 0, g);
+            voff = kv_row(a.kv, tab0, j0 + (int32_t)lane, 1, g);
+        }
+        uint4 *kt = tile + (size_t)st * 32 * (kvs + vpr), *vt = kt + 32 * kvs;
+        const uint32_t n_vec = (uint32_t)n_keys * vpr;
+        for (uint32_t v0 = 0; v0 < n_vec; v0 += nthr) {
+            const uint32_t v = v0 + tid, r = (v < n_vec ? v : 0) / vpr, e = v % vpr;
+            const unsigned long long ko = __shfl_sync(0xffffffffu, koff, (int)r);
+            const unsigned long long vo = __shfl_sync(0xffffffffu, voff, (int)r);
+            if (v < n_vec) {
+                cp_async16(kt + r * kvs + e, a.kv.pool + ko + e * 16, true);
+                cp_async16(vt + r * vpr + e, a.kv.pool + vo + e * 16, true);
+            }
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    };
     /* a sink starts the softmax at m = sink, l = 1 (split: in the combine) */
     const bool sink = a.sinks && !split;
     float m = sink ? a.sinks[h] : -INFINITY, l = sink ? 1.0f : 0.0f, acc[MAXD];
 #pragma unroll
     for (int i = 0; i < MAXD; i++)
         acc[i] = 0.0f;
-    for (int32_t j0 = j_begin; j0 < j_end; j0 += 32) {
+    /* One commit group per tile, empty past the end, so that waiting for
+     * all but the newest ATTN_STAGES - 1 groups always means this tile. */
+    static_assert(ATTN_STAGES == 3, "the wait below counts two groups ahead");
+    copy_tile(j_begin, 0);
+    copy_tile(j_begin + 32, 1);
+    for (int32_t j0 = j_begin, st = 0; j0 < j_end; j0 += 32, st = st + 1 == ATTN_STAGES ? 0 : st + 1) {
         const int32_t n_keys = min(32, j_end - j0);
-        unsigned long long koff = 0, voff = 0;
-        if ((int32_t)lane < n_keys) {
-            koff = kv_row(a.kv, tab0, j0 + (int32_t)lane, 0, g);
-            voff = kv_row(a.kv, tab0, j0 + (int32_t)lane, 1, g);
-        }
-        /* the last tile's reads of ks and vs are done (all the block's) */
-        if (GQA)
-            __syncthreads();
-        else
-            __syncwarp();
-        /* The tile as 16-byte vectors, 8 per lane in flight before any is
-         * stored: loads issued back to back, one memory latency per 8
-         * (a load after a shared store could not be moved above it). Each
-         * warp has all 32 keys' row offsets (lane = key): a vector's comes
-         * by shuffle within the warp that loads it. */
-        const uint32_t vpr = hd * (F16 ? 2 : 4) / 16, n_vec = (uint32_t)n_keys * vpr;
-        for (uint32_t v0 = 0; v0 < n_vec; v0 += 8 * nthr) {
-            uint4 kb[8], vb[8];
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                const uint32_t v = v0 + (uint32_t)i * nthr + tid;
-                const int src = (int)((v < n_vec ? v : 0) / vpr);
-                const unsigned long long ko = __shfl_sync(0xffffffffu, koff, src);
-                const unsigned long long vo = __shfl_sync(0xffffffffu, voff, src);
-                if (v < n_vec) {
-                    kb[i] = *(const uint4 *)(a.kv.pool + ko + (v % vpr) * 16);
-                    vb[i] = *(const uint4 *)(a.kv.pool + vo + (v % vpr) * 16);
-                }
-            }
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                const uint32_t v = v0 + (uint32_t)i * nthr + tid;
-                if (v >= n_vec)
-                    continue;
-                const uint32_t r = v / vpr, d0 = (v % vpr) * (F16 ? 8 : 4);
-                float kf[8], vf[8];
-                if (F16) {
-                    const __half2 *k2 = (const __half2 *)&kb[i], *v2 = (const __half2 *)&vb[i];
-#pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        const float2 a2 = __half22float2(k2[j]), b2 = __half22float2(v2[j]);
-                        kf[2 * j] = a2.x, kf[2 * j + 1] = a2.y, vf[2 * j] = b2.x, vf[2 * j + 1] = b2.y;
-                    }
-                } else {
-                    const float *k4 = (const float *)&kb[i], *v4 = (const float *)&vb[i];
-#pragma unroll
-                    for (int j = 0; j < 4; j++)
-                        kf[j] = k4[j], vf[j] = v4[j];
-                }
-#pragma unroll
-                for (int j = 0; j < (F16 ? 8 : 4); j++) {
-                    ks[r * kst + d0 + j] = kf[j];
-                    vs[r * hd + d0 + j] = vf[j];
-                }
-            }
-        }
-        if (GQA)
-            __syncthreads();
-        else
-            __syncwarp();
+        /* the tile two ahead, into the stage read in the last trip (synced) */
+        copy_tile(j0 + 64, st == 0 ? ATTN_STAGES - 1 : st - 1);
+        asm volatile("cp.async.wait_group 2;" ::: "memory");
+        __syncthreads(); /* this tile (and the queries) visible to every warp */
+        const uint4 *kt = tile + (size_t)st * 32 * (kvs + vpr), *vt = kt + 32 * kvs;
         float sc = -INFINITY;
         if ((int32_t)lane < n_keys && j0 + (int32_t)lane >= lo) {
-            const float *kk = ks + lane * kst;
+            const uint4 *kr = kt + lane * kvs;
             float dot = 0.0f;
-            for (uint32_t d = 0; d < hd; d++)
-                dot = fmaf(qs[d], kk[d], dot);
+            for (uint32_t e = 0; e < vpr; e++) {
+                const uint4 x = kr[e];
+                if (F16) {
+                    const float4 qa = *(const float4 *)(qs + 8 * e);
+                    const float4 qb = *(const float4 *)(qs + 8 * e + 4);
+                    const __half2 *k2 = (const __half2 *)&x;
+                    float2 f = __half22float2(k2[0]);
+                    dot = fmaf(qa.x, f.x, dot);
+                    dot = fmaf(qa.y, f.y, dot);
+                    f = __half22float2(k2[1]);
+                    dot = fmaf(qa.z, f.x, dot);
+                    dot = fmaf(qa.w, f.y, dot);
+                    f = __half22float2(k2[2]);
+                    dot = fmaf(qb.x, f.x, dot);
+                    dot = fmaf(qb.y, f.y, dot);
+                    f = __half22float2(k2[3]);
+                    dot = fmaf(qb.z, f.x, dot);
+                    dot = fmaf(qb.w, f.y, dot);
+                } else {
+                    const float4 q4 = *(const float4 *)(qs + 4 * e);
+                    dot = fmaf(q4.x, __uint_as_float(x.x), dot);
+                    dot = fmaf(q4.y, __uint_as_float(x.y), dot);
+                    dot = fmaf(q4.z, __uint_as_float(x.z), dot);
+                    dot = fmaf(q4.w, __uint_as_float(x.w), dot);
+                }
+            }
             sc = dot * a.scale;
         }
         const float m_new = fmaxf(m, warp_max(sc));
@@ -2559,12 +2638,21 @@ __global__ void attention_kernel(hr_cuda_attn_args a)
         m = m_new;
         for (int32_t jj = 0; jj < n_keys; jj++) {
             const float pj = __shfl_sync(0xffffffffu, p, jj);
-            const float *vv = vs + jj * hd + lane;
+            if (F16) {
+                const __half *vv = (const __half *)(vt + jj * vpr) + lane;
 #pragma unroll
-            for (int i = 0; i < MAXD; i++)
-                if ((uint32_t)i < nd)
-                    acc[i] = fmaf(pj, vv[32 * i], acc[i]);
+                for (int i = 0; i < MAXD; i++)
+                    if ((uint32_t)i < nd)
+                        acc[i] = fmaf(pj, __half2float(vv[32 * i]), acc[i]);
+            } else {
+                const float *vv = (const float *)(vt + jj * vpr) + lane;
+#pragma unroll
+                for (int i = 0; i < MAXD; i++)
+                    if ((uint32_t)i < nd)
+                        acc[i] = fmaf(pj, vv[32 * i], acc[i]);
+            }
         }
+        __syncthreads(); /* every warp is done with this stage: the next copy may fill it */
     }
     if (split) {
         float *pp = a.part + (((uint64_t)t * a.n_head + h) * a.n_split + blockIdx.z) * (hd + 2);
@@ -2638,22 +2726,39 @@ __global__ void attn_combine_kernel(hr_cuda_attn_args a)
         prep_written(); /* one run: the attention kernel wrote the output itself */
         return;
     }
+    /* Lane s holds run s's m and l (runs 32 + s, ... in later rounds): the
+     * maximum and the weights come from loads all in flight at once, not
+     * one run's after another's (the serial version took half as long as
+     * the attention kernel itself at 16K positions: 42 of 125 us, ncu,
+     * H100). The sums still go in run order, as before. */
     const float *pp = a.part + ((uint64_t)t * a.n_head + h) * a.n_split * (hd + 2);
     float M = a.sinks ? a.sinks[h] : -INFINITY;
-    for (int32_t s = 0; s < ns; s++)
-        M = fmaxf(M, pp[(uint64_t)s * (hd + 2)]);
+    float ms[HR_CUDA_ATTN_SPLITS / 32], ls[HR_CUDA_ATTN_SPLITS / 32];
+#pragma unroll
+    for (int r = 0; r < HR_CUDA_ATTN_SPLITS / 32; r++) {
+        const int32_t sr = 32 * r + (int32_t)lane;
+        ms[r] = sr < ns ? pp[(uint64_t)sr * (hd + 2)] : -INFINITY;
+        ls[r] = sr < ns ? pp[(uint64_t)sr * (hd + 2) + 1] : 0.0f;
+        M = fmaxf(M, warp_max(ms[r]));
+    }
     float L = a.sinks ? expf(a.sinks[h] - M) : 0.0f, acc[MAXD];
 #pragma unroll
     for (int i = 0; i < MAXD; i++)
         acc[i] = 0.0f;
-    for (int32_t s = 0; s < ns; s++) {
-        const float *ps = pp + (uint64_t)s * (hd + 2);
-        const float w = expf(ps[0] - M);
-        L += ps[1] * w;
 #pragma unroll
-        for (int i = 0; i < MAXD; i++)
-            if ((uint32_t)i < nd)
-                acc[i] = fmaf(w, ps[2 + lane + 32 * i], acc[i]);
+    for (int r = 0; r < HR_CUDA_ATTN_SPLITS / 32; r++) {
+        const float wr = expf(ms[r] - M), lw = ls[r] * wr;
+        const int32_t n_r = min(32, ns - 32 * r);
+#pragma unroll 8
+        for (int32_t j = 0; j < n_r; j++) {
+            const float *ps = pp + (uint64_t)(32 * r + j) * (hd + 2);
+            const float w = __shfl_sync(0xffffffffu, wr, j);
+            L += __shfl_sync(0xffffffffu, lw, j);
+#pragma unroll
+            for (int i = 0; i < MAXD; i++)
+                if ((uint32_t)i < nd)
+                    acc[i] = fmaf(w, ps[2 + lane + 32 * i], acc[i]);
+        }
     }
     float *o = a.out + ob;
     const float inv = 1.0f / L;
@@ -2720,15 +2825,6 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *p)
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                      : "r"(s));
-}
-
-/* 16 bytes global -> shared without passing through registers; zeros when
- * !valid (src is then not read). */
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid)
-{
-    const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src),
-                 "r"(valid ? 16 : 0));
 }
 
 __device__ __forceinline__ uint32_t half2_bits(float lo, float hi)
@@ -2976,14 +3072,14 @@ extern "C" cudaError_t hr_cuda_attention(const struct hr_cuda_attn_args *a, cuda
     if (a->gqa && group > 1 && group <= ATTN_GQA_MAX_WARPS &&
         group * a->kv.head_dim <= 1024) {
         dim3 grid(a->n_tokens, a->kv.n_head_kv, a->part ? a->n_split : 1);
-        const size_t smem = attn_smem_floats(a->kv.head_dim, group) * sizeof(float);
+        const size_t smem = attn_smem_floats(a->kv.head_dim, group, a->kv.f16) * sizeof(float);
         if (a->kv.f16)
             hr_launch(attention_kernel<1, 1>, grid, 32 * group, smem, s, *a);
         else
             hr_launch(attention_kernel<0, 1>, grid, 32 * group, smem, s, *a);
     } else {
         dim3 grid(a->n_tokens, a->n_head, a->part ? a->n_split : 1);
-        const size_t smem = attn_smem_floats(a->kv.head_dim) * sizeof(float);
+        const size_t smem = attn_smem_floats(a->kv.head_dim, 1, a->kv.f16) * sizeof(float);
         if (a->kv.f16)
             hr_launch(attention_kernel<1, 0>, grid, 32, smem, s, *a);
         else
@@ -3619,6 +3715,7 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
                        (const void *)gemm_mq_kernel<HR_CUDA_T_Q5_0>,
                        (const void *)gemm_mq_kernel<HR_CUDA_T_IQ4_NL>,
                        (const void *)gemm_mq_kernel<HR_CUDA_T_MXFP4>,
+                       (const void *)gemm_mq_kernel<HR_CUDA_T_Q4_K>,
                        (const void *)quant_q8k_kernel,
                        (const void *)rope_table_kernel, (const void *)rms_norm_kernel,
                        (const void *)act_round_kernel, (const void *)add_bias_kernel,
@@ -3647,8 +3744,8 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
         (ce = cudaFuncGetAttributes(&a, fa_prefill_kernel<64>)) != cudaSuccess ||
         (ce = cudaFuncGetAttributes(&a, fa_prefill_kernel<128>)) != cudaSuccess)
         return ce;
-    /* Attention's tiles take up to 65 KiB of shared memory (head_dim 256),
-     * past the 48 KiB a launch gets without asking. */
+    /* Attention's two stages of tiles take up to 130 KiB of shared memory
+     * (head_dim 256, an f32 cache), past the 48 KiB a launch gets unasked. */
     const int smem = (int)(attn_smem_floats(HR_CUDA_MAX_HEAD_DIM) * sizeof(float));
     /* the GQA blocks' queries: group x head_dim <= 1024 floats */
     const int smem_g = (int)((attn_smem_floats(HR_CUDA_MAX_HEAD_DIM, 0) + 1024) * sizeof(float));

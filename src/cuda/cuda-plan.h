@@ -88,7 +88,7 @@
 #define HR_CUDA_FA_TILE 64
 
 /* The most runs a decode token's keys are split into (attn_part). */
-#define HR_CUDA_ATTN_SPLITS 32
+#define HR_CUDA_ATTN_SPLITS 64
 
 struct hr_cuda_plan_dims {
     uint32_t n_embd, n_head, n_head_kv, head_dim, n_rot, n_vocab;

@@ -436,7 +436,9 @@ static void test_type(enum hr_ggml_type t)
             CT_CUDA(cudaMalloc((void **)&qg.q, (size_t)k * MG));
             CT_CUDA(cudaMalloc((void **)&qg.d, sizeof(float) * (k / 32) * MG));
             CT_CUDA(cudaMalloc((void **)&dgxr, sizeof(float) * k * MG));
-            qg.s = NULL;
+            /* Q8_K inputs (Q4_K): a scale per 256 and sums per 16 */
+            const uint32_t dg = act == HR_CUDA_ACT_Q8_K ? 256 : 32;
+            CT_CUDA(cudaMalloc((void **)&qg.s, sizeof(int16_t) * (k / 16) * MG));
             CT_CUDA(hr_cuda_quant_act(act, dgx, MG, k, &qg, 0));
             CT_CUDA(hr_cuda_act_round(act, dgx, MG, k, dgxr, 0));
             from_dev(gxr, dgxr, sizeof(float) * k * MG);
@@ -469,13 +471,14 @@ static void test_type(enum hr_ggml_type t)
                      "%.2e of sum |terms| (< 1e-6)", name, MG, qw);
             CT_CUDA(hr_cuda_gemm_int((int)t, dw, rb, k, n, &qg, MG, dgy, n, NULL, 0, 0));
             from_dev(gy, dgy, sizeof(float) * n * MG);
-            struct hr_cuda_q8_act q61 = {qg.q + (size_t)61 * k, qg.d + (size_t)61 * (k / 32), NULL};
+            struct hr_cuda_q8_act q61 = {qg.q + (size_t)61 * k, qg.d + (size_t)61 * (k / dg),
+                                         qg.s + (size_t)61 * (k / 16)};
             CT_CUDA(hr_cuda_gemm_int((int)t, dw, rb, k, n, &q61, 9, dgy, n, NULL, 0, 0));
             from_dev(gy9, dgy, sizeof(float) * n * 9);
             CT_CHECK(memcmp(gy + (size_t)64 * n, gy9 + (size_t)3 * n, sizeof(float) * n) == 0,
                      "%-5s integer GEMM row 64 of 70 == row 3 of 9 (another tile), bit for bit",
                      name);
-            cudaFree(qg.q), cudaFree(qg.d), cudaFree(dgxr);
+            cudaFree(qg.q), cudaFree(qg.d), cudaFree(qg.s), cudaFree(dgxr);
             free(gxr);
         }
         cudaFree(dgx), cudaFree(dgy);
