@@ -18,7 +18,10 @@ import Anthropic from "@anthropic-ai/sdk";
 import { harness, startServer, show, describeError, waitFor, sleep, parseSSE } from "./lib/server.mjs";
 
 const { check, eq, test, finish } = harness("overload");
-const LONG = 4000; // tokens: far longer than any test waits (aborted when done)
+// tokens: far longer than any test waits (aborted when done); 4000 became
+// too short once greedy sampling stopped copying the vocabulary (1100
+// tokens/s on the demo model, 2026-12-07), within its 32768 context
+const LONG = 30000;
 const amsg = (content, max_tokens = 8) => ({ model: "claude-sonnet-4-6", max_tokens, temperature: 0,
   messages: [{ role: "user", content }] });
 const omsg = (content, max_tokens = 8) => ({ model: "gpt-4o", max_tokens, temperature: 0,
