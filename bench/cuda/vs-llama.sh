@@ -99,7 +99,7 @@ out="$W/rows.txt"
 # split over two device calls); the medians take them all.
 [[ ${HR_VS_APPEND:-0} == 1 ]] || : >"$out"
 ours() { # shape type [env]
-  env "${@:3}" timeout 200 "$B" --shape "$1" --type "$2" 2>/dev/null | grep '^bench-cuda-llama' |
+  env "${@:3}" timeout 200 "$B" --shape "$1" --type "$2" 2>/dev/null | grep '^bench-cuda' |
     sed "s/^/ours /" >>"$out"
 }
 if [[ ${HR_VS_TESTS:-1} != 0 ]]; then
