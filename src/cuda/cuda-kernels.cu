@@ -2055,10 +2055,11 @@ extern "C" cudaError_t hr_cuda_gemm(int type, const void *w, uint64_t row_bytes,
  * -> s32, exact), then y += (dw * dx) * sum per block as the CPU and the
  * integer GEMV do. Q4_K on Q8_K inputs too: a sub-block of 32 is a block,
  * its nibbles the int8 values, y += dx (d sc sum - dmin m sum x) with the
- * inputs' per-16 sums (the GEMV's terms, by 32 instead of by 16). In dense
- * models this path takes the decode batches (cuda-engine.c's int_gemm). The f16 path rounds inputs and weights to f16 instead
- * (cuBLASLt on a dequantized copy), which moved a qwen35moe Q8_0 model's
- * MoE routing on 3 of 55 rows; this path has no rounding but the scales'.
+ * inputs' per-16 sums (the GEMV's terms, by 32 instead of by 16); which
+ * steps take it: cuda-engine.c's int_gemm. The f16 path rounds inputs and
+ * weights to f16 instead (cuBLASLt on a dequantized copy), which moved a
+ * qwen35moe Q8_0 model's MoE routing on 3 of 55 rows; this path has no
+ * rounding but the scales'.
  *
  * A block of 4 warps takes 64 weight rows x 64 tokens; per stage it decodes
  * 4 blocks of 32 of each weight row into int8 in shared memory (the weights
@@ -2444,9 +2445,9 @@ __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool vali
  *
  * One warp per (token, query head). Keys 0..pos in tiles of 32: the tile's
  * 32 K rows and 32 V rows are copied into shared memory as they are in the
- * cache (cp.async, 16 bytes a thread, the next two tiles' copies in flight
- * while this one is computed; the 32 row addresses come from the block table at
- * once, one lookup per lane), then lane l computes key l's score against
+ * cache (cp.async, 16 bytes a thread, the next two tiles' copies in
+ * flight while this one is computed; the 32 row addresses come from the
+ * block table at once, one lookup per lane), then lane l computes key l's score against
  * the query (in shared memory; K rows padded by 16 bytes so the 32 lanes'
  * 16-byte reads hit distinct banks), the warp takes the tile maximum,
  * and the online softmax keeps a running maximum m, sum l and output acc
