@@ -87,6 +87,16 @@ struct tilecfg {
     uint8_t rows[16];
 };
 
+/* The four accumulators (tiles 0-3, a 32 x 32 block) += the input tiles 4,
+ * 5 times the weight tiles 6, 7. */
+__attribute__((target("amx-tile,amx-bf16"))) static inline void dp_2x2(void)
+{
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+}
+
 /* y[m][n] = x w^T from the split copies: xh, xl [m][k] row-major; wh, wl
  * [n / 16][k / 2][16][2] (pairs of k for each of 16 columns). m % 32,
  * n % 32 and k % 32 are 0. Four 16 x 16 accumulators (a 32 x 32 block),
@@ -114,24 +124,15 @@ __attribute__((target("amx-tile,amx-bf16"))) static void amx_gemm(
                 _tile_loadd(5, xh + (size_t)(i0 + 16) * k + k0, 2 * k);
                 _tile_loadd(6, wh + b0, 64);
                 _tile_loadd(7, wh + b1, 64);
-                _tile_dpbf16ps(0, 4, 6);
-                _tile_dpbf16ps(1, 4, 7);
-                _tile_dpbf16ps(2, 5, 6);
-                _tile_dpbf16ps(3, 5, 7);
+                dp_2x2();
                 _tile_loadd(6, wl + b0, 64);
                 _tile_loadd(7, wl + b1, 64);
-                _tile_dpbf16ps(0, 4, 6);
-                _tile_dpbf16ps(1, 4, 7);
-                _tile_dpbf16ps(2, 5, 6);
-                _tile_dpbf16ps(3, 5, 7);
+                dp_2x2();
                 _tile_loadd(4, xl + (size_t)i0 * k + k0, 2 * k);
                 _tile_loadd(5, xl + (size_t)(i0 + 16) * k + k0, 2 * k);
                 _tile_loadd(6, wh + b0, 64);
                 _tile_loadd(7, wh + b1, 64);
-                _tile_dpbf16ps(0, 4, 6);
-                _tile_dpbf16ps(1, 4, 7);
-                _tile_dpbf16ps(2, 5, 6);
-                _tile_dpbf16ps(3, 5, 7);
+                dp_2x2();
             }
             _tile_stored(0, y + (size_t)i0 * n + j0, 4 * n);
             _tile_stored(1, y + (size_t)i0 * n + j0 + 16, 4 * n);
