@@ -17,9 +17,11 @@
  * In MoE models (int_gemm_model), types whose CPU dot is integer sums per
  * block of 32 on Q8_0 inputs (Q8_0, Q4_0, Q5_0, IQ4_NL, MXFP4; Q4_K on
  * Q8_K under HR_CUDA_GEMM=int) take the integer GEMM: inputs quantized as
- * the CPU does, exact int8 MMAs, the scales per block. Dense models can
- * take it in steps of up to HR_CUDA_INT_ROWS rows (batched decode: the
- * weights read once as they lie; off by default, INT_GEMM_DECODE_ROWS).
+ * the CPU does, exact int8 MMAs, the scales per block. In dense models
+ * the steps of up to HR_CUDA_GEMM_SMALL_ROWS rows past the GEMV's (decode
+ * batches) multiply Q4_K matrices as they lie on a kernel of their own
+ * (hr_cuda_gemm_q4k_small; HR_CUDA_GEMM_SMALL=0: not), and every integer
+ * type under HR_CUDA_INT_ROWS=N, steps of up to N rows (the A/B switch).
  * The other types and models:
  * the inputs are rounded to the weight's vec-dot format and stored as f16
  * (bf16 for BF16 weights), the weight matrix is dequantized to f16 into the
@@ -783,15 +785,25 @@ static bool int_gemm_model(const struct hr_model *m)
     return m->moe.n_expert > 0;
 }
 
-/* Steps of more rows than the GEMV takes and at most this many run the
- * integer-GEMM types on the integer GEMM in dense models too, so that a
- * decode batch would read each quantized matrix once (the f16 path writes
- * and reads a dequantized copy, 4.6 bytes a weight for Q4_K). 0 for now:
- * today's integer GEMM is slower at decode sizes (8B shape, 32 rows, H100,
- * same call, 2026-12-07: Q4_K 31.3 ms a step against 25.5 on the f16 path,
- * Q8_0 33.3 against 25.6; its stages' loads wait one after another).
- * HR_CUDA_INT_ROWS=N sets it (the A/B switch). */
-#define INT_GEMM_DECODE_ROWS 0
+/* Dense models' steps of more rows than the GEMV takes and at most
+ * HR_CUDA_GEMM_SMALL_ROWS multiply their Q4_K matrices on the small integer
+ * GEMM, which reads each matrix once as it lies (the f16 path writes and
+ * reads a dequantized copy, 4.6 bytes a weight). The general integer GEMM
+ * is slower than the f16 path at these sizes (8B shape, 32 rows, H100, same
+ * call, 2026-12-07: Q4_K 31.3 ms a step against 25.5, Q8_0 33.3 against
+ * 25.6; its stages' loads wait one after another), so the other types stay
+ * on the f16 path unless HR_CUDA_INT_ROWS=N sends every integer type's
+ * steps of up to N rows to it (the A/B switch). HR_CUDA_GEMM_SMALL=0: the
+ * small kernel off. */
+static bool small_gemm_on(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *s = getenv("HR_CUDA_GEMM_SMALL");
+        v = !(s && !strcmp(s, "0"));
+    }
+    return v;
+}
 
 /* The types the integer GEMM takes by default: Q4_K only when asked for
  * (HR_CUDA_GEMM=int) - its prefill speed in MoE models is unmeasured, and
@@ -806,6 +818,15 @@ static bool int_type(int type, enum hr_cuda_act act)
     return hr_cuda_gemm_int_type(type, act) && (all || type != HR_CUDA_T_Q4_K);
 }
 
+/* The types a dense model's decode batches take the integer GEMM for:
+ * Q4_K (the small kernel), every integer type under HR_CUDA_INT_ROWS. */
+static bool int_type_batch(int type, enum hr_cuda_act act)
+{
+    if (type == HR_CUDA_T_Q4_K && act == HR_CUDA_ACT_Q8_K && small_gemm_on())
+        return true;
+    return getenv("HR_CUDA_INT_ROWS") && int_type(type, act);
+}
+
 static uint32_t int_gemm_rows(const struct hr_model *m)
 {
     const char *g = getenv("HR_CUDA_GEMM"), *r = getenv("HR_CUDA_INT_ROWS");
@@ -813,7 +834,7 @@ static uint32_t int_gemm_rows(const struct hr_model *m)
         return UINT32_MAX;
     if (g && (!strcmp(g, "f16") || !strcmp(g, "simt")))
         return 0;
-    return r ? (uint32_t)strtoul(r, NULL, 10) : INT_GEMM_DECODE_ROWS;
+    return r ? (uint32_t)strtoul(r, NULL, 10) : small_gemm_on() ? HR_CUDA_GEMM_SMALL_ROWS : 0;
 }
 
 void hr_cuda_engine_dims(const struct hr_model *m, const struct hr_cuda_config *cfg,
@@ -862,7 +883,7 @@ void hr_cuda_engine_dims(const struct hr_model *m, const struct hr_cuda_config *
                 continue;
             tc = true;
             const bool it = int_type((int)ws[i]->type, act_of(ws[i]->type));
-            if (it && int_some)
+            if (int_all ? it : int_some && int_type_batch((int)ws[i]->type, act_of(ws[i]->type)))
                 igm = true; /* multiplied as it lies, inputs quantized into act16 */
             if (!(it && int_all) && ws[i]->type != HR_GGML_F16 && ws[i]->type != HR_GGML_BF16)
                 wdq = max64(wdq, ws[i]->ne0 * ws[i]->ne1);
@@ -872,7 +893,7 @@ void hr_cuda_engine_dims(const struct hr_model *m, const struct hr_cuda_config *
     if (!simt && out->data && out->type != HR_GGML_F32) {
         tc = true;
         const bool it = int_type((int)out->type, act_of(out->type));
-        if (it && int_some)
+        if (int_all ? it : int_some && int_type_batch((int)out->type, act_of(out->type)))
             igm = true;
         if (!(it && int_all) && out->type != HR_GGML_F16 && out->type != HR_GGML_BF16)
             wdq = max64(wdq, out->ne0 * (out->ne1 < 4096 ? out->ne1 : 4096));
@@ -1446,7 +1467,8 @@ static bool tc_type(const struct dweight *w)
 static bool int_gemm(const struct hr_cuda_engine *e, const struct dweight *w, uint32_t step_rows)
 {
     return e->dims.int_gemm && step_rows <= e->int_gemm_rows && w->d &&
-           int_type((int)w->type, w->act);
+           (e->int_gemm_rows == UINT32_MAX ? int_type((int)w->type, w->act)
+                                           : int_type_batch((int)w->type, w->act));
 }
 
 /* Multiplied by cuBLASLt on 16-bit tiles in some step. */
@@ -1533,13 +1555,15 @@ static enum hr_status lt_init(struct hr_cuda_engine *e, struct hr_err *err)
 
 /* Decode attention a block per KV head's group of query heads, sharing
  * the K/V tiles (H100, same call: 8B Q4_K tg128 at 16K 62.6 -> 107.7
- * tok/s); HR_CUDA_ATTN_GQA=0: a warp per head (the A/B switch). */
+ * tok/s), on tensor cores where the shape allows (hr_cuda_attn_args.gqa
+ * 2); HR_CUDA_ATTN_GQA=1: the f32 block per group, 0: a warp per head
+ * (the A/B switches). */
 static uint32_t attn_gqa_on(void)
 {
     static int v = -1;
     if (v < 0) {
         const char *s = getenv("HR_CUDA_ATTN_GQA");
-        v = !(s && !strcmp(s, "0"));
+        v = s && (!strcmp(s, "0") || !strcmp(s, "1")) ? s[0] - '0' : 2;
     }
     return (uint32_t)v;
 }
@@ -1558,18 +1582,24 @@ static bool attn_split_on(void)
 
 /* A decode token's keys in up to this many runs (blocks) of the split
  * attention: HR_CUDA_ATTN_NSPLIT (1 .. HR_CUDA_ATTN_SPLITS, the plan's
- * room), else all of them: 64 blocks a KV head keep the 8B shape's decode
- * at 16K positions streaming the cache (512 blocks on the GPU; 32 left
- * it waiting on loads, 2026-12-07). */
-static uint32_t attn_nsplit(void)
+ * room), else about 256 blocks a token over its KV heads (two a streaming
+ * multiprocessor on an H100 or H200, one wave): the tensor-core kernel at
+ * 16K positions, H100, 2026-12-07, same call: the 8B shape (8 KV heads)
+ * 215 tok/s at 64 runs and 225 at 32, Qwen2.5-0.5B (2) 869 at 64 and 790
+ * at 32. From the model only, never the step, so that a token's result
+ * does not depend on its batch. */
+static uint32_t attn_nsplit(const struct hr_cuda_engine *e)
 {
-    static uint32_t v;
-    if (!v) {
+    static long env = -1;
+    if (env < 0) {
         const char *s = getenv("HR_CUDA_ATTN_NSPLIT");
         const unsigned long n = s ? strtoul(s, NULL, 10) : 0;
-        v = n >= 1 && n <= HR_CUDA_ATTN_SPLITS ? (uint32_t)n : HR_CUDA_ATTN_SPLITS;
+        env = n >= 1 && n <= HR_CUDA_ATTN_SPLITS ? (long)n : 0;
     }
-    return v;
+    if (env)
+        return (uint32_t)env;
+    const uint32_t v = 256 / (e->dims.n_head_kv ? e->dims.n_head_kv : 1);
+    return v < 1 ? 1 : v > HR_CUDA_ATTN_SPLITS ? HR_CUDA_ATTN_SPLITS : v;
 }
 
 /* Every buffer the runner touches comes through here, so the high-water mark
@@ -1752,8 +1782,13 @@ static enum hr_status matmul_in_step(struct hr_cuda_engine *e, const struct fwd 
         if (!prep_have(e, x, m, k, w->act, PREP_INT_WIDE))
             CU(hr_cuda_quant_act(w->act, x, m, k, &f->actq16, e->stream),
                "quantizing matmul inputs");
-        CU(hr_cuda_gemm_int((int)w->type, w->d, w->row_bytes, k, n, &f->actq16, m, y, ldy, b,
-                            accumulate, e->stream), "the integer GEMM kernel");
+        if (e->int_gemm_rows != UINT32_MAX && w->type == HR_GGML_Q4_K && small_gemm_on() &&
+            step_rows <= HR_CUDA_GEMM_SMALL_ROWS)
+            CU(hr_cuda_gemm_q4k_small(w->d, w->row_bytes, k, n, &f->actq16, m, y, ldy, b,
+                                      accumulate, e->stream), "the small integer GEMM kernel");
+        else
+            CU(hr_cuda_gemm_int((int)w->type, w->d, w->row_bytes, k, n, &f->actq16, m, y, ldy,
+                                b, accumulate, e->stream), "the integer GEMM kernel");
         return HR_OK;
     }
     if (tc_type(w)) {
@@ -2086,7 +2121,7 @@ static enum hr_status attention_mixer(struct hr_cuda_engine *e, const struct fwd
                                    .kv = kv, .seq_fa = f->n_tiles ? f->seq_fa : NULL,
                                    .tiles = f->tiles, .n_tiles = f->n_tiles,
                                    .window = D->window, .sinks = (const float *)D->sinks.d,
-                                   .part = f->attn_part, .n_split = attn_nsplit(),
+                                   .part = f->attn_part, .n_split = attn_nsplit(e),
                                    .gqa = attn_gqa_on()};
     /* Wo's inputs made by the merge (split decode; not under the gate) */
     enum prep_kind wo_kind = PREP_F32;

@@ -14,12 +14,15 @@
 #include "engine/moe-weights.h"
 #include "engine/rope-row.h"
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+namespace cg = cooperative_groups;
 
 #include <utility>
 
@@ -70,21 +73,33 @@ static int pdl_enabled(void)
     return pdl_mode() != 0;
 }
 
+/* cluster: the thread-block cluster's shape (1 x 1 x 1: none) */
 template <typename... KArgs, typename... Args>
-static cudaError_t hr_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
-                             cudaStream_t s, Args &&...args)
+static cudaError_t hr_launch_cl(void (*kernel)(KArgs...), dim3 grid, dim3 block, dim3 cluster,
+                                size_t smem, cudaStream_t s, Args &&...args)
 {
-    cudaLaunchAttribute attr[1];
+    cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled();
+    attr[1].id = cudaLaunchAttributeClusterDimension;
+    attr[1].val.clusterDim.x = cluster.x;
+    attr[1].val.clusterDim.y = cluster.y;
+    attr[1].val.clusterDim.z = cluster.z;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cfg.numAttrs = cluster.x * cluster.y * cluster.z > 1 ? 2 : 1;
     return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+template <typename... KArgs, typename... Args>
+static cudaError_t hr_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                             cudaStream_t s, Args &&...args)
+{
+    return hr_launch_cl(kernel, grid, block, dim3(1, 1, 1), smem, s, std::forward<Args>(args)...);
 }
 
 /* ---- dequantization: one chunk of 32 consecutive elements ----------------
@@ -2068,6 +2083,23 @@ extern "C" cudaError_t hr_cuda_gemm(int type, const void *w, uint64_t row_bytes,
  * 2 x 4 MMAs per block of 32, whose int32 results are scaled and added in
  * block order. So an output is one chain over k's blocks in order, whatever
  * m and the tile: a token's result does not depend on its batch. */
+/* 16 bytes global -> shared without passing through registers; zeros when
+ * !valid (src is then not read). */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid)
+{
+    const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+
+/* The same for 4 bytes (through L1: cp.async.cg takes 16 only). */
+__device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid)
+{
+    const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src),
+                 "r"(valid ? 4 : 0));
+}
+
 #define MQ_N 64
 #define MQ_M 64
 #define MQ_KB 4
@@ -2292,6 +2324,237 @@ __global__ void __launch_bounds__(128) gemm_mq_kernel(const uint8_t *w, uint64_t
             }
 }
 
+/* ---- integer GEMM for decode batches: Q4_K x Q8_K, up to 64 input rows -----
+ *
+ * gemm_mq_kernel decodes its weight tiles into shared memory and waits for
+ * each stage's loads; at decode sizes (9-64 rows) it was slower than
+ * dequantizing every matrix to f16 for cuBLASLt (8B shape, 32 rows, H100:
+ * 31.3 ms a step against 25.5), which moves 4.6 bytes per Q4_K weight where
+ * the weight is 0.56. Here a warp takes 16 weight rows and every input row:
+ * lane (g, c) loads 8 quant bytes of rows g and g + 8 per pair of
+ * sub-blocks straight into the A fragments of mma.sync m16n8k32 (the low
+ * nibbles are one sub-block of 32, the high ones the next; k is permuted
+ * within a sub-block alike in A and B, which an integer dot does not see),
+ * the next super-block's bytes in flight while this one is multiplied. The
+ * inputs (Q8_K int8 and scales) reach shared memory by cp.async a
+ * super-block ahead, shared by the block's 4 warps (64 weight rows).
+ *
+ * The arithmetic is ggml's Q4_K x Q8_K dot: per super-block the sub-blocks'
+ * integer dots times their 6-bit scales summed in int32, the mins likewise
+ * (sum_j m_j sum x_j, taken by a second MMA whose A is m_j in every byte),
+ * then acc + dx (d isum - dmin imin) in f32. Matrices of few rows (less than
+ * 192 blocks) are cut along k into 2 or 4 parts run as a thread-block
+ * cluster, their partial sums added in part order through distributed
+ * shared memory. The parts depend on n only, so a row's result is one fixed
+ * sequence of operations whatever m and its place in the batch. */
+#define MS_ROWS 64
+#define MS_MAX_M HR_CUDA_GEMM_SMALL_ROWS
+/* a token's 256 int8 inputs in shared memory, padded: the 8-byte reads of
+ * 4 tokens x 4 lanes (a half-warp) fall in distinct banks */
+#define MS_XLD 288
+
+template <int NT>
+struct ms_stage {
+    int8_t q[8 * NT][MS_XLD];
+    float d[8 * NT];
+};
+
+/* Q4_K sub-block j's 6-bit scale and min (scale_min_k4, header in registers) */
+__device__ __forceinline__ void q4k_sm_int(const uint4 hd, uint32_t j, int *sc, int *mn)
+{
+    if (j < 4) {
+        *sc = (int)(q4k_sbyte(hd, j) & 63);
+        *mn = (int)(q4k_sbyte(hd, j + 4) & 63);
+    } else {
+        *sc = (int)((q4k_sbyte(hd, j + 4) & 0xF) | ((q4k_sbyte(hd, j - 4) >> 6) << 4));
+        *mn = (int)((q4k_sbyte(hd, j + 4) >> 4) | ((q4k_sbyte(hd, j) >> 6) << 4));
+    }
+}
+
+template <int NT>
+__global__ void __launch_bounds__(128) gemm_q4k_small_kernel(const uint8_t *w, uint64_t row_bytes,
+                                                             uint32_t k, uint32_t n,
+                                                             hr_cuda_q8_act xa, uint32_t m,
+                                                             float *y, uint32_t ldy,
+                                                             const float *bias, int accumulate)
+{
+    pdl_begin();
+    typedef ms_stage<NT> St;
+    __shared__ __align__(16) unsigned char ms_sm[2 * sizeof(St)];
+    static_assert(8 * NT * MS_ROWS * sizeof(float) <= 2 * sizeof(St), "the partial sums fit");
+    St *st = (St *)ms_sm;
+    const uint32_t tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
+    const uint32_t nsb = k / 256, ks = gridDim.y, z = blockIdx.y;
+    const uint32_t sb0 = z * nsb / ks, sb1 = (z + 1) * nsb / ks;
+    const uint32_t rw = blockIdx.x * MS_ROWS + warp * 16; /* the warp's first row */
+    const uint8_t *wa = w + (uint64_t)min(rw + g, n - 1) * row_bytes;
+    const uint8_t *wb = w + (uint64_t)min(rw + g + 8, n - 1) * row_bytes;
+    const uint32_t nt_used = (m + 7) / 8; /* n-tiles past m are not multiplied */
+    /* super-block sb's inputs into stage S; one commit group each, empty past the end */
+    auto load_x = [&](uint32_t sb, St *S) {
+        if (sb < sb1) {
+            for (uint32_t i = tid; i < 8 * NT * 16; i += 128) {
+                const uint32_t t = i / 16, ch = i % 16;
+                const bool ok = t < m;
+                cp_async16(&S->q[t][ch * 16], xa.q + (ok ? (uint64_t)t * k + sb * 256 + ch * 16 : 0),
+                           ok);
+            }
+            for (uint32_t t = tid; t < 8 * NT; t += 128)
+                cp_async4(&S->d[t], xa.d + (t < m ? (uint64_t)t * nsb + sb : 0), t < m);
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    };
+    struct wsb {
+        uint4 ha, hb;
+        uint2 qa[4], qb[4];
+    };
+    auto load_w = [&](uint32_t sb, wsb &x) {
+        const uint8_t *pa = wa + (uint64_t)sb * 144, *pb = wb + (uint64_t)sb * 144;
+        x.ha = *(const uint4 *)pa;
+        x.hb = *(const uint4 *)pb;
+#pragma unroll
+        for (int p = 0; p < 4; p++) {
+            x.qa[p] = *(const uint2 *)(pa + 16 + 32 * p + 8 * c);
+            x.qb[p] = *(const uint2 *)(pb + 16 + 32 * p + 8 * c);
+        }
+    };
+    float acc[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+        acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+    wsb cur, nxt;
+    load_x(sb0, st);
+    load_x(sb0 + 1, st + 1);
+    load_w(sb0, cur);
+    for (uint32_t sb = sb0, s = 0; sb < sb1; sb++, s ^= 1) {
+        if (sb + 1 < sb1)
+            load_w(sb + 1, nxt);
+        asm volatile("cp.async.wait_group 1;" ::: "memory");
+        __syncthreads(); /* this super-block's inputs, every thread's copies */
+        const St *S = st + s;
+        int isum[NT][4], imin[NT][4];
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                isum[nt][i] = imin[nt][i] = 0;
+#pragma unroll
+        for (int p = 0; p < 4; p++) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int sca, mna, scb, mnb;
+                q4k_sm_int(cur.ha, 2 * p + h, &sca, &mna);
+                q4k_sm_int(cur.hb, 2 * p + h, &scb, &mnb);
+                const uint32_t a[4] = {(cur.qa[p].x >> (4 * h)) & 0x0F0F0F0Fu,
+                                       (cur.qb[p].x >> (4 * h)) & 0x0F0F0F0Fu,
+                                       (cur.qa[p].y >> (4 * h)) & 0x0F0F0F0Fu,
+                                       (cur.qb[p].y >> (4 * h)) & 0x0F0F0F0Fu};
+                const uint32_t ma = (uint32_t)mna * 0x01010101u, mb = (uint32_t)mnb * 0x01010101u;
+                const uint32_t am[4] = {ma, mb, ma, mb};
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) {
+                    if ((uint32_t)nt >= nt_used)
+                        break;
+                    const uint2 xv = *(const uint2 *)&S->q[nt * 8 + g][64 * p + 32 * h + 8 * c];
+                    int d4[4] = {0, 0, 0, 0};
+                    mma_s8(d4, a, xv.x, xv.y);
+                    mma_s8(imin[nt], am, xv.x, xv.y);
+                    isum[nt][0] += sca * d4[0];
+                    isum[nt][1] += sca * d4[1];
+                    isum[nt][2] += scb * d4[2];
+                    isum[nt][3] += scb * d4[3];
+                }
+            }
+        }
+        const float da = __half2float(__ushort_as_half((unsigned short)(cur.ha.x & 0xFFFF)));
+        const float dma = __half2float(__ushort_as_half((unsigned short)(cur.ha.x >> 16)));
+        const float db = __half2float(__ushort_as_half((unsigned short)(cur.hb.x & 0xFFFF)));
+        const float dmb = __half2float(__ushort_as_half((unsigned short)(cur.hb.x >> 16)));
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            if ((uint32_t)nt >= nt_used)
+                break;
+            const float2 dx = *(const float2 *)&S->d[nt * 8 + 2 * c];
+            acc[nt][0] = fmaf(dx.x, da * (float)isum[nt][0] - dma * (float)imin[nt][0], acc[nt][0]);
+            acc[nt][1] = fmaf(dx.y, da * (float)isum[nt][1] - dma * (float)imin[nt][1], acc[nt][1]);
+            acc[nt][2] = fmaf(dx.x, db * (float)isum[nt][2] - dmb * (float)imin[nt][2], acc[nt][2]);
+            acc[nt][3] = fmaf(dx.y, db * (float)isum[nt][3] - dmb * (float)imin[nt][3], acc[nt][3]);
+        }
+        __syncthreads(); /* every warp is done with stage s: it takes super-block sb + 2 */
+        load_x(sb + 2, st + s);
+        cur = nxt;
+    }
+    asm volatile("cp.async.wait_group 0;" ::: "memory"); /* the empty groups past the end */
+    auto store = [&](uint32_t t, uint32_t j, float v) {
+        if (bias)
+            v += bias[j];
+        float *yp = y + (uint64_t)t * ldy + j;
+        *yp = accumulate ? *yp + v : v;
+    };
+    if (ks == 1) {
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const uint32_t j = rw + g + (i >= 2 ? 8 : 0), t = nt * 8 + 2 * c + (i & 1);
+                if (j < n && t < m)
+                    store(t, j, acc[nt][i]);
+            }
+        return;
+    }
+    /* the parts' sums [token][row] over the stages (every warp is past its
+     * last read of them: the loop ends synced), then each block of the
+     * cluster adds a 64 / ks row slice of all parts, in part order */
+    float *red = (float *)ms_sm;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            red[(nt * 8 + 2 * c + (i & 1)) * MS_ROWS + warp * 16 + g + (i >= 2 ? 8 : 0)] = acc[nt][i];
+    cg::cluster_group cl = cg::this_cluster();
+    cl.sync();
+    const uint32_t per = MS_ROWS / ks, r_lo = z * per;
+    for (uint32_t e = tid; e < per * m; e += 128) {
+        const uint32_t t = e / per, r = r_lo + e % per, j = blockIdx.x * MS_ROWS + r;
+        if (j >= n)
+            continue;
+        float v = 0.0f;
+        for (uint32_t q = 0; q < ks; q++)
+            v += cl.map_shared_rank(red, q)[t * MS_ROWS + r];
+        store(t, j, v);
+    }
+    cl.sync(); /* the other blocks' reads of this one's sums are done */
+}
+
+extern "C" cudaError_t hr_cuda_gemm_q4k_small(const void *w, uint64_t row_bytes, uint32_t k,
+                                              uint32_t n, const struct hr_cuda_q8_act *a,
+                                              uint32_t m, float *y, uint32_t ldy,
+                                              const float *bias, int accumulate, cudaStream_t s)
+{
+    if (!m || !n)
+        return cudaSuccess;
+    if (m > MS_MAX_M || k % 256 || ((uintptr_t)w | row_bytes) % 16)
+        return cudaErrorInvalidValue;
+    /* k cut into parts while the blocks are fewer than 192 (H100 / H200:
+     * 132 SMs), as many as there are super-blocks */
+    const uint32_t nbx = (n + MS_ROWS - 1) / MS_ROWS, nsb = k / 256;
+    uint32_t ks = nbx >= 192 ? 1 : nbx >= 96 ? 2 : 4;
+    while (ks > nsb)
+        ks /= 2;
+    const dim3 grid(nbx, ks), cl(1, ks, 1);
+#define L_MS(NT)                                                                                  \
+    hr_launch_cl(gemm_q4k_small_kernel<NT>, grid, 128, cl, 0, s, (const uint8_t *)w, row_bytes,  \
+                 k, n, *a, m, y, ldy, bias, accumulate)
+    if (m <= 16)
+        L_MS(2);
+    else if (m <= 32)
+        L_MS(4);
+    else
+        L_MS(8);
+#undef L_MS
+    return cudaGetLastError();
+}
+
 extern "C" int hr_cuda_gemm_int_type(int type, enum hr_cuda_act act)
 {
     return (act == HR_CUDA_ACT_Q8_0 &&
@@ -2432,14 +2695,6 @@ extern "C" cudaError_t hr_cuda_qkv_post(const struct hr_cuda_qkv_args *a, cudaSt
     return cudaGetLastError();
 }
 
-/* 16 bytes global -> shared without passing through registers; zeros when
- * !valid (src is then not read). */
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid)
-{
-    const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src),
-                 "r"(valid ? 16 : 0));
-}
 
 /* ---- attention ---------------------------------------------------------------
  *
@@ -2675,8 +2930,8 @@ __global__ void attention_kernel(hr_cuda_attn_args a)
 
 /* The runs of a split token, merged in run order: M = max(sink, m_s),
  * L = e^(sink - M) + sum l_s e^(m_s - M), out = sum acc_s e^(m_s - M) / L. */
-/* A warp's head of output (value lane + 32 i at o + lane + 32 i, i < nd)
- * made into the next matmul's inputs: a block of 32 is one i. */
+/* Values lane + 32 i (i < nd) of a head's output at o made into the next
+ * matmul's inputs: a block of 32 is one i. */
 __device__ __forceinline__ void attn_prep_out(const hr_cuda_norm_prep &pr, uint64_t o,
                                               const float *v, uint32_t nd, uint32_t lane)
 {
@@ -2698,23 +2953,25 @@ __device__ __forceinline__ void attn_prep_out(const hr_cuda_norm_prep &pr, uint6
     }
 }
 
+/* A block per (token, head), a warp per 32 of its values (lane + 32 w):
+ * with one warp per head, 32 warps for an 8B model's decode token, each
+ * looping over 64 runs, the merge waited on its loads (H100). Every warp
+ * computes M and the weights alike; each value's sum is the one chain in
+ * run order it always was. */
 __global__ void attn_combine_kernel(hr_cuda_attn_args a)
 {
     pdl_begin();
-    constexpr int MAXD = HR_CUDA_MAX_HEAD_DIM / 32;
-    const uint32_t t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
-    const uint32_t hd = a.kv.head_dim, nd = hd / 32;
-    const uint64_t ob = (uint64_t)t * a.n_head * hd + (uint64_t)h * hd;
+    const uint32_t t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x & 31, w = threadIdx.x / 32;
+    const uint32_t hd = a.kv.head_dim;
+    /* this warp's 32 values */
+    const uint64_t ob = (uint64_t)t * a.n_head * hd + (uint64_t)h * hd + 32 * w;
     const bool prep = a.prep.kind != HR_CUDA_NORM_PREP_NONE;
     /* the output another kernel wrote whole: only its prepared inputs here */
     auto prep_written = [&]() {
         if (!prep)
             return;
-        float v[MAXD];
-#pragma unroll
-        for (int i = 0; i < MAXD; i++)
-            v[i] = (uint32_t)i < nd ? a.out[ob + lane + 32 * i] : 0.0f;
-        attn_prep_out(a.prep, ob, v, nd, lane);
+        const float v = a.out[ob + lane];
+        attn_prep_out(a.prep, ob, &v, 1, lane);
     };
     if (a.seq_fa && a.seq_fa[a.kv.seq_of[t]]) {
         prep_written(); /* the tiled kernel's */
@@ -2742,35 +2999,31 @@ __global__ void attn_combine_kernel(hr_cuda_attn_args a)
         ls[r] = sr < ns ? pp[(uint64_t)sr * (hd + 2) + 1] : 0.0f;
         M = fmaxf(M, warp_max(ms[r]));
     }
-    float L = a.sinks ? expf(a.sinks[h] - M) : 0.0f, acc[MAXD];
-#pragma unroll
-    for (int i = 0; i < MAXD; i++)
-        acc[i] = 0.0f;
+    float L = a.sinks ? expf(a.sinks[h] - M) : 0.0f, acc = 0.0f;
+    pp += 2 + 32 * w + lane;
 #pragma unroll
     for (int r = 0; r < HR_CUDA_ATTN_SPLITS / 32; r++) {
         const float wr = expf(ms[r] - M), lw = ls[r] * wr;
         const int32_t n_r = min(32, ns - 32 * r);
-#pragma unroll 8
-        for (int32_t j = 0; j < n_r; j++) {
-            const float *ps = pp + (uint64_t)(32 * r + j) * (hd + 2);
-            const float w = __shfl_sync(0xffffffffu, wr, j);
-            L += __shfl_sync(0xffffffffu, lw, j);
+        /* the round's values first, all loads in flight (a loop that
+         * loaded each just before its FMA waited on them one by one: 22 us
+         * for 64 runs at 16K positions, ncu, H100) */
+        float x[32];
 #pragma unroll
-            for (int i = 0; i < MAXD; i++)
-                if ((uint32_t)i < nd)
-                    acc[i] = fmaf(w, ps[2 + lane + 32 * i], acc[i]);
+        for (int32_t j = 0; j < 32; j++)
+            x[j] = j < n_r ? pp[(uint64_t)(32 * r + j) * (hd + 2)] : 0.0f;
+#pragma unroll
+        for (int32_t j = 0; j < 32; j++) {
+            if (j >= n_r)
+                break;
+            L += __shfl_sync(0xffffffffu, lw, j);
+            acc = fmaf(__shfl_sync(0xffffffffu, wr, j), x[j], acc);
         }
     }
-    float *o = a.out + ob;
-    const float inv = 1.0f / L;
-#pragma unroll
-    for (int i = 0; i < MAXD; i++) {
-        acc[i] *= inv;
-        if ((uint32_t)i < nd)
-            o[lane + 32 * i] = acc[i];
-    }
+    acc *= 1.0f / L;
+    a.out[ob + lane] = acc;
     if (prep)
-        attn_prep_out(a.prep, ob, acc, nd, lane);
+        attn_prep_out(a.prep, ob, &acc, 1, lane);
 }
 
 /* ---- tiled (flash) attention for prefill -------------------------------------
@@ -3034,6 +3287,273 @@ __global__ void __launch_bounds__(128) fa_prefill_kernel(hr_cuda_attn_args a)
     }
 }
 
+/* ---- decode attention on tensor cores -----------------------------------------
+ *
+ * attention_kernel computes a decode token's scores and P x V with scalar
+ * f32 FMAs, a lane per key: ncu at 16K positions (8B shape, H100) showed it
+ * instruction-bound (3.5 cycles between issues, 30% of DRAM bandwidth,
+ * 69 us a layer; llama.cpp's decode at 16K took about 33). Here the GQA
+ * group's query heads are the rows of fa_prefill_kernel's mma.sync tiles:
+ * S = Q K^T (16 rows, the group's heads first and zero rows after) and
+ * O += P V per 64-key tile, K and V the f16 cache's own values. Q and P go
+ * in as two f16 terms each, hi (the value rounded) and lo (the rest,
+ * rounded), each product accumulated in f32: about 22 bits of Q and P where
+ * one f16 term keeps 11, so the results stay within ~1e-6 of the f32
+ * kernel's (one term put the engine tests' F32 models 1.2-1.9e-3 from the
+ * CPU, past their 1e-3) for twice the MMAs, which are not what bounds this
+ * kernel (the tile's bytes are). A block per (token, KV head, run of keys) as
+ * attention_kernel's split; its 4 warps take 16 keys each of every 64-key
+ * tile (loaded once for the block by cp.async, FAD_STAGES - 1 tiles ahead),
+ * each keeping its own online softmax, then the 4 are merged in warp order
+ * through shared memory. So a token's result depends on its own position
+ * only (the runs come from attn_split), not on the step. Rows past the
+ * group are computed and dropped: an MMA is cheap next to its tile's bytes. */
+#define FAD_STAGES 3
+
+template <int HD>
+struct fad_layout {
+    static constexpr int LDH = HD + 8; /* as fa_layout: ldmatrix conflict-free */
+    static constexpr size_t tile = (size_t)FA_BK * LDH * 2;
+    /* FAD_STAGES stages of a K tile and a V tile, then the 16 Q rows; the
+     * warps' states for the merge go over the stages at the end */
+    static constexpr size_t q_off = FAD_STAGES * 2 * tile;
+    static constexpr size_t bytes = q_off + 2 * 16 * LDH * 2; /* Q hi, Q lo */
+    static constexpr size_t merge_floats = 4 * 16 * (HD + 2);
+    static_assert(merge_floats * 4 <= q_off, "the merge fits over the stages");
+};
+
+/* Whether fa_decode_kernel runs this shape: an f16 cache, head_dim 64 or
+ * 128, up to 16 query heads a KV head. */
+__host__ __device__ constexpr bool fad_ok(uint32_t hd, int f16, uint32_t group)
+{
+    return f16 && (hd == 64 || hd == 128) && group >= 1 && group <= 16;
+}
+
+template <int HD>
+__global__ void __launch_bounds__(128) fa_decode_kernel(hr_cuda_attn_args a)
+{
+    pdl_begin();
+    typedef fad_layout<HD> Ly;
+    constexpr int LDH = Ly::LDH;
+    extern __shared__ __align__(128) unsigned char fa_sm[];
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, c = lane & 3;
+    const uint32_t t = blockIdx.x, hk = blockIdx.y, group = a.n_head / a.kv.n_head_kv;
+    if (a.seq_fa && a.seq_fa[a.kv.seq_of[t]])
+        return; /* the tiled kernel's */
+    const int32_t pos = a.kv.pos[t], tab0 = a.kv.tab_off[a.kv.seq_of[t]];
+    const int32_t lo = attn_lo(a, pos);
+    int32_t j_begin, cnt, ns, j_end = pos + 1;
+    attn_split(lo, pos, a.part ? a.n_split : 1, &j_begin, &cnt, &ns);
+    if ((int32_t)blockIdx.z >= ns)
+        return;
+    const bool split = a.part && ns > 1;
+    if (split) {
+        j_begin += (int32_t)blockIdx.z * cnt;
+        j_end = min(j_end, j_begin + cnt);
+    }
+    const int32_t n_kt = (j_end - j_begin + FA_BK - 1) / FA_BK;
+    /* K and V of key p at these byte offsets from its block's start (the
+     * same for every key of the head) */
+    const uint64_t es = 2, k_in = ((uint64_t)a.kv.layer * 2 * a.kv.n_head_kv + hk) *
+                                      a.kv.block_tokens * HD * es;
+    const uint64_t v_in = k_in + (uint64_t)a.kv.n_head_kv * a.kv.block_tokens * HD * es;
+    /* Tile i of the run into stage i % FAD_STAGES: thread tid copies chunk
+     * tid % (HD / 8) of rows tid / (HD / 8), + 128 / (HD / 8), ...; keys
+     * outside lo..j_end - 1 are zero-filled, not read (a window's released
+     * blocks). One commit group per tile, empty past the end, so that
+     * waiting for all but the newest FAD_STAGES - 1 means this tile. */
+    auto load_kv = [&](int32_t i) {
+        if (i < n_kt) {
+            __half *Ks = (__half *)(fa_sm + 2 * (i % FAD_STAGES) * Ly::tile), *Vs = Ks + FA_BK * LDH;
+            const int32_t j0 = j_begin + i * FA_BK, ch = tid % (HD / 8);
+            for (int r = tid / (HD / 8); r < FA_BK; r += 128 / (HD / 8)) {
+                const int32_t p = j0 + r;
+                const bool ok = p < j_end && p >= lo;
+                const uint8_t *ks = a.kv.pool, *vs = a.kv.pool;
+                if (ok) {
+                    const uint64_t b = (uint64_t)a.kv.tables[tab0 + p / (int32_t)a.kv.block_tokens] *
+                                           a.kv.block_bytes +
+                                       (uint64_t)(p % (int32_t)a.kv.block_tokens) * HD * es + ch * 16;
+                    ks += b + k_in;
+                    vs += b + v_in;
+                }
+                cp_async16(Ks + r * LDH + ch * 8, ks, ok);
+                cp_async16(Vs + r * LDH + ch * 8, vs, ok);
+            }
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    };
+    static_assert(FAD_STAGES == 3, "the wait below counts two groups ahead");
+    load_kv(0);
+    load_kv(1);
+
+    /* the group's queries as rows 0..group-1 (zeros after) of Q hi (the
+     * values rounded to f16) and Q lo (the rest, rounded) */
+    __half *Qs = (__half *)(fa_sm + Ly::q_off), *Ql = Qs + 16 * LDH;
+    const uint64_t q_dim = (uint64_t)a.n_head * HD;
+    for (int i = tid; i < 16 * HD / 4; i += 128) {
+        const int r = i / (HD / 4), col = (i % (HD / 4)) * 4;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if ((uint32_t)r < group)
+            v = *(const float4 *)(a.q + (uint64_t)t * q_dim + ((uint64_t)hk * group + r) * HD + col);
+        __half2 *d = (__half2 *)(Qs + r * LDH + col), *dl = (__half2 *)(Ql + r * LDH + col);
+        d[0] = __floats2half2_rn(v.x, v.y);
+        d[1] = __floats2half2_rn(v.z, v.w);
+        const float2 h0 = __half22float2(d[0]), h1 = __half22float2(d[1]);
+        dl[0] = __floats2half2_rn(v.x - h0.x, v.y - h0.y);
+        dl[1] = __floats2half2_rn(v.z - h1.x, v.w - h1.y);
+    }
+    __syncthreads();
+    uint32_t qa[HD / 16][4], ql[HD / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) {
+        const __half *qp = Qs + g * LDH + kk * 16 + c * 2, *lp = qp + 16 * LDH;
+        qa[kk][0] = *(const uint32_t *)qp;
+        qa[kk][1] = *(const uint32_t *)(qp + 8 * LDH);
+        qa[kk][2] = *(const uint32_t *)(qp + 8);
+        qa[kk][3] = *(const uint32_t *)(qp + 8 * LDH + 8);
+        ql[kk][0] = *(const uint32_t *)lp;
+        ql[kk][1] = *(const uint32_t *)(lp + 8 * LDH);
+        ql[kk][2] = *(const uint32_t *)(lp + 8);
+        ql[kk][3] = *(const uint32_t *)(lp + 8 * LDH + 8);
+    }
+
+    float o[HD / 8][4];
+#pragma unroll
+    for (int n = 0; n < HD / 8; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    /* rows g and g + 8; base 2 as fa_prefill_kernel (the sink joins in the merge) */
+    const float sl2 = a.scale * 1.4426950408889634f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+    for (int32_t i = 0; i < n_kt; i++) {
+        load_kv(i + 2); /* into the stage read in the last trip (synced) */
+        asm volatile("cp.async.wait_group 2;" ::: "memory");
+        __syncthreads();
+        const __half *Ks = (const __half *)(fa_sm + 2 * (i % FAD_STAGES) * Ly::tile);
+        const __half *Vs = Ks + FA_BK * LDH;
+        const int32_t k0 = j_begin + i * FA_BK + warp * 16; /* this warp's 16 keys */
+        if (k0 < j_end) {
+            float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; kk++) {
+                uint32_t b[4];
+                ldmatrix_x4<false>(b, Ks + (warp * 16 + (lane & 7) + ((lane >> 4) << 3)) * LDH +
+                                          kk * 16 + ((lane >> 3) & 1) * 8);
+                mma_16816(s[0], qa[kk], b[0], b[1]);
+                mma_16816(s[0], ql[kk], b[0], b[1]);
+                mma_16816(s[1], qa[kk], b[2], b[3]);
+                mma_16816(s[1], ql[kk], b[2], b[3]);
+            }
+            float mx0 = m0, mx1 = m1;
+#pragma unroll
+            for (int n = 0; n < 2; n++) {
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int32_t key = k0 + n * 8 + c * 2 + e;
+                    const bool ok = key < j_end && key >= lo;
+                    s[n][e] = ok ? s[n][e] * sl2 : -INFINITY;
+                    s[n][2 + e] = ok ? s[n][2 + e] * sl2 : -INFINITY;
+                    mx0 = fmaxf(mx0, s[n][e]);
+                    mx1 = fmaxf(mx1, s[n][2 + e]);
+                }
+            }
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+            const float base0 = mx0 == -INFINITY ? 0.0f : mx0, base1 = mx1 == -INFINITY ? 0.0f : mx1;
+            const float corr0 = exp2f(m0 - base0), corr1 = exp2f(m1 - base1);
+            float ps0 = 0.0f, ps1 = 0.0f;
+#pragma unroll
+            for (int n = 0; n < 2; n++) {
+                s[n][0] = exp2f(s[n][0] - base0);
+                s[n][1] = exp2f(s[n][1] - base0);
+                s[n][2] = exp2f(s[n][2] - base1);
+                s[n][3] = exp2f(s[n][3] - base1);
+                ps0 += s[n][0] + s[n][1];
+                ps1 += s[n][2] + s[n][3];
+            }
+            m0 = mx0, m1 = mx1;
+            l0 = l0 * corr0 + ps0;
+            l1 = l1 * corr1 + ps1;
+            /* P hi and lo as A fragments (the accumulator's layout, as in
+             * fa_prefill_kernel) */
+            uint32_t pa[4], pl[4];
+#pragma unroll
+            for (int f = 0; f < 4; f++) {
+                const float x = s[f >> 1][2 * (f & 1)], y = s[f >> 1][2 * (f & 1) + 1];
+                const __half2 hi = __floats2half2_rn(x, y);
+                const float2 hf = __half22float2(hi);
+                const __half2 lo = __floats2half2_rn(x - hf.x, y - hf.y);
+                pa[f] = *(const uint32_t *)&hi;
+                pl[f] = *(const uint32_t *)&lo;
+            }
+#pragma unroll
+            for (int n = 0; n < HD / 8; n += 2) {
+                o[n][0] *= corr0, o[n][1] *= corr0, o[n][2] *= corr1, o[n][3] *= corr1;
+                o[n + 1][0] *= corr0, o[n + 1][1] *= corr0, o[n + 1][2] *= corr1, o[n + 1][3] *= corr1;
+                uint32_t b[4];
+                ldmatrix_x4<true>(b, Vs + (warp * 16 + (lane & 15)) * LDH + n * 8 + (lane >> 4) * 8);
+                mma_16816(o[n], pa, b[0], b[1]);
+                mma_16816(o[n], pl, b[0], b[1]);
+                mma_16816(o[n + 1], pa, b[2], b[3]);
+                mma_16816(o[n + 1], pl, b[2], b[3]);
+            }
+        }
+        __syncthreads(); /* every warp is done with this stage: the next copy may fill it */
+    }
+    asm volatile("cp.async.wait_group 0;" ::: "memory"); /* the empty groups past the end */
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+
+    /* The warps' states (m, l, O) of the group's rows, then merged in warp
+     * order: M = max m_w (and the sink, unsplit), O = sum O_w 2^(m_w - M). */
+    float *ws = (float *)fa_sm;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const uint32_t r = (uint32_t)g + 8 * half;
+        if (r >= group)
+            continue;
+        float *st = ws + ((size_t)warp * 16 + r) * (HD + 2);
+        if (c == 0)
+            st[0] = half ? m1 : m0, st[1] = half ? l1 : l0;
+#pragma unroll
+        for (int n = 0; n < HD / 8; n++)
+            *(float2 *)(st + 2 + n * 8 + c * 2) = make_float2(o[n][2 * half], o[n][2 * half + 1]);
+    }
+    __syncthreads();
+    const float LN2 = 0.6931471805599453f;
+    for (uint32_t e = tid; e < group * HD; e += 128) {
+        const uint32_t r = e / HD, d = e % HD, h = hk * group + r;
+        const float *st = ws + (size_t)r * (HD + 2);
+        const size_t wstride = (size_t)16 * (HD + 2);
+        const bool sink = a.sinks && !split;
+        const float sink2 = sink ? a.sinks[h] * 1.4426950408889634f : -INFINITY;
+        float M = sink2;
+#pragma unroll
+        for (int w = 0; w < 4; w++)
+            M = fmaxf(M, st[w * wstride]);
+        const float base = M == -INFINITY ? 0.0f : M;
+        float L = sink ? exp2f(sink2 - base) : 0.0f, O = 0.0f;
+#pragma unroll
+        for (int w = 0; w < 4; w++) {
+            const float x = exp2f(st[w * wstride] - base);
+            L = fmaf(st[w * wstride + 1], x, L);
+            O = fmaf(st[w * wstride + 2 + d], x, O);
+        }
+        if (split) {
+            float *pp = a.part + (((uint64_t)t * a.n_head + h) * a.n_split + blockIdx.z) * (HD + 2);
+            if (d == 0)
+                pp[0] = base * LN2, pp[1] = L; /* the merge's units: natural log */
+            pp[2 + d] = O;
+        } else {
+            a.out[(uint64_t)t * q_dim + (uint64_t)h * HD + d] = O / L;
+        }
+    }
+}
+
 extern "C" int hr_cuda_attention_tiled_ok(uint32_t head_dim, int kv_f16)
 {
     /* HR_CUDA_ATTN=warp: one warp per (token, head) for every token (the A/B switch) */
@@ -3070,7 +3590,13 @@ extern "C" cudaError_t hr_cuda_attention(const struct hr_cuda_attn_args *a, cuda
         (!a->part || a->prep.kind == HR_CUDA_NORM_PREP_Q8_K))
         return cudaErrorInvalidValue; /* the merge makes them, a head at a time */
     const uint32_t group = a->n_head / a->kv.n_head_kv;
-    if (a->gqa && group > 1 && group <= ATTN_GQA_MAX_WARPS &&
+    if (a->gqa == 2 && fad_ok(a->kv.head_dim, a->kv.f16, group)) {
+        dim3 grid(a->n_tokens, a->kv.n_head_kv, a->part ? a->n_split : 1);
+        if (a->kv.head_dim == 64)
+            hr_launch(fa_decode_kernel<64>, grid, 128, fad_layout<64>::bytes, s, *a);
+        else
+            hr_launch(fa_decode_kernel<128>, grid, 128, fad_layout<128>::bytes, s, *a);
+    } else if (a->gqa && group > 1 && group <= ATTN_GQA_MAX_WARPS &&
         group * a->kv.head_dim <= 1024) {
         dim3 grid(a->n_tokens, a->kv.n_head_kv, a->part ? a->n_split : 1);
         const size_t smem = attn_smem_floats(a->kv.head_dim, group, a->kv.f16) * sizeof(float);
@@ -3090,7 +3616,7 @@ extern "C" cudaError_t hr_cuda_attention(const struct hr_cuda_attn_args *a, cuda
         const cudaError_t ce = cudaGetLastError();
         if (ce != cudaSuccess)
             return ce;
-        hr_launch(attn_combine_kernel, dim3(a->n_tokens, a->n_head), 32, 0, s, *a);
+        hr_launch(attn_combine_kernel, dim3(a->n_tokens, a->n_head), a->kv.head_dim, 0, s, *a);
     }
     return cudaGetLastError();
 }
@@ -3717,6 +4243,9 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
                        (const void *)gemm_mq_kernel<HR_CUDA_T_IQ4_NL>,
                        (const void *)gemm_mq_kernel<HR_CUDA_T_MXFP4>,
                        (const void *)gemm_mq_kernel<HR_CUDA_T_Q4_K>,
+                       (const void *)gemm_q4k_small_kernel<2>,
+                       (const void *)gemm_q4k_small_kernel<4>,
+                       (const void *)gemm_q4k_small_kernel<8>,
                        (const void *)quant_q8k_kernel,
                        (const void *)rope_table_kernel, (const void *)rms_norm_kernel,
                        (const void *)act_round_kernel, (const void *)add_bias_kernel,
@@ -3743,7 +4272,15 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)fa_layout<128>::bytes)) != cudaSuccess ||
         (ce = cudaFuncGetAttributes(&a, fa_prefill_kernel<64>)) != cudaSuccess ||
-        (ce = cudaFuncGetAttributes(&a, fa_prefill_kernel<128>)) != cudaSuccess)
+        (ce = cudaFuncGetAttributes(&a, fa_prefill_kernel<128>)) != cudaSuccess ||
+        (ce = cudaFuncSetAttribute(fa_decode_kernel<64>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)fad_layout<64>::bytes)) != cudaSuccess ||
+        (ce = cudaFuncSetAttribute(fa_decode_kernel<128>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)fad_layout<128>::bytes)) != cudaSuccess ||
+        (ce = cudaFuncGetAttributes(&a, fa_decode_kernel<64>)) != cudaSuccess ||
+        (ce = cudaFuncGetAttributes(&a, fa_decode_kernel<128>)) != cudaSuccess)
         return ce;
     /* Attention's two stages of tiles take up to 130 KiB of shared memory
      * (head_dim 256, an f32 cache), past the 48 KiB a launch gets unasked. */

@@ -202,6 +202,16 @@ cudaError_t hr_cuda_gemm_int(int type, const void *w, uint64_t row_bytes, uint32
                              const struct hr_cuda_q8_act *a, uint32_t m, float *y, uint32_t ldy,
                              const float *bias, int accumulate, cudaStream_t s);
 
+/* The same for Q4_K on Q8_K inputs and m <= HR_CUDA_GEMM_SMALL_ROWS (decode
+ * batches): the weights streamed once into MMA fragments, ggml's integer
+ * super-block sums; a row's result does not depend on m (but differs from
+ * hr_cuda_gemm_int's in rounding). k % 256 == 0, rows 16-byte aligned. */
+#define HR_CUDA_GEMM_SMALL_ROWS 64
+cudaError_t hr_cuda_gemm_q4k_small(const void *w, uint64_t row_bytes, uint32_t k, uint32_t n,
+                                   const struct hr_cuda_q8_act *a, uint32_t m, float *y,
+                                   uint32_t ldy, const float *bias, int accumulate,
+                                   cudaStream_t s);
+
 /* The same for m > HR_CUDA_GEMV_MAX_ROWS (prefill): tiled, weights decoded
  * a chunk at a time into shared memory, full f32; each output is one fmaf
  * chain over k in order, so it does not depend on m. */
@@ -263,7 +273,10 @@ struct hr_cuda_attn_args {
     uint32_t n_split;
     /* 1: the one-warp tokens as a block per (token, KV head), its warps the
      * group's query heads sharing each K/V tile (group <= 8 and group x
-     * head_dim <= 1024; else a warp per head); same results. */
+     * head_dim <= 1024; else a warp per head); same results. 2: a block
+     * per (token, KV head) on tensor cores, the group's heads as the rows
+     * of the MMA tiles, Q and P as two f16 terms each (within ~1e-6 of
+     * 1's results; f16 cache, head_dim 64 or 128, group <= 16; else as 1). */
     uint32_t gqa;
     /* The output also made into Wo's inputs (as hr_cuda_rms_norm_prep; by
      * the merge, so only with part set; kind NONE: not). */

@@ -725,19 +725,100 @@ static void test_small(void)
     free(x), free(add), free(w), free(y);
 }
 
+/* The small integer GEMM (Q4_K on Q8_K inputs, decode batches of up to
+ * HR_CUDA_GEMM_SMALL_ROWS rows): against the dot of the weights' values and
+ * the inputs' rounded values (plain, bias, accumulate); and a token's
+ * result the same bit for bit whatever m and its place in the batch (rows
+ * of 9, 33 and 64 inputs: each n-tile template). n picks the split along
+ * k: 100 rows run as 4 parts of a cluster (the last block's rows partly
+ * past n), 7000 as 2, 13000 as 1; 2304 inputs are 9 super-blocks, cut
+ * 2 + 2 + 2 + 3. */
+static void test_gemm_small(uint32_t n, uint32_t k)
+{
+    enum { M = HR_CUDA_GEMM_SMALL_ROWS };
+    const size_t rb = hr_row_bytes(HR_GGML_Q4_K, k);
+    float *wf = malloc(sizeof(float) * k), *wd = malloc(sizeof(float) * k * n);
+    uint8_t *wq = malloc(rb * n);
+    for (uint32_t r = 0; r < n; r++) {
+        for (uint32_t i = 0; i < k; i++)
+            wf[i] = frand() * 0.5f;
+        hr_quantize_row(HR_GGML_Q4_K, wf, wq + r * rb, k);
+        hr_dequantize_row(HR_GGML_Q4_K, wq + r * rb, wd + (size_t)r * k, k);
+    }
+    float *x = malloc(sizeof(float) * k * M), *xr = malloc(sizeof(float) * k * M);
+    for (size_t i = 0; i < (size_t)k * M; i++)
+        x[i] = frand();
+    float bias[13000];
+    for (uint32_t j = 0; j < n; j++)
+        bias[j] = frand();
+    void *dw = to_dev(wq, rb * n);
+    float *dx = to_dev(x, sizeof(float) * k * M), *dxr = NULL, *dy = NULL;
+    float *db = to_dev(bias, sizeof(float) * n);
+    struct hr_cuda_q8_act q;
+    CT_CUDA(cudaMalloc((void **)&q.q, (size_t)k * M));
+    CT_CUDA(cudaMalloc((void **)&q.d, sizeof(float) * (k / 256) * M));
+    CT_CUDA(cudaMalloc((void **)&q.s, sizeof(int16_t) * (k / 16) * M));
+    CT_CUDA(cudaMalloc((void **)&dxr, sizeof(float) * k * M));
+    CT_CUDA(cudaMalloc((void **)&dy, sizeof(float) * n * M));
+    CT_CUDA(hr_cuda_quant_act(HR_CUDA_ACT_Q8_K, dx, M, k, &q, 0));
+    CT_CUDA(hr_cuda_act_round(HR_CUDA_ACT_Q8_K, dx, M, k, dxr, 0));
+    from_dev(xr, dxr, sizeof(float) * k * M);
+    float *y = malloc(sizeof(float) * n * M), *y0 = malloc(sizeof(float) * n * M);
+    double worst = 0.0;
+    for (int mode = 0; mode < 3; mode++) {
+        for (size_t i = 0; i < (size_t)n * M; i++)
+            y0[i] = frand();
+        CT_CUDA(cudaMemcpy(dy, y0, sizeof(float) * n * M, cudaMemcpyHostToDevice));
+        CT_CUDA(hr_cuda_gemm_q4k_small(dw, rb, k, n, &q, M, dy, n, mode == 1 ? db : NULL,
+                                       mode == 2, 0));
+        from_dev(y, dy, sizeof(float) * n * M);
+        for (uint32_t t = 0; t < M; t++)
+            for (uint32_t j = 0; j < n; j++) {
+                double ref = mode == 1 ? bias[j] : mode == 2 ? y0[(size_t)t * n + j] : 0.0;
+                double mag = 0.0;
+                for (uint32_t i = 0; i < k; i++) {
+                    const double p = (double)wd[(size_t)j * k + i] * xr[(size_t)t * k + i];
+                    ref += p, mag += fabs(p);
+                }
+                const double e = fabs(y[(size_t)t * n + j] - ref) / (mag + 1e-30);
+                worst = e > worst || e != e ? e : worst;
+            }
+    }
+    CT_CHECK(worst < 1e-6, "Q4_K small integer GEMM %u x %u, m = %u (plain, bias, accumulate): "
+             "worst error %.2e of sum |terms| (< 1e-6)", n, k, (unsigned)M, worst);
+    /* token 60 of 64 == token 29 of 33 == token 5 of 9 */
+    CT_CUDA(hr_cuda_gemm_q4k_small(dw, rb, k, n, &q, M, dy, n, NULL, 0, 0));
+    from_dev(y, dy, sizeof(float) * n * M);
+    int same = 1;
+    for (uint32_t mm = 9; mm <= 33; mm += 24) {
+        const uint32_t t0 = M - mm;
+        struct hr_cuda_q8_act qs = {q.q + (size_t)t0 * k, q.d + (size_t)t0 * (k / 256),
+                                    q.s + (size_t)t0 * (k / 16)};
+        CT_CUDA(hr_cuda_gemm_q4k_small(dw, rb, k, n, &qs, mm, dy, n, NULL, 0, 0));
+        from_dev(y0, dy, sizeof(float) * n * mm);
+        same &= memcmp(y + (size_t)60 * n, y0 + (size_t)(60 - t0) * n, sizeof(float) * n) == 0;
+    }
+    CT_CHECK(same, "Q4_K small integer GEMM %u x %u: token 60 of 64 == token 29 of 33 == token 5 "
+             "of 9, bit for bit", n, k);
+    cudaFree(dw), cudaFree(dx), cudaFree(dxr), cudaFree(dy), cudaFree(db);
+    cudaFree(q.q), cudaFree(q.d), cudaFree(q.s);
+    free(wf), free(wd), free(wq), free(x), free(xr), free(y), free(y0);
+}
+
 /* Causal attention over a paged f16 KV: two sequences in one step, one
  * prefilling from position 0 (tiles 64, 64, 64, 8) and one continuing after
  * 300 cached positions (64, 7), blocks of 16 tokens in a shuffled order,
- * 8 query heads over 2 KV heads. The tiled kernel rounds Q and P to f16, so
- * it is held to 2e-3 of a double-precision softmax over the same f16 K, V
- * and Q; the one-warp kernel (f32 throughout) to 1e-5 of one over f32 Q. */
+ * nh query heads over 2 KV heads. The tiled kernel rounds Q and P to f16,
+ * so it is held to 2e-3 of a double-precision softmax over the same f16 K,
+ * V and Q; the one-warp kernels (f32 throughout) and the decode kernel on
+ * tensor cores (Q and P as two f16 terms each) to 1e-5 of one over f32 Q. */
 /* window 0 / sinks 0: plain causal attention; else gpt-oss's: a token
  * sees its last `window` positions (here not a multiple of the 64-key
  * tiles or the 32-key warps' steps), and each head's sink joins the
  * softmax's denominator. */
-static void test_attention(uint32_t hd, uint32_t window, int sinks)
+static void test_attention(uint32_t hd, uint32_t window, int sinks, uint32_t nh)
 {
-    enum { NH = 8, NKV = 2, BT = 16, T0 = 200, C1 = 300, T1 = 71, T = T0 + T1 };
+    enum { NH = 32, NKV = 2, BT = 16, T0 = 200, C1 = 300, T1 = 71, T = T0 + T1 };
     const uint32_t nb0 = (T0 + BT - 1) / BT, nb1 = (C1 + T1 + BT - 1) / BT, nb = nb0 + nb1;
     const uint64_t block_bytes = 2ull * NKV * BT * hd * 2;
     uint16_t *pool = malloc(block_bytes * nb);
@@ -750,7 +831,7 @@ static void test_attention(uint32_t hd, uint32_t window, int sinks)
         seq_of[t] = t >= T0;
         pos[t] = t < T0 ? t : C1 + (t - T0);
     }
-    const uint32_t qd = NH * hd;
+    const uint32_t qd = nh * hd;
     float *q = malloc(sizeof(float) * T * qd), *out = malloc(sizeof(float) * T * qd);
     for (size_t i = 0; i < (size_t)T * qd; i++)
         q[i] = frand();
@@ -758,7 +839,7 @@ static void test_attention(uint32_t hd, uint32_t window, int sinks)
     struct hr_cuda_attn_args a = {0};
     a.q = to_dev(q, sizeof(float) * T * qd);
     CT_CUDA(cudaMalloc((void **)&a.out, sizeof(float) * T * qd));
-    a.n_tokens = T, a.n_head = NH, a.scale = 1.0f / sqrtf((float)hd);
+    a.n_tokens = T, a.n_head = nh, a.scale = 1.0f / sqrtf((float)hd);
     a.kv.pool = to_dev(pool, block_bytes * nb);
     a.kv.block_bytes = block_bytes, a.kv.block_tokens = BT, a.kv.n_head_kv = NKV;
     a.kv.head_dim = hd, a.kv.layer = 0, a.kv.f16 = 1;
@@ -767,32 +848,33 @@ static void test_attention(uint32_t hd, uint32_t window, int sinks)
     a.seq_fa = to_dev(seq_fa, sizeof(seq_fa)), a.tiles = to_dev(tiles, sizeof(tiles));
     a.n_tiles = sizeof(tiles) / sizeof(tiles[0]) / 2;
     float sink[NH];
-    for (int h = 0; h < NH; h++)
+    for (uint32_t h = 0; h < nh; h++)
         sink[h] = 2.0f * frand();
     a.window = window;
     a.sinks = sinks ? to_dev(sink, sizeof(sink)) : NULL;
     CT_CUDA(hr_cuda_kernels_preload());
     float *part = NULL;
-    CT_CUDA(cudaMalloc((void **)&part, sizeof(float) * T * NH * HR_CUDA_ATTN_SPLITS * (hd + 2)));
+    CT_CUDA(cudaMalloc((void **)&part, sizeof(float) * T * nh * HR_CUDA_ATTN_SPLITS * (hd + 2)));
     /* mode 2: tiled; 1: one warp per (token, head); 0: the same split over
      * keys (decode's: runs of 32-key tiles, then merged); -1, -2: modes 1
-     * and 0 with a block per KV head's group (gqa) */
-    for (int mode = 2; mode >= -2; mode--) {
+     * and 0 with a block per KV head's group (gqa 1); -3, -4: the same on
+     * tensor cores (gqa 2) */
+    for (int mode = 2; mode >= -4; mode--) {
         const int tiled = mode == 2;
         struct hr_cuda_attn_args b = a;
-        if (!tiled)
+        if (mode != 2)
             b.seq_fa = NULL, b.tiles = NULL, b.n_tiles = 0;
-        if (mode == 0 || mode == -2)
+        if (mode == 0 || mode == -2 || mode == -4)
             b.part = part, b.n_split = HR_CUDA_ATTN_SPLITS;
-        b.gqa = mode < 0;
+        b.gqa = mode <= -3 ? 2 : mode < 0;
         CT_CUDA(cudaMemset(a.out, 0xff, sizeof(float) * T * qd)); /* NaN: rows not written show */
         CT_CUDA(hr_cuda_attention(&b, 0));
         from_dev(out, a.out, sizeof(float) * T * qd);
         double worst = 0;
         for (int t = 0; t < T; t++) {
             const int32_t tab0 = tab_off[seq_of[t]];
-            for (uint32_t h = 0; h < NH; h++) {
-                const uint32_t g = h / (NH / NKV);
+            for (uint32_t h = 0; h < nh; h++) {
+                const uint32_t g = h / (nh / NKV);
                 double qv[128], acc[128] = {0}, mx = sinks ? sink[h] : -1e300, l = 0, sc[400];
                 const int32_t lo = window && pos[t] >= (int32_t)window
                                        ? pos[t] - (int32_t)window + 1 : 0;
@@ -828,19 +910,22 @@ static void test_attention(uint32_t hd, uint32_t window, int sinks)
         char what[64] = "";
         if (window)
             snprintf(what, sizeof(what), ", a %u-token window", window);
+        static const char *const kind[] = {
+            "tiled (f16 MMA)", "one warp per token (f32)", "split over keys (f32, up to 64 runs)",
+            "a block per KV head's group (f32)", "a block per group, split over keys (f32)",
+            "a block per group on tensor cores (f16 MMA, two terms)",
+            "a block per group on tensor cores, split over keys (f16 MMA, two terms)"};
         CT_CHECK(worst <= (tiled ? 2e-3 : 1e-5),
-                 "attention head_dim %u, %s, 2 sequences (200 from 0, 71 after 300)%s%s: worst "
-                 "abs error %.2e", hd, tiled ? "tiled (f16 MMA)" : mode == 1 ? "one warp per "
-                 "token (f32)" : mode == 0 ? "split over keys (f32, up to 32 runs)" : mode == -1 ?
-                 "a block per KV head's group (f32)" : "a block per group, split over keys (f32)",
-                 what, sinks ? ", sinks" : "", worst);
+                 "attention head_dim %u, %u heads over %u, %s, 2 sequences (200 from 0, 71 after "
+                 "300)%s%s: worst abs error %.2e", hd, nh, (unsigned)NKV, kind[2 - mode], what,
+                 sinks ? ", sinks" : "", worst);
     }
     /* Wo's inputs made by the merge: the tiled sequence's output, the
      * one-run tokens' and the merged ones', as the separate kernels make
      * them from the output, bit for bit (and the output unchanged) */
-    {
+    for (uint32_t gqa = 0; gqa <= 2; gqa += 2) {
         struct hr_cuda_attn_args b = a;
-        b.part = part, b.n_split = HR_CUDA_ATTN_SPLITS;
+        b.part = part, b.n_split = HR_CUDA_ATTN_SPLITS, b.gqa = gqa;
         float *ref = malloc(sizeof(float) * T * qd), *got = malloc(sizeof(float) * T * qd);
         float *da = NULL;
         struct hr_cuda_q8_act q0 = {0}, q1 = {0};
@@ -868,9 +953,9 @@ static void test_attention(uint32_t hd, uint32_t window, int sinks)
         CT_CUDA(hr_cuda_attention(&b, 0));
         from_dev(got, da, sizeof(float) * T * qd);
         same &= memcmp(ref, got, sizeof(float) * T * qd) == 0;
-        CT_CHECK(same, "attention head_dim %u%s: Wo's inputs made by the merge (Q8_0; f16) for "
-                 "tiled, one-run and split tokens == the separate kernels', bit for bit", hd,
-                 window ? ", windowed" : "");
+        CT_CHECK(same, "attention head_dim %u%s, gqa %u: Wo's inputs made by the merge (Q8_0; "
+                 "f16) for tiled, one-run and split tokens == the separate kernels', bit for bit",
+                 hd, window ? ", windowed" : "", gqa);
         free(ref), free(got), free(x0), free(x1);
         cudaFree(da), cudaFree(q0.q), cudaFree(q1.q), cudaFree(q0.d), cudaFree(q1.d);
     }
@@ -958,10 +1043,17 @@ int main(int argc, char **argv)
     test_swiglu_prep();
     test_int_rows(HR_GGML_Q8_0, 2080);
     test_int_rows(HR_GGML_Q4_K, 2304);
-    test_attention(64, 0, 0);
-    test_attention(128, 0, 0);
-    test_attention(64, 100, 1);
-    test_attention(128, 100, 0);
+    test_gemm_small(100, 2304);
+    test_gemm_small(7000, 512);
+    test_gemm_small(13000, 256);
+    test_attention(64, 0, 0, 8);
+    test_attention(128, 0, 0, 8);
+    test_attention(64, 100, 1, 8);
+    test_attention(128, 100, 0, 8);
+    /* Qwen2.5-0.5B's group of 7; 16, the most the tensor-core decode takes
+     * (rows g + 8 of its tiles) */
+    test_attention(64, 0, 1, 14);
+    test_attention(128, 100, 0, 32);
     printf("test-cuda-kernels: %.1f s\n", ct_now() - t0);
     return ct_finish("test-cuda-kernels");
 }
