@@ -35,7 +35,7 @@
  *   -- only in steps that run a tensor-core GEMM (max(T, L) > gemv_max_tokens) --
  *   act16    [R][max_in] f16  the same input as 16-bit floats, R = max(T, L);
  *            in models with an integer GEMM (int_gemm) at least R rows of actq's
- *            layout (its Q8_0 inputs; hr_cuda_act16_bytes)
+ *            layout (its Q8_0 or Q8_K inputs; hr_cuda_act16_bytes)
  *   wdq      [wdq_elems] f16  one weight matrix (or a slice of rows) dequantized
  *            to f16 for cuBLASLt; the largest layer matrix of a quantized type
  *            (an 8B Q4_K model: 14336 x 4096, 112 MiB); the output matrix goes
