@@ -725,6 +725,17 @@ static void test_small(void)
     free(x), free(add), free(w), free(y);
 }
 
+/* |got - (base + w . x)| / sum |w_i x_i|, in double */
+static double dot_err(float got, double base, const float *w, const float *x, uint32_t k)
+{
+    double ref = base, mag = 0.0;
+    for (uint32_t i = 0; i < k; i++) {
+        const double p = (double)w[i] * x[i];
+        ref += p, mag += fabs(p);
+    }
+    return fabs(got - ref) / (mag + 1e-30);
+}
+
 /* The small integer GEMM (Q4_K on Q8_K inputs, decode batches of up to
  * HR_CUDA_GEMM_SMALL_ROWS rows): against the dot of the weights' values and
  * the inputs' rounded values (plain, bias, accumulate); and a token's
@@ -774,13 +785,9 @@ static void test_gemm_small(uint32_t n, uint32_t k)
         from_dev(y, dy, sizeof(float) * n * M);
         for (uint32_t t = 0; t < M; t++)
             for (uint32_t j = 0; j < n; j++) {
-                double ref = mode == 1 ? bias[j] : mode == 2 ? y0[(size_t)t * n + j] : 0.0;
-                double mag = 0.0;
-                for (uint32_t i = 0; i < k; i++) {
-                    const double p = (double)wd[(size_t)j * k + i] * xr[(size_t)t * k + i];
-                    ref += p, mag += fabs(p);
-                }
-                const double e = fabs(y[(size_t)t * n + j] - ref) / (mag + 1e-30);
+                const double e = dot_err(y[(size_t)t * n + j],
+                                         mode == 1 ? bias[j] : mode == 2 ? y0[(size_t)t * n + j] : 0.0,
+                                         wd + (size_t)j * k, xr + (size_t)t * k, k);
                 worst = e > worst || e != e ? e : worst;
             }
     }
@@ -1006,12 +1013,8 @@ static void test_int_rows(enum hr_ggml_type t, uint32_t k)
         from_dev(y, dy, sizeof(float) * n * m);
         for (uint32_t r = 0; r < m; r++)
             for (uint32_t j = 0; j < n; j++) {
-                double ref = 0.0, mag = 0.0;
-                for (uint32_t i = 0; i < k; i++) {
-                    const double p = (double)wd[(size_t)j * k + i] * xr[(size_t)r * k + i];
-                    ref += p, mag += fabs(p);
-                }
-                const double e = fabs(y[(size_t)r * n + j] - ref) / (mag + 1e-30);
+                const double e = dot_err(y[(size_t)r * n + j], 0.0, wd + (size_t)j * k,
+                                         xr + (size_t)r * k, k);
                 worst = e > worst || e != e ? e : worst;
             }
     }
