@@ -224,15 +224,6 @@ int hr_cuda_backend_n_devices(void)
     return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
 
-/* HR_CUDA_KV_LAZY=0: the whole pool allocated at init instead of mapped as
- * blocks are needed (the A/B switch for what mapping costs the scheduler;
- * the dynamic ceiling then cannot take memory back). */
-static bool kv_lazy_on(void)
-{
-    const char *s = getenv("HR_CUDA_KV_LAZY");
-    return !(s && !strcmp(s, "0"));
-}
-
 static double mib(uint64_t b)
 {
     return (double)b / 1048576.0;
@@ -260,7 +251,7 @@ enum hr_status hr_cuda_backend_init(const struct hr_model *model, int ordinal,
                                 .device_limit_bytes = cfg->device_limit_bytes
                                                           ? cfg->device_limit_bytes
                                                           : UINT64_MAX,
-                                .kv_lazy = kv_lazy_on(),
+                                .kv_lazy = true,
                                 .kv_full_window = cfg->kv_full_window};
     enum hr_status st;
     struct cuda_backend *c = calloc(1, sizeof(*c));
