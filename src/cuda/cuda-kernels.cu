@@ -3087,44 +3087,6 @@ __device__ __forceinline__ uint32_t half2_bits(float lo, float hi)
     return *(uint32_t *)&h;
 }
 
-/* One step of the online softmax on a warp's S fragments, scaled to base 2
- * and masked (-inf): rows g (s[n][0..1]) and g + 8 (s[n][2..3]) over NB
- * n-blocks of 8 keys. The row maxima over the quad raise m0 and m1, S
- * becomes P = 2^(s - m), l0 and l1 are rescaled and take the lane's sums;
- * *corr0 and *corr1 are what the output rows are rescaled by. A row with
- * no key yet keeps m = -inf: p = 0, corr = 1. */
-template <int NB>
-__device__ __forceinline__ void fa_softmax(float (&s)[NB][4], float &m0, float &m1, float &l0,
-                                           float &l1, float *corr0, float *corr1)
-{
-    float mx0 = m0, mx1 = m1;
-#pragma unroll
-    for (int n = 0; n < NB; n++) {
-        mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
-        mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
-    }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    const float base0 = mx0 == -INFINITY ? 0.0f : mx0, base1 = mx1 == -INFINITY ? 0.0f : mx1;
-    *corr0 = exp2f(m0 - base0);
-    *corr1 = exp2f(m1 - base1);
-    float ps0 = 0.0f, ps1 = 0.0f;
-#pragma unroll
-    for (int n = 0; n < NB; n++) {
-        s[n][0] = exp2f(s[n][0] - base0);
-        s[n][1] = exp2f(s[n][1] - base0);
-        s[n][2] = exp2f(s[n][2] - base1);
-        s[n][3] = exp2f(s[n][3] - base1);
-        ps0 += s[n][0] + s[n][1];
-        ps1 += s[n][2] + s[n][3];
-    }
-    m0 = mx0, m1 = mx1;
-    l0 = l0 * *corr0 + ps0;
-    l1 = l1 * *corr1 + ps1;
-}
-
 template <int HD>
 struct fa_layout {
     /* rows of HD + 8 halves: 8 consecutive rows start 16 bytes apart modulo
@@ -3250,6 +3212,7 @@ __global__ void __launch_bounds__(128) fa_prefill_kernel(hr_cuda_attn_args a)
                     mma_16816(s[n + 1], qa[kk], b[2], b[3]);
                 }
             }
+            float mx0 = m0, mx1 = m1;
 #pragma unroll
             for (int n = 0; n < FA_BK / 8; n++) {
 #pragma unroll
@@ -3257,10 +3220,30 @@ __global__ void __launch_bounds__(128) fa_prefill_kernel(hr_cuda_attn_args a)
                     const int32_t key = j0 + n * 8 + c * 2 + e;
                     s[n][e] = key <= pr0 && key >= lo0 ? s[n][e] * sl2 : -INFINITY;
                     s[n][2 + e] = key <= pr1 && key >= lo1 ? s[n][2 + e] * sl2 : -INFINITY;
+                    mx0 = fmaxf(mx0, s[n][e]);
+                    mx1 = fmaxf(mx1, s[n][2 + e]);
                 }
             }
-            float corr0, corr1;
-            fa_softmax(s, m0, m1, l0, l1, &corr0, &corr1);
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+            /* a row with no key yet (or past nq) keeps m = -inf: p = 0, corr = 1 */
+            const float base0 = mx0 == -INFINITY ? 0.0f : mx0, base1 = mx1 == -INFINITY ? 0.0f : mx1;
+            const float corr0 = exp2f(m0 - base0), corr1 = exp2f(m1 - base1);
+            float ps0 = 0.0f, ps1 = 0.0f;
+#pragma unroll
+            for (int n = 0; n < FA_BK / 8; n++) {
+                s[n][0] = exp2f(s[n][0] - base0);
+                s[n][1] = exp2f(s[n][1] - base0);
+                s[n][2] = exp2f(s[n][2] - base1);
+                s[n][3] = exp2f(s[n][3] - base1);
+                ps0 += s[n][0] + s[n][1];
+                ps1 += s[n][2] + s[n][3];
+            }
+            m0 = mx0, m1 = mx1;
+            l0 = l0 * corr0 + ps0;
+            l1 = l1 * corr1 + ps1;
 #pragma unroll
             for (int n = 0; n < HD / 8; n++) {
                 o[n][0] *= corr0, o[n][1] *= corr0;
@@ -3461,6 +3444,7 @@ __global__ void __launch_bounds__(128) fa_decode_kernel(hr_cuda_attn_args a)
                 mma_16816(s[1], qa[kk], b[2], b[3]);
                 mma_16816(s[1], ql[kk], b[2], b[3]);
             }
+            float mx0 = m0, mx1 = m1;
 #pragma unroll
             for (int n = 0; n < 2; n++) {
 #pragma unroll
@@ -3469,10 +3453,29 @@ __global__ void __launch_bounds__(128) fa_decode_kernel(hr_cuda_attn_args a)
                     const bool ok = key < j_end && key >= lo;
                     s[n][e] = ok ? s[n][e] * sl2 : -INFINITY;
                     s[n][2 + e] = ok ? s[n][2 + e] * sl2 : -INFINITY;
+                    mx0 = fmaxf(mx0, s[n][e]);
+                    mx1 = fmaxf(mx1, s[n][2 + e]);
                 }
             }
-            float corr0, corr1;
-            fa_softmax(s, m0, m1, l0, l1, &corr0, &corr1);
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+            const float base0 = mx0 == -INFINITY ? 0.0f : mx0, base1 = mx1 == -INFINITY ? 0.0f : mx1;
+            const float corr0 = exp2f(m0 - base0), corr1 = exp2f(m1 - base1);
+            float ps0 = 0.0f, ps1 = 0.0f;
+#pragma unroll
+            for (int n = 0; n < 2; n++) {
+                s[n][0] = exp2f(s[n][0] - base0);
+                s[n][1] = exp2f(s[n][1] - base0);
+                s[n][2] = exp2f(s[n][2] - base1);
+                s[n][3] = exp2f(s[n][3] - base1);
+                ps0 += s[n][0] + s[n][1];
+                ps1 += s[n][2] + s[n][3];
+            }
+            m0 = mx0, m1 = mx1;
+            l0 = l0 * corr0 + ps0;
+            l1 = l1 * corr1 + ps1;
             /* P hi and lo as A fragments (the accumulator's layout, as in
              * fa_prefill_kernel) */
             uint32_t pa[4], pl[4];

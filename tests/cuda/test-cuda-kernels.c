@@ -725,17 +725,6 @@ static void test_small(void)
     free(x), free(add), free(w), free(y);
 }
 
-/* |got - (base + w . x)| / sum |w_i x_i|, in double */
-static double dot_err(float got, double base, const float *w, const float *x, uint32_t k)
-{
-    double ref = base, mag = 0.0;
-    for (uint32_t i = 0; i < k; i++) {
-        const double p = (double)w[i] * x[i];
-        ref += p, mag += fabs(p);
-    }
-    return fabs(got - ref) / (mag + 1e-30);
-}
-
 /* The small integer GEMM (Q4_K on Q8_K inputs, decode batches of up to
  * HR_CUDA_GEMM_SMALL_ROWS rows): against the dot of the weights' values and
  * the inputs' rounded values (plain, bias, accumulate); and a token's
@@ -785,9 +774,13 @@ static void test_gemm_small(uint32_t n, uint32_t k)
         from_dev(y, dy, sizeof(float) * n * M);
         for (uint32_t t = 0; t < M; t++)
             for (uint32_t j = 0; j < n; j++) {
-                const double e = dot_err(y[(size_t)t * n + j],
-                                         mode == 1 ? bias[j] : mode == 2 ? y0[(size_t)t * n + j] : 0.0,
-                                         wd + (size_t)j * k, xr + (size_t)t * k, k);
+                double ref = mode == 1 ? bias[j] : mode == 2 ? y0[(size_t)t * n + j] : 0.0;
+                double mag = 0.0;
+                for (uint32_t i = 0; i < k; i++) {
+                    const double p = (double)wd[(size_t)j * k + i] * xr[(size_t)t * k + i];
+                    ref += p, mag += fabs(p);
+                }
+                const double e = fabs(y[(size_t)t * n + j] - ref) / (mag + 1e-30);
                 worst = e > worst || e != e ? e : worst;
             }
     }
@@ -1013,8 +1006,12 @@ static void test_int_rows(enum hr_ggml_type t, uint32_t k)
         from_dev(y, dy, sizeof(float) * n * m);
         for (uint32_t r = 0; r < m; r++)
             for (uint32_t j = 0; j < n; j++) {
-                const double e = dot_err(y[(size_t)r * n + j], 0.0, wd + (size_t)j * k,
-                                         xr + (size_t)r * k, k);
+                double ref = 0.0, mag = 0.0;
+                for (uint32_t i = 0; i < k; i++) {
+                    const double p = (double)wd[(size_t)j * k + i] * xr[(size_t)r * k + i];
+                    ref += p, mag += fabs(p);
+                }
+                const double e = fabs(y[(size_t)r * n + j] - ref) / (mag + 1e-30);
                 worst = e > worst || e != e ? e : worst;
             }
     }
