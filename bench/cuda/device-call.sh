@@ -17,7 +17,8 @@
 #
 # BIN_DIR holds headroom, gen-model, bench-cuda, bench-gemv and
 # tests/cuda/test-* (an engine-only build has no headroom: step 3 and the
-# server tests are skipped). OUT defaults to build-device-out.
+# server tests are skipped); bench/cuda/gpu-pack.sh packs them from this
+# machine's release build (build-gpurun/ once unpacked). OUT defaults to build-device-out.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 bin=${1:?usage: device-call.sh BIN_DIR [LLAMA_BIN_DIR]}

@@ -3,7 +3,7 @@
 # CUDA (sm_90) on a machine WITHOUT a GPU (nvcc only), packed for a GPU
 # machine, so a device call spends no minutes building:
 #
-#   bench/cuda/llama-prebuild.sh SRC_TGZ OUT_TGZ   # ~45 min on 2 cores
+#   bench/cuda/llama-prebuild.sh SRC_TGZ OUT_TGZ   # 25-45 min on 2 cores
 #
 # then on the GPU machine: tar xzf OUT_TGZ (a build-llbin/ folder),
 # LD_LIBRARY_PATH=$PWD/build-llbin, and vs-llama.sh's `models` and `run`
