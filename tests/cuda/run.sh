@@ -99,9 +99,10 @@ HR_CUDA_GEMM=int "$build/tests/cuda/test-cuda-engine" "$models/qwen3-q8_0.gguf" 
   "$models/qwen3-q4_0.gguf" "$models/qwen3-q5_0.gguf" "$models/qwen3-iq4_nl.gguf" \
   "$models/qwen3-mxfp4.gguf" "$models/qwen2-q8_0.gguf" "$models/qwen3-q4_k.gguf" \
   "$models/qwen3moe-q4_k.gguf" || rc=1
-# The integer GEMM on dense models' decode batches only (HR_CUDA_INT_ROWS,
-# off by default until it is faster than the f16 path there), and the split
-# decode attention at 32 runs instead of 64 (HR_CUDA_ATTN_NSPLIT).
+# The general integer GEMM on dense models' decode batches (HR_CUDA_INT_ROWS,
+# off by default: slower than the f16 path there; Q4_K's batches take the
+# small integer GEMM either way), and the split decode attention at 32
+# runs (HR_CUDA_ATTN_NSPLIT; by default 256 / n_head_kv, 64 on these models).
 echo "test-cuda-engine, HR_CUDA_INT_ROWS=64 HR_CUDA_ATTN_NSPLIT=32:"
 HR_CUDA_INT_ROWS=64 HR_CUDA_ATTN_NSPLIT=32 "$build/tests/cuda/test-cuda-engine" \
   "$models/qwen3-q4_k.gguf" "$models/qwen3-q8_0.gguf" "$models/llama-q4_k_m.gguf" || rc=1
