@@ -20,8 +20,9 @@
  * the CPU does, exact int8 MMAs, the scales per block. In dense models
  * the steps of up to HR_CUDA_GEMM_SMALL_ROWS rows past the GEMV's (decode
  * batches) multiply Q4_K matrices as they lie on a kernel of their own
- * (hr_cuda_gemm_q4k_small; HR_CUDA_GEMM_SMALL=0: not), and every integer
- * type under HR_CUDA_INT_ROWS=N, steps of up to N rows (the A/B switch).
+ * (hr_cuda_gemm_q4k_small; HR_CUDA_GEMM_SMALL=0: not), and the other
+ * integer types (Q8_0, Q4_0, Q5_0, IQ4_NL, MXFP4) take the general integer
+ * GEMM in steps of up to N rows under HR_CUDA_INT_ROWS=N (the A/B switch).
  * The other types and models:
  * the inputs are rounded to the weight's vec-dot format and stored as f16
  * (bf16 for BF16 weights), the weight matrix is dequantized to f16 into the
@@ -819,7 +820,8 @@ static bool int_type(int type, enum hr_cuda_act act)
 }
 
 /* The types a dense model's decode batches take the integer GEMM for:
- * Q4_K (the small kernel), every integer type under HR_CUDA_INT_ROWS. */
+ * Q4_K (the small kernel), and under HR_CUDA_INT_ROWS the general one's
+ * (int_type: Q4_K there only under HR_CUDA_GEMM=int). */
 static bool int_type_batch(int type, enum hr_cuda_act act)
 {
     if (type == HR_CUDA_T_Q4_K && act == HR_CUDA_ACT_Q8_K && small_gemm_on())
