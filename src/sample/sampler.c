@@ -302,28 +302,104 @@ static uint32_t sort_reachable(struct hr_sampler *s, uint32_t n, float mx)
     return n;
 }
 
-/* The first id of the largest logit (a strict > scan's answer). Eight
- * running maxima, then a search for the first equal value: a 150K-token
- * vocabulary's scan costs less than a tenth of the candidate copy, which
- * at 32 streams was the engine thread's largest cost after the step. */
+/* The first id of the largest logit: a strict > scan's answer from l[0]
+ * (NaNs never win; a NaN l[0] does, as the scan would keep it).
+ *
+ * In one pass: each SIMD lane keeps its largest value and that value's
+ * first index (strict >, so the first of its own subsequence), then the
+ * lanes' winners are merged by value, ties to the lower index. A 150K-token
+ * vocabulary's scan had been eight running maxima then a search for the
+ * first equal value, which gcc -O2 compiled to scalar code with the maxima
+ * in memory: 140 us a token, a quarter of the engine thread at 32 streams
+ * of the CPU demo model and about 5 ms of every 32-stream step of the 8B
+ * model on a GPU (between steps: the logits come back to host memory). */
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define ARGMAX_LANES 64 /* 4 vectors of 16: four independent chains */
+static void argmax_lanes(const float *l, uint32_t n, float *mv, int32_t *mi, uint32_t *done)
+{
+    __m512 m[4];
+    __m512i ix[4];
+    const __m512i step = _mm512_set1_epi32(64);
+    for (int v = 0; v < 4; v++) {
+        m[v] = _mm512_set1_ps(l[0]);
+        ix[v] = _mm512_setzero_si512();
+    }
+    __m512i cur[4];
+    for (int v = 0; v < 4; v++)
+        cur[v] = _mm512_add_epi32(_mm512_set1_epi32(16 * v),
+                                  _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
+                                                    13, 14, 15));
+    uint32_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        for (int v = 0; v < 4; v++) {
+            const __m512 x = _mm512_loadu_ps(l + i + 16 * v);
+            const __mmask16 gt = _mm512_cmp_ps_mask(x, m[v], _CMP_GT_OQ);
+            m[v] = _mm512_mask_mov_ps(m[v], gt, x);
+            ix[v] = _mm512_mask_mov_epi32(ix[v], gt, cur[v]);
+            cur[v] = _mm512_add_epi32(cur[v], step);
+        }
+    }
+    for (int v = 0; v < 4; v++) {
+        _mm512_storeu_ps(mv + 16 * v, m[v]);
+        _mm512_storeu_si512(mi + 16 * v, ix[v]);
+    }
+    *done = i;
+}
+#elif defined(__AVX2__)
+#include <immintrin.h>
+#define ARGMAX_LANES 32 /* 4 vectors of 8 */
+static void argmax_lanes(const float *l, uint32_t n, float *mv, int32_t *mi, uint32_t *done)
+{
+    __m256 m[4];
+    __m256i ix[4], cur[4];
+    const __m256i step = _mm256_set1_epi32(32);
+    for (int v = 0; v < 4; v++) {
+        m[v] = _mm256_set1_ps(l[0]);
+        ix[v] = _mm256_setzero_si256();
+        cur[v] = _mm256_add_epi32(_mm256_set1_epi32(8 * v), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    }
+    uint32_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        for (int v = 0; v < 4; v++) {
+            const __m256 x = _mm256_loadu_ps(l + i + 8 * v);
+            const __m256 gt = _mm256_cmp_ps(x, m[v], _CMP_GT_OQ);
+            m[v] = _mm256_blendv_ps(m[v], x, gt);
+            ix[v] = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(ix[v]),
+                                                         _mm256_castsi256_ps(cur[v]), gt));
+            cur[v] = _mm256_add_epi32(cur[v], step);
+        }
+    }
+    for (int v = 0; v < 4; v++) {
+        _mm256_storeu_ps(mv + 8 * v, m[v]);
+        _mm256_storeu_si256((__m256i *)(mi + 8 * v), ix[v]);
+    }
+    *done = i;
+}
+#else
+#define ARGMAX_LANES 1
+static void argmax_lanes(const float *l, uint32_t n, float *mv, int32_t *mi, uint32_t *done)
+{
+    (void)n;
+    mv[0] = l[0], mi[0] = 0, *done = 0;
+}
+#endif
+
 static int32_t argmax(const float *l, uint32_t n)
 {
-    float m[8];
-    for (int j = 0; j < 8; j++)
-        m[j] = l[0];
-    uint32_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++)
-            m[j] = l[i + j] > m[j] ? l[i + j] : m[j];
-    for (; i < n; i++)
-        m[0] = l[i] > m[0] ? l[i] : m[0];
-    float mx = m[0];
-    for (int j = 1; j < 8; j++)
-        mx = m[j] > mx ? m[j] : mx;
-    for (i = 0; i < n; i++)
-        if (l[i] == mx)
-            return (int32_t)i;
-    return 0; /* l[0] is NaN: nothing compares greater */
+    float mv[ARGMAX_LANES];
+    int32_t mi[ARGMAX_LANES];
+    uint32_t i;
+    argmax_lanes(l, n, mv, mi, &i);
+    float best = mv[0];
+    int32_t at = mi[0];
+    for (int j = 1; j < ARGMAX_LANES; j++)
+        if (mv[j] > best || (mv[j] == best && mi[j] < at))
+            best = mv[j], at = mi[j];
+    for (; i < n; i++) /* the tail, after every lane's indices */
+        if (l[i] > best)
+            best = l[i], at = (int32_t)i;
+    return at;
 }
 
 /* The k best candidates (cmp_cand_desc's order: ties by id) into
@@ -366,6 +442,101 @@ static void heap_top(struct hr_sampler *s, const float *l, uint32_t n, uint32_t 
     }
 }
 
+/* ---- the draw from the whole vocabulary (no cut, no penalty) -----------
+ *
+ * The APIs' default (temperature 1, no top-k, top-p or min-p) draws from
+ * every token. Copying the vocabulary into candidates, a libm expf each
+ * and two serial double sums cost 1.2 ms a token on a 151,936-token
+ * vocabulary: at 32 streams the engine thread sampled four times as long
+ * as it stepped (the CPU demo model; on a GPU 32 such draws are about five
+ * 8B decode steps). Here the weights come from the logits directly, e^x 16
+ * at a time, summed per block of 64 (f32 lanes, then the blocks in double);
+ * the draw walks the blocks' sums, then one block's weights. The same
+ * distribution, walked in id order as before; for a given seed the tokens
+ * can differ from the scalar path's (the exponential's last bits). */
+#if defined(__AVX512F__)
+#define DRAW_BLOCK 64
+
+/* e^x for x <= 0, 16 at a time (Cephes expf: x = k ln 2 + f, a degree-6
+ * polynomial for e^f, then 2^k by scalef; within 2 ulp; e^-104 and below
+ * come out as 0 or a subnormal, as expf's). */
+static inline __m512 exp16(__m512 x)
+{
+    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
+    const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 f = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
+    f = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), f);
+    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.3981999507e-3f));
+    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(8.3334519073e-3f));
+    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(4.1665795894e-2f));
+    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.6666665459e-1f));
+    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(5.0000001201e-1f));
+    y = _mm512_fmadd_ps(y, _mm512_mul_ps(f, f), f);
+    y = _mm512_add_ps(y, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(y, k);
+}
+
+static int32_t draw_all(struct hr_sampler *s, const float *l, uint32_t n)
+{
+    /* the largest logit (NaNs never win; as the scalar path's scan) */
+    __m512 vm = _mm512_set1_ps(l[0]);
+    uint32_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 x = _mm512_loadu_ps(l + i);
+        vm = _mm512_mask_mov_ps(vm, _mm512_cmp_ps_mask(x, vm, _CMP_GT_OQ), x);
+    }
+    float mx = _mm512_reduce_max_ps(vm);
+    for (; i < n; i++)
+        mx = l[i] > mx ? l[i] : mx;
+    if (mx != mx || mx == INFINITY)
+        return -1; /* NaN first or an infinite logit: the scalar path decides */
+    const __m512 vmx = _mm512_set1_ps(mx), vit = _mm512_set1_ps(1.0f / s->p.temperature);
+    float *w = s->probs, *bsum = (float *)s->cands; /* n / 64 block sums */
+    const uint32_t nb = n / DRAW_BLOCK;
+    double total = 0.0;
+    for (uint32_t b = 0; b < nb; b++) {
+        __m512 acc = _mm512_setzero_ps();
+        for (uint32_t j = b * DRAW_BLOCK; j < (b + 1) * DRAW_BLOCK; j += 16) {
+            const __m512 x = _mm512_loadu_ps(l + j);
+            /* a NaN logit weighs nothing */
+            const __m512 e = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, x, _CMP_ORD_Q),
+                                                 exp16(_mm512_mul_ps(_mm512_sub_ps(x, vmx), vit)));
+            _mm512_storeu_ps(w + j, e);
+            acc = _mm512_add_ps(acc, e);
+        }
+        bsum[b] = _mm512_reduce_add_ps(acc);
+        total += bsum[b];
+    }
+    for (i = nb * DRAW_BLOCK; i < n; i++) {
+        w[i] = l[i] == l[i] ? expf((l[i] - mx) / s->p.temperature) : 0.0f;
+        total += w[i];
+    }
+    const double r = hr_rng_uniform(&s->rng) * total;
+    double acc = 0.0;
+    uint32_t b = 0;
+    while (b < nb && r >= acc + bsum[b]) /* whole blocks below r */
+        acc += bsum[b++];
+    int32_t last = -1;
+    for (i = b * DRAW_BLOCK; i < n; i++) {
+        if (w[i] > 0.0f)
+            last = (int32_t)i;
+        acc += w[i];
+        if (r < acc)
+            return (int32_t)i;
+    }
+    /* r at the very top (rounding of the block sums): the last weighed id */
+    return last >= 0 ? last : (int32_t)n - 1;
+}
+#else
+static int32_t draw_all(struct hr_sampler *s, const float *l, uint32_t n)
+{
+    (void)s, (void)l, (void)n;
+    return -1; /* the scalar path */
+}
+#endif
+
 int32_t hr_sampler_sample(struct hr_sampler *s, const float *logits)
 {
     const struct hr_sampler_params *p = &s->p;
@@ -374,6 +545,12 @@ int32_t hr_sampler_sample(struct hr_sampler *s, const float *logits)
     /* No penalty moved a logit: greedy and top-k need not copy them all */
     if (!s->n_hist && p->temperature <= 0.0f)
         return argmax(logits, V);
+    if (!s->n_hist && (p->top_k <= 0 || (uint32_t)p->top_k >= V) && p->top_p >= 1.0f &&
+        p->min_p <= 0.0f) {
+        const int32_t t = draw_all(s, logits, V);
+        if (t >= 0)
+            return t;
+    }
     const bool heap = !s->n_hist && p->top_k > 0 && (uint32_t)p->top_k < V;
     for (uint32_t i = 0; i < (heap ? 0 : V); i++) {
         s->cands[i].id = (int32_t)i;

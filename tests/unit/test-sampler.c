@@ -74,6 +74,48 @@ static void test_distribution(void **state)
     hr_sampler_free(s);
 }
 
+/* The draw from the whole vocabulary (no cut, no penalty: the APIs'
+ * default) on 3,237 tokens (50 blocks of 64 and a tail of 37) at
+ * temperature 0.5: the frequencies of 8 groups of ids against the softmax
+ * computed in double, and masked logits (-inf) and NaNs never drawn. */
+static void test_distribution_whole_vocabulary(void **state)
+{
+    (void)state;
+    enum { V = 64 * 50 + 37, G = 8 };
+    static float l[V];
+    struct hr_rng g;
+    hr_rng_seed(&g, 23);
+    for (uint32_t i = 0; i < V; i++)
+        l[i] = (float)(hr_rng_normal(&g) * 1.5) + (i % G == 3 ? 2.0f : 0.0f);
+    l[5] = -INFINITY, l[700] = -INFINITY, l[V - 2] = -INFINITY;
+    l[64 * 7 + 1] = NAN, l[V - 5] = NAN;
+    struct hr_sampler_params p = plain();
+    p.temperature = 0.5f;
+    p.seed = 8;
+    double want[G] = {0}, sum = 0.0, mx = -1e30;
+    for (uint32_t i = 0; i < V; i++)
+        mx = l[i] == l[i] && l[i] > mx ? l[i] : mx;
+    for (uint32_t i = 0; i < V; i++)
+        if (l[i] == l[i]) {
+            const double e = exp(((double)l[i] - mx) / 0.5);
+            want[i % G] += e, sum += e;
+        }
+    struct hr_sampler *s = make(p, V);
+    int counts[G] = {0}, bad = 0;
+    const int N = 50000;
+    for (int k = 0; k < N; k++) {
+        const int32_t t = hr_sampler_sample(s, l);
+        if (t < 0 || t >= V || !(l[t] > -INFINITY))
+            bad++;
+        else
+            counts[t % G]++;
+    }
+    assert_int_equal(bad, 0);
+    for (int i = 0; i < G; i++)
+        assert_true(fabs((double)counts[i] / N - want[i] / sum) < 0.01);
+    hr_sampler_free(s);
+}
+
 static void test_temperature_sharpens(void **state)
 {
     (void)state;
@@ -236,6 +278,56 @@ static void test_top_k_and_greedy_equal_full_sort(void **state)
     hr_sampler_free(s);
 }
 
+/* Greedy against a strict > scan from l[0] on every length up to 300 and
+ * a 151,936-token row (the SIMD lanes, their merge and the tail), values
+ * rounded so that ties are common, the maximum anywhere (first, in the
+ * tail, several times), NaNs that never win, and a NaN first that does (as
+ * the scan keeps it). */
+static void test_greedy_scan(void **state)
+{
+    (void)state;
+    enum { V = 151936 };
+    static float l[V];
+    struct hr_rng g;
+    hr_rng_seed(&g, 17);
+    struct hr_sampler_params p = plain();
+    p.temperature = 0.0f;
+    for (uint32_t n = 1; n <= 300; n++) {
+        struct hr_sampler *s = make(p, n);
+        for (int rep = 0; rep < 8; rep++) {
+            for (uint32_t i = 0; i < n; i++)
+                l[i] = roundf((float)(hr_rng_normal(&g) * 2.0));
+            if (rep == 1)
+                l[n - 1] = 50.0f; /* the last one */
+            if (rep == 2)
+                l[0] = 50.0f, l[n / 2] = 50.0f; /* the first one, tied later */
+            if (rep == 3 && n > 2)
+                l[n / 3] = NAN, l[n - 1] = NAN;
+            if (rep == 4)
+                l[0] = NAN;
+            int32_t want = 0;
+            for (uint32_t i = 1; i < n; i++)
+                want = l[i] > l[want] ? (int32_t)i : want;
+            assert_int_equal(hr_sampler_sample(s, l), want);
+        }
+        hr_sampler_free(s);
+    }
+    struct hr_sampler *s = make(p, V);
+    for (int rep = 0; rep < 6; rep++) {
+        for (uint32_t i = 0; i < V; i++)
+            l[i] = roundf((float)(hr_rng_normal(&g) * 4.0));
+        if (rep == 1)
+            l[V - 1] = 99.0f, l[V - 70] = 99.0f;
+        if (rep == 2)
+            l[100000] = 99.0f, l[31] = 99.0f, l[64] = 99.0f;
+        int32_t want = 0;
+        for (uint32_t i = 1; i < V; i++)
+            want = l[i] > l[want] ? (int32_t)i : want;
+        assert_int_equal(hr_sampler_sample(s, l), want);
+    }
+    hr_sampler_free(s);
+}
+
 static void test_same_seed_same_draws(void **state)
 {
     (void)state;
@@ -328,10 +420,12 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy),           cmocka_unit_test(test_top_k_1_is_greedy),
-        cmocka_unit_test(test_distribution),     cmocka_unit_test(test_temperature_sharpens),
+        cmocka_unit_test(test_distribution),
+        cmocka_unit_test(test_distribution_whole_vocabulary),     cmocka_unit_test(test_temperature_sharpens),
         cmocka_unit_test(test_top_p_and_min_p_cut),
         cmocka_unit_test(test_partial_sort_equals_full_sort),
         cmocka_unit_test(test_top_k_and_greedy_equal_full_sort),
+        cmocka_unit_test(test_greedy_scan),
         cmocka_unit_test(test_same_seed_same_draws),
         cmocka_unit_test(test_penalties),        cmocka_unit_test(test_top_logprobs),
         cmocka_unit_test(test_bad_params),
