@@ -9,6 +9,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+/* e^x for x <= 0, 16 at a time (Cephes expf: x = k ln 2 + f, a degree-6
+ * polynomial for e^f, then 2^k by scalef; within 2 ulp; e^-104 and below
+ * come out as 0 or a subnormal, as expf's). */
+static inline __m512 exp16(__m512 x)
+{
+    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
+    const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 f = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
+    f = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), f);
+    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.3981999507e-3f));
+    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(8.3334519073e-3f));
+    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(4.1665795894e-2f));
+    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.6666665459e-1f));
+    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(5.0000001201e-1f));
+    y = _mm512_fmadd_ps(y, _mm512_mul_ps(f, f), f);
+    y = _mm512_add_ps(y, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(y, k);
+}
+#endif
+
 struct cand {
     int32_t id;
     float logit;
@@ -451,54 +476,53 @@ static void heap_top(struct hr_sampler *s, const float *l, uint32_t n, uint32_t 
  * as it stepped (the CPU demo model; on a GPU 32 such draws are about five
  * 8B decode steps). Here the weights come from the logits directly, e^x 16
  * at a time, summed per block of 64 (f32 lanes, then the blocks in double);
- * the draw walks the blocks' sums, then one block's weights. The same
- * distribution, walked in id order as before; for a given seed the tokens
- * can differ from the scalar path's (the exponential's last bits). */
-#if defined(__AVX512F__)
-#define DRAW_BLOCK 64
+ * the draw walks the blocks' sums, then one block's weights (without
+ * AVX-512: libm's expf and one walk, as before). The same distribution,
+ * walked in id order as before; for a given seed the tokens can differ
+ * between the two builds (the exponential's last bits). NaN logits weigh
+ * nothing (before, one NaN made every draw the last id); if any logit is
+ * +inf the first such id is drawn; if none has weight, id 0. */
 
-/* e^x for x <= 0, 16 at a time (Cephes expf: x = k ln 2 + f, a degree-6
- * polynomial for e^f, then 2^k by scalef; within 2 ulp; e^-104 and below
- * come out as 0 or a subnormal, as expf's). */
-static inline __m512 exp16(__m512 x)
+/* The largest logit, NaNs ignored (-inf when every logit is NaN or -inf). */
+static float max_logit(const float *l, uint32_t n)
 {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
-    const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 f = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
-    f = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), f);
-    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
-    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.3981999507e-3f));
-    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(8.3334519073e-3f));
-    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(4.1665795894e-2f));
-    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.6666665459e-1f));
-    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(5.0000001201e-1f));
-    y = _mm512_fmadd_ps(y, _mm512_mul_ps(f, f), f);
-    y = _mm512_add_ps(y, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(y, k);
-}
-
-static int32_t draw_all(struct hr_sampler *s, const float *l, uint32_t n)
-{
-    /* the largest logit (NaNs never win; as the scalar path's scan) */
-    __m512 vm = _mm512_set1_ps(l[0]);
+    float mx = -INFINITY;
     uint32_t i = 0;
+#if defined(__AVX512F__)
+    __m512 vm = _mm512_set1_ps(-INFINITY);
     for (; i + 16 <= n; i += 16) {
         const __m512 x = _mm512_loadu_ps(l + i);
         vm = _mm512_mask_mov_ps(vm, _mm512_cmp_ps_mask(x, vm, _CMP_GT_OQ), x);
     }
-    float mx = _mm512_reduce_max_ps(vm);
+    mx = _mm512_reduce_max_ps(vm);
+#endif
     for (; i < n; i++)
         mx = l[i] > mx ? l[i] : mx;
-    if (mx != mx || mx == INFINITY)
-        return -1; /* NaN first or an infinite logit: the scalar path decides */
-    const __m512 vmx = _mm512_set1_ps(mx), vit = _mm512_set1_ps(1.0f / s->p.temperature);
-    float *w = s->probs, *bsum = (float *)s->cands; /* n / 64 block sums */
-    const uint32_t nb = n / DRAW_BLOCK;
+    return mx;
+}
+
+static int32_t draw_all(struct hr_sampler *s, const float *l, uint32_t n)
+{
+    const float mx = max_logit(l, n);
+    if (mx == -INFINITY)
+        return 0; /* nothing has weight */
+    if (mx == INFINITY) { /* the weights are 0 but these: the first of them */
+        for (uint32_t i = 0; i < n; i++)
+            if (l[i] == INFINITY)
+                return (int32_t)i;
+    }
+    float *w = s->probs;
     double total = 0.0;
+    uint32_t i = 0;
+#if defined(__AVX512F__)
+    /* e^((l - mx) / T) 16 at a time, summed per block of 64 */
+    enum { BLOCK = 64 };
+    const __m512 vmx = _mm512_set1_ps(mx), vit = _mm512_set1_ps(1.0f / s->p.temperature);
+    float *bsum = (float *)s->cands; /* n / 64 block sums */
+    const uint32_t nb = n / BLOCK;
     for (uint32_t b = 0; b < nb; b++) {
         __m512 acc = _mm512_setzero_ps();
-        for (uint32_t j = b * DRAW_BLOCK; j < (b + 1) * DRAW_BLOCK; j += 16) {
+        for (uint32_t j = b * BLOCK; j < (b + 1) * BLOCK; j += 16) {
             const __m512 x = _mm512_loadu_ps(l + j);
             /* a NaN logit weighs nothing */
             const __m512 e = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, x, _CMP_ORD_Q),
@@ -509,33 +533,31 @@ static int32_t draw_all(struct hr_sampler *s, const float *l, uint32_t n)
         bsum[b] = _mm512_reduce_add_ps(acc);
         total += bsum[b];
     }
-    for (i = nb * DRAW_BLOCK; i < n; i++) {
-        w[i] = l[i] == l[i] ? expf((l[i] - mx) / s->p.temperature) : 0.0f;
-        total += w[i];
+    i = nb * BLOCK;
+#endif
+    for (uint32_t j = i; j < n; j++) {
+        w[j] = l[j] == l[j] ? expf((l[j] - mx) / s->p.temperature) : 0.0f;
+        total += w[j];
     }
     const double r = hr_rng_uniform(&s->rng) * total;
     double acc = 0.0;
+#if defined(__AVX512F__)
     uint32_t b = 0;
     while (b < nb && r >= acc + bsum[b]) /* whole blocks below r */
         acc += bsum[b++];
+    i = b * BLOCK;
+#endif
     int32_t last = -1;
-    for (i = b * DRAW_BLOCK; i < n; i++) {
+    for (; i < n; i++) {
         if (w[i] > 0.0f)
             last = (int32_t)i;
         acc += w[i];
         if (r < acc)
             return (int32_t)i;
     }
-    /* r at the very top (rounding of the block sums): the last weighed id */
+    /* r at the very top (rounding): the last weighed id */
     return last >= 0 ? last : (int32_t)n - 1;
 }
-#else
-static int32_t draw_all(struct hr_sampler *s, const float *l, uint32_t n)
-{
-    (void)s, (void)l, (void)n;
-    return -1; /* the scalar path */
-}
-#endif
 
 int32_t hr_sampler_sample(struct hr_sampler *s, const float *logits)
 {
@@ -546,11 +568,8 @@ int32_t hr_sampler_sample(struct hr_sampler *s, const float *logits)
     if (!s->n_hist && p->temperature <= 0.0f)
         return argmax(logits, V);
     if (!s->n_hist && (p->top_k <= 0 || (uint32_t)p->top_k >= V) && p->top_p >= 1.0f &&
-        p->min_p <= 0.0f) {
-        const int32_t t = draw_all(s, logits, V);
-        if (t >= 0)
-            return t;
-    }
+        p->min_p <= 0.0f)
+        return draw_all(s, logits, V);
     const bool heap = !s->n_hist && p->top_k > 0 && (uint32_t)p->top_k < V;
     for (uint32_t i = 0; i < (heap ? 0 : V); i++) {
         s->cands[i].id = (int32_t)i;

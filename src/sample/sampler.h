@@ -8,8 +8,11 @@
  * ties to the lowest id) and ignores the rest but the penalties.
  *
  * Reproducible: the same seed, logits and accepted tokens give the same
- * draws on any machine (the generator is xoshiro256**, the arithmetic is
- * plain float in a fixed order).
+ * draws on any machine of the same build (the generator is xoshiro256**,
+ * the arithmetic float in a fixed order). The draw from the whole
+ * vocabulary (no top-k, top-p, min-p or penalty) takes its exponentials 16
+ * at a time in AVX-512 builds and from libm's expf in others: the same
+ * distribution, but a seed's tokens can differ between the two.
  *
  * Memory: hr_sampler_init allocates its candidate scratch (n_vocab entries)
  * and, when a penalty is on, its penalty history and per-token counts, once,

@@ -77,7 +77,8 @@ static void test_distribution(void **state)
 /* The draw from the whole vocabulary (no cut, no penalty: the APIs'
  * default) on 3,237 tokens (50 blocks of 64 and a tail of 37) at
  * temperature 0.5: the frequencies of 8 groups of ids against the softmax
- * computed in double, and masked logits (-inf) and NaNs never drawn. */
+ * computed in double, masked logits (-inf) and NaNs never drawn (a NaN
+ * first too), and a +inf logit drawn every time. */
 static void test_distribution_whole_vocabulary(void **state)
 {
     (void)state;
@@ -113,6 +114,15 @@ static void test_distribution_whole_vocabulary(void **state)
     assert_int_equal(bad, 0);
     for (int i = 0; i < G; i++)
         assert_true(fabs((double)counts[i] / N - want[i] / sum) < 0.01);
+    /* a NaN first is ignored as any other; a +inf logit takes every draw */
+    l[0] = NAN;
+    for (int k = 0; k < 200; k++) {
+        const int32_t t = hr_sampler_sample(s, l);
+        assert_true(t > 0 && t < V && l[t] > -INFINITY);
+    }
+    l[2000] = INFINITY;
+    for (int k = 0; k < 20; k++)
+        assert_int_equal(hr_sampler_sample(s, l), 2000);
     hr_sampler_free(s);
 }
 
