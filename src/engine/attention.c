@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/exp512.h"
 #include "base/fp16.h"
 #include "kernels/quant.h"
 
@@ -373,29 +374,6 @@ float hr_attn_score_ref(enum hr_ggml_type kv_type, const void *k_row, const floa
     return acc;
 }
 
-#if defined(__AVX512F__)
-/* e^x for x <= 0 (x = -inf gives a finite tiny value; callers mask those
- * lanes): Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, then Cephes'
- * degree-6 polynomial for e^r and a scale by 2^n; about 1 ulp. */
-static inline __m512 exp512(__m512 x)
-{
-    x = _mm512_max_ps(x, _mm512_set1_ps(-88.0f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    __m512 r2 = _mm512_mul_ps(r, r);
-    __m512 y = _mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_scalef_ps(y, n);
-}
-#endif
-
 /* ---- the tiled kernel ----------------------------------------------------
  *
  * One call is a query tile: rows r = t x group + h (token t, head h of the
@@ -659,8 +637,8 @@ static void softmax_rows(const struct tile *t, int32_t pos0, uint32_t k0, uint32
         const float mt = _mm512_reduce_max_ps(_mm512_max_ps(s0, s1));
         const float m_new = mt > t->m[r] ? mt : t->m[r];
         const __m512 mv = _mm512_set1_ps(m_new);
-        const __m512 p0 = _mm512_maskz_mov_ps(v0, exp512(_mm512_sub_ps(s0, mv)));
-        const __m512 p1 = _mm512_maskz_mov_ps(v1, exp512(_mm512_sub_ps(s1, mv)));
+        const __m512 p0 = _mm512_maskz_mov_ps(v0, hr_exp512(_mm512_sub_ps(s0, mv)));
+        const __m512 p1 = _mm512_maskz_mov_ps(v1, hr_exp512(_mm512_sub_ps(s1, mv)));
         /* exp(0) is exactly 1: no call when the maximum stands (most blocks). */
         const float corr = m_new == t->m[r] ? 1.0f : expf(t->m[r] - m_new);
         float *lr = t->l + (size_t)r * HR_ATTN_L_LANES;

@@ -1,6 +1,7 @@
 /* sampler.c - penalties, top-k/p, min-p, temperature, seeded draw; see sampler.h. */
 #include "sample/sampler.h"
 
+#include "base/exp512.h"
 #include "base/rand.h"
 #include "base/sys.h"
 
@@ -8,31 +9,6 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-
-#if defined(__AVX512F__)
-#include <immintrin.h>
-
-/* e^x for x <= 0, 16 at a time (Cephes expf: x = k ln 2 + f, a degree-6
- * polynomial for e^f, then 2^k by scalef; within 2 ulp; e^-104 and below
- * come out as 0 or a subnormal, as expf's). */
-static inline __m512 exp16(__m512 x)
-{
-    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
-    const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 f = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
-    f = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), f);
-    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
-    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.3981999507e-3f));
-    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(8.3334519073e-3f));
-    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(4.1665795894e-2f));
-    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.6666665459e-1f));
-    y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(5.0000001201e-1f));
-    y = _mm512_fmadd_ps(y, _mm512_mul_ps(f, f), f);
-    y = _mm512_add_ps(y, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(y, k);
-}
-#endif
 
 struct cand {
     int32_t id;
@@ -339,7 +315,6 @@ static uint32_t sort_reachable(struct hr_sampler *s, uint32_t n, float mx)
  * of the CPU demo model and about 5 ms of every 32-stream step of the 8B
  * model on a GPU (between steps: the logits come back to host memory). */
 #if defined(__AVX512F__)
-#include <immintrin.h>
 #define ARGMAX_LANES 64 /* 4 vectors of 16: four independent chains */
 static void argmax_lanes(const float *l, uint32_t n, float *mv, int32_t *mi, uint32_t *done)
 {
@@ -524,9 +499,11 @@ static int32_t draw_all(struct hr_sampler *s, const float *l, uint32_t n)
         __m512 acc = _mm512_setzero_ps();
         for (uint32_t j = b * BLOCK; j < (b + 1) * BLOCK; j += 16) {
             const __m512 x = _mm512_loadu_ps(l + j);
-            /* a NaN logit weighs nothing */
-            const __m512 e = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, x, _CMP_ORD_Q),
-                                                 exp16(_mm512_mul_ps(_mm512_sub_ps(x, vmx), vit)));
+            /* a NaN or -inf logit weighs nothing (hr_exp512 gives -inf a
+             * tiny finite value) */
+            const __mmask16 some = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_GT_OQ);
+            const __m512 e = _mm512_maskz_mov_ps(
+                some, hr_exp512(_mm512_mul_ps(_mm512_sub_ps(x, vmx), vit)));
             _mm512_storeu_ps(w + j, e);
             acc = _mm512_add_ps(acc, e);
         }
