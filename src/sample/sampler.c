@@ -237,70 +237,160 @@ static void select_top(struct cand *c, uint32_t n, uint32_t k)
  * Without top-k the candidates are the whole vocabulary, and sorting 150K of
  * them for every token costs about 18 ms on this machine class - more than
  * the forward pass of a small model. Only the part a cut can reach needs
- * order:
- *   - top-p: the nucleus. A histogram of the mass by logit finds how many
- *     of the best candidates hold top_p of it; those k are selected (O(n))
- *     and sorted: the prefix and the cut of a full sort (ties by id).
- *   - min-p alone: the candidates within min_p of the best, filtered in
- *     O(n) with the same comparison the cut below makes, then sorted.
- *   - no cut at all: nothing is sorted; the draw walks the vocabulary in id
- *     order, which samples the same distribution.
- * Returns how many candidates (at the front) remain; s->cut_sum is the
- * temperature-1 mass of the whole vocabulary when a top-p search needed it.
+ * order, and it is found from the values lv (the logits, or the penalized
+ * ones) without copying the vocabulary into candidates:
+ *   - top-p: the nucleus. One pass buckets the values by logit (128 equal
+ *     steps from the best down to the worst finite one) with their mass
+ *     e^(l - mx); the buckets from the top that first hold top_p of it
+ *     contain the nucleus. Their k candidates are exactly the k best (the
+ *     bucket index falls as the logit falls), so gathering and sorting only
+ *     them gives a full sort's prefix (ties by id).
+ *   - min-p alone: the candidates with e^(l - mx) >= min_p, the comparison
+ *     the cut below makes, gathered and sorted.
+ * The passes run 16 values at a time (AVX-512: hr_exp512, so a cut's edge
+ * can differ from libm's in the last bit, as the whole-vocabulary draw's
+ * weights do). Before, a copy of the vocabulary, a libm expf and a double
+ * sum per id and a quickselect over 150K candidates cost about 2.8 ms a
+ * token even when the nucleus was a handful of ids: 90 ms of every step at
+ * 32 streams. NaN values are never candidates. Returns how many candidates
+ * (at the front of s->cands, sorted) remain; s->cut_sum is the mass of the
+ * whole vocabulary when a top-p search needed it. Only for a cut: without
+ * one the draw walks the vocabulary in id order.
  */
-static uint32_t sort_reachable(struct hr_sampler *s, uint32_t n, float mx)
+enum { REACH_NB = 128, REACH_NAN = 255 };
+
+/* Bucket of value x (mx the largest, scale REACH_NB over the finite range),
+ * and its mass e^(x - mx): REACH_NAN and 0 for NaN; -inf is the last bucket,
+ * with no mass. */
+static inline uint32_t reach_bucket(float x, float mx, float scale)
+{
+    if (x != x)
+        return REACH_NAN;
+    if (x == -INFINITY)
+        return REACH_NB - 1;
+    const uint32_t b = (uint32_t)((mx - x) * scale);
+    return b < REACH_NB ? b : REACH_NB - 1;
+}
+
+#if defined(__AVX512F__)
+static inline __m512i reach_bucket16(__m512 x, __m512 vmx, __m512 vscale)
+{
+    /* (mx - x) * scale >= 0; -inf gives +inf, which converts to all ones */
+    __m512i b = _mm512_cvttps_epu32(_mm512_mul_ps(_mm512_sub_ps(vmx, x), vscale));
+    b = _mm512_min_epu32(b, _mm512_set1_epi32(REACH_NB - 1));
+    return _mm512_mask_mov_epi32(b, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q),
+                                 _mm512_set1_epi32(REACH_NAN));
+}
+
+static inline __m512 reach_mass16(__m512 x, __m512 vmx)
+{
+    const __mmask16 some = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_GT_OQ);
+    return _mm512_maskz_mov_ps(some, hr_exp512(_mm512_sub_ps(x, vmx)));
+}
+#endif
+
+/* The smallest finite value (mx when there is none). */
+static float min_finite(const float *l, uint32_t n, float mx)
+{
+    float mn = mx;
+    uint32_t i = 0;
+#if defined(__AVX512F__)
+    __m512 vm = _mm512_set1_ps(mx);
+    for (; i + 16 <= n; i += 16) {
+        const __m512 x = _mm512_loadu_ps(l + i);
+        const __mmask16 fin = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
+        vm = _mm512_mask_min_ps(vm, fin, vm, x);
+    }
+    mn = _mm512_reduce_min_ps(vm);
+#endif
+    for (; i < n; i++)
+        if (l[i] == l[i] && l[i] != -INFINITY && l[i] < mn)
+            mn = l[i];
+    return mn;
+}
+
+/* Candidates i with keep(i) into s->cands in id order; how many. */
+#define REACH_GATHER(s, lv, n, k, KEEP16, KEEP1)                                                   \
+    do {                                                                                           \
+        uint32_t i_ = 0;                                                                           \
+        REACH_GATHER16(s, lv, n, k, i_, KEEP16);                                                   \
+        for (; i_ < (n); i_++)                                                                     \
+            if (KEEP1(lv[i_]))                                                                     \
+                (s)->cands[(k)++] = (struct cand){(int32_t)i_, lv[i_]};                            \
+    } while (0)
+#if defined(__AVX512F__)
+#define REACH_GATHER16(s, lv, n, k, i_, KEEP16)                                                    \
+    for (; i_ + 16 <= (n); i_ += 16) {                                                             \
+        const __m512 x_ = _mm512_loadu_ps(lv + i_);                                                \
+        for (uint32_t m_ = (uint32_t)(KEEP16(x_)); m_; m_ &= m_ - 1) {                             \
+            const uint32_t j_ = i_ + (uint32_t)__builtin_ctz(m_);                                  \
+            (s)->cands[(k)++] = (struct cand){(int32_t)j_, lv[j_]};                                \
+        }                                                                                          \
+    }
+#else
+#define REACH_GATHER16(s, lv, n, k, i_, KEEP16)
+#endif
+
+static uint32_t sort_reachable(struct hr_sampler *s, const float *lv, uint32_t n, float mx)
 {
     const struct hr_sampler_params *p = &s->p;
+    uint32_t k = 0;
     s->has_cut_sum = false;
     if (p->top_p < 1.0f) {
-        /* One pass buckets the candidates by logit (128 equal steps from
-         * the best down to the worst) with their mass; the buckets from the
-         * top that first hold top_p of it contain the nucleus. Their k
-         * candidates are exactly the k best (the bucket index falls as the
-         * logit falls), so selecting and sorting only them gives a full
-         * sort's prefix. */
-        enum { NB = 128 };
-        double mass[NB] = {0}, total = 0.0;
-        uint32_t count[NB] = {0};
-        float mn = mx;
-        for (uint32_t i = 0; i < n; i++)
-            mn = s->cands[i].logit < mn ? s->cands[i].logit : mn;
-        const float scale = mx > mn ? (float)NB / (mx - mn) : 0.0f;
-        for (uint32_t i = 0; i < n; i++) {
-            const float e = expf(s->cands[i].logit - mx);
-            uint32_t b = (uint32_t)((mx - s->cands[i].logit) * scale);
-            b = b < NB ? b : NB - 1;
-            mass[b] += e;
-            count[b]++;
-            total += e;
+        /* four interleaved sums a bucket: most values fall in a few buckets,
+         * and one chain of dependent double adds each was most of the pass */
+        double mass4[4][REACH_NB] = {{0}}, mass[REACH_NB], total = 0.0;
+        const float mn = min_finite(lv, n, mx);
+        const float scale = mx > mn ? (float)REACH_NB / (mx - mn) : 0.0f;
+        uint32_t i = 0;
+#if defined(__AVX512F__)
+        const __m512 vmx = _mm512_set1_ps(mx), vscale = _mm512_set1_ps(scale);
+        for (; i + 16 <= n; i += 16) {
+            const __m512 x = _mm512_loadu_ps(lv + i);
+            uint32_t b[16];
+            float e[16];
+            _mm512_storeu_si512(b, reach_bucket16(x, vmx, vscale));
+            _mm512_storeu_ps(e, reach_mass16(x, vmx));
+            for (int j = 0; j < 16; j++)
+                if (b[j] != REACH_NAN)
+                    mass4[j % 4][b[j]] += e[j];
+        }
+#endif
+        for (; i < n; i++) {
+            const uint32_t b = reach_bucket(lv[i], mx, scale);
+            if (b != REACH_NAN)
+                mass4[i % 4][b] += lv[i] == -INFINITY ? 0.0f : expf(lv[i] - mx);
+        }
+        for (uint32_t b = 0; b < REACH_NB; b++) {
+            mass[b] = (mass4[0][b] + mass4[1][b]) + (mass4[2][b] + mass4[3][b]);
+            total += mass[b];
         }
         s->cut_sum = total;
         s->has_cut_sum = true;
-        uint32_t k = 0;
+        uint32_t last = 0;
         double cum = 0.0;
-        for (uint32_t b = 0; b < NB; b++) {
-            k += count[b];
-            cum += mass[b];
+        for (; last < REACH_NB; last++) {
+            cum += mass[last];
             if (cum >= p->top_p * total)
                 break;
         }
-        if (k < n)
-            select_top(s->cands, n, k);
-        qsort(s->cands, k, sizeof(*s->cands), cmp_cand_desc);
-        return k;
+        last = last < REACH_NB ? last : REACH_NB - 1;
+#if defined(__AVX512F__)
+        const __m512i vlast = _mm512_set1_epi32((int)last);
+#define KEEP16_P(x) _mm512_cmp_epu32_mask(reach_bucket16(x, vmx, vscale), vlast, _MM_CMPINT_LE)
+#endif
+#define KEEP1_P(x) (reach_bucket(x, mx, scale) <= last)
+        REACH_GATHER(s, lv, n, k, KEEP16_P, KEEP1_P);
+    } else { /* min-p */
+#if defined(__AVX512F__)
+        const __m512 vmx = _mm512_set1_ps(mx), vmin = _mm512_set1_ps(p->min_p);
+#define KEEP16_M(x) _mm512_cmp_ps_mask(reach_mass16(x, vmx), vmin, _CMP_GE_OQ)
+#endif
+#define KEEP1_M(x) ((x) != -INFINITY && expf((x) - mx) >= p->min_p)
+        REACH_GATHER(s, lv, n, k, KEEP16_M, KEEP1_M);
     }
-    if (p->min_p > 0.0f) {
-        uint32_t keep = 0;
-        for (uint32_t i = 0; i < n; i++)
-            if (expf(s->cands[i].logit - mx) >= p->min_p) {
-                struct cand t = s->cands[keep];
-                s->cands[keep++] = s->cands[i];
-                s->cands[i] = t;
-            }
-        qsort(s->cands, keep, sizeof(*s->cands), cmp_cand_desc);
-        return keep;
-    }
-    return n;
+    qsort(s->cands, k, sizeof(*s->cands), cmp_cand_desc);
+    return k;
 }
 
 /* The first id of the largest logit: a strict > scan's answer from l[0]
@@ -536,6 +626,8 @@ static int32_t draw_all(struct hr_sampler *s, const float *l, uint32_t n)
     return last >= 0 ? last : (int32_t)n - 1;
 }
 
+static int32_t draw_cut(struct hr_sampler *s, uint32_t n, float mx);
+
 int32_t hr_sampler_sample(struct hr_sampler *s, const float *logits)
 {
     const struct hr_sampler_params *p = &s->p;
@@ -547,8 +639,11 @@ int32_t hr_sampler_sample(struct hr_sampler *s, const float *logits)
     if (!s->n_hist && (p->top_k <= 0 || (uint32_t)p->top_k >= V) && p->top_p >= 1.0f &&
         p->min_p <= 0.0f)
         return draw_all(s, logits, V);
-    const bool heap = !s->n_hist && p->top_k > 0 && (uint32_t)p->top_k < V;
-    for (uint32_t i = 0; i < (heap ? 0 : V); i++) {
+    const bool cut_k = p->top_k > 0 && (uint32_t)p->top_k < V;
+    const bool heap = !s->n_hist && cut_k;
+    /* top-p / min-p without top-k read the values in place (sort_reachable) */
+    const bool reach = !cut_k && p->temperature > 0.0f && (p->top_p < 1.0f || p->min_p > 0.0f);
+    for (uint32_t i = 0; i < (heap || (reach && !s->n_hist) ? 0 : V); i++) {
         s->cands[i].id = (int32_t)i;
         s->cands[i].logit = logits[i];
     }
@@ -580,6 +675,23 @@ int32_t hr_sampler_sample(struct hr_sampler *s, const float *logits)
                 best = i;
         return s->cands[best].id;
     }
+    if (reach) {
+        const float *lv = logits;
+        if (s->n_hist) { /* the penalized values, flat */
+            for (uint32_t i = 0; i < V; i++)
+                s->probs[i] = s->cands[i].logit;
+            lv = s->probs;
+        }
+        const float mx = max_logit(lv, V);
+        if (mx == -INFINITY)
+            return 0; /* nothing has weight */
+        if (mx == INFINITY) { /* the weights are 0 but these: the first of them */
+            for (uint32_t i = 0; i < V; i++)
+                if (lv[i] == INFINITY)
+                    return (int32_t)i;
+        }
+        return draw_cut(s, sort_reachable(s, lv, V, mx), mx);
+    }
     float mx = heap ? logits[0] : s->cands[0].logit;
     for (uint32_t i = 1; i < n; i++) {
         const float l = heap ? logits[i] : s->cands[i].logit;
@@ -594,9 +706,16 @@ int32_t hr_sampler_sample(struct hr_sampler *s, const float *logits)
         select_top(s->cands, n, (uint32_t)p->top_k);
         n = (uint32_t)p->top_k;
         qsort(s->cands, n, sizeof(*s->cands), cmp_cand_desc);
-    } else {
-        n = sort_reachable(s, n, mx);
-    }
+    } /* else penalties and no cut: every candidate, in id order */
+    return draw_cut(s, n, mx);
+}
+
+/* The draw from s->cands[0..n), sorted best first (mx the best logit):
+ * the top-p and min-p cuts on them (at temperature 1, as llama.cpp's
+ * chain), then the temperature, then the walk in that order. */
+static int32_t draw_cut(struct hr_sampler *s, uint32_t n, float mx)
+{
+    const struct hr_sampler_params *p = &s->p;
     /* Softmax at temperature 1 for the top-p / min-p cuts (only they need it). */
     double sum = 0.0;
     if (p->top_p < 1.0f || p->min_p > 0.0f)

@@ -238,6 +238,89 @@ static void test_partial_sort_equals_full_sort(void **state)
     }
 }
 
+/* The cuts read the values in place (sort_reachable): with repetition
+ * penalties they read the penalized ones, -inf logits (masked tokens) are
+ * candidates with no weight that the bucket range ignores, NaN logits are
+ * never candidates, and a +inf logit is drawn. Each against the full sort
+ * of the same values (NaN as -inf: no weight either way). */
+static void test_cuts_penalized_and_masked(void **state)
+{
+    (void)state;
+    enum { V = 20000 };
+    static float l[V], pen[V], pr[V];
+    static struct rc c[V];
+    struct hr_rng g;
+    hr_rng_seed(&g, 11);
+    for (uint32_t i = 0; i < V; i++)
+        l[i] = (float)(hr_rng_normal(&g) * 2.0);
+    for (uint32_t i = 0; i < V; i += 7)
+        l[i] = -INFINITY;
+    for (uint32_t i = 3; i < V; i += 101)
+        l[i] = NAN;
+    /* the best ids, so the penalties move the nucleus */
+    int32_t hist[6];
+    for (int h = 0; h < 6; h++) {
+        hist[h] = 0;
+        for (uint32_t i = 1; i < V; i++)
+            if (l[i] == l[i] && l[i] > l[hist[h]] && (h == 0 || l[i] < l[hist[h - 1]]))
+                hist[h] = (int32_t)i;
+    }
+    const float cuts[][2] = {{0.9f, 0.0f}, {0.6f, 0.01f}, {1.0f, 0.02f}};
+    for (int pen_on = 0; pen_on < 2; pen_on++)
+        for (size_t k = 0; k < sizeof(cuts) / sizeof(cuts[0]); k++) {
+            struct hr_sampler_params p = plain();
+            p.temperature = 0.8f;
+            p.top_p = cuts[k][0];
+            p.min_p = cuts[k][1];
+            p.seed = 40 + k;
+            if (pen_on)
+                p.repeat_penalty = 1.3f, p.presence_penalty = 0.5f, p.penalty_last_n = 8;
+            struct hr_sampler *s = make(p, V);
+            for (uint32_t i = 0; i < V; i++)
+                pen[i] = l[i] == l[i] ? l[i] : -INFINITY;
+            if (pen_on)
+                for (int h = 0; h < 6; h++) {
+                    hr_sampler_accept(s, hist[h]);
+                    float *x = &pen[hist[h]];
+                    *x = (*x <= 0.0f ? *x * 1.3f : *x / 1.3f) - 0.5f;
+                }
+            struct hr_rng rr;
+            hr_rng_seed(&rr, p.seed);
+            for (int i = 0; i < 40; i++) {
+                const int32_t got = hr_sampler_sample(s, l);
+                assert_int_equal(got, reference_draw(pen, V, &p, &rr, c, pr));
+                assert_true(l[got] == l[got] && l[got] != -INFINITY);
+            }
+            hr_sampler_free(s);
+        }
+    /* nearly flat: a top-p of 0.999 reaches the last bucket, where the
+     * -inf and NaN logits would fall */
+    for (uint32_t i = 0; i < V; i++)
+        l[i] = i % 7 == 0 ? -INFINITY : i % 101 == 3 ? NAN : (float)(i % 1000) * 1e-4f;
+    struct hr_sampler_params p = plain();
+    p.top_p = 0.999f;
+    p.seed = 3;
+    struct hr_sampler *s = make(p, V);
+    struct hr_rng rr;
+    hr_rng_seed(&rr, p.seed);
+    for (uint32_t i = 0; i < V; i++)
+        pen[i] = l[i] == l[i] ? l[i] : -INFINITY;
+    for (int i = 0; i < 40; i++)
+        assert_int_equal(hr_sampler_sample(s, l), reference_draw(pen, V, &p, &rr, c, pr));
+    hr_sampler_free(s);
+    p = plain();
+    p.top_p = 0.9f;
+    s = make(p, V);
+    l[V / 2] = INFINITY;
+    l[V / 2 + 5] = INFINITY;
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(hr_sampler_sample(s, l), V / 2);
+    for (uint32_t i = 0; i < V; i++)
+        l[i] = i % 2 ? NAN : -INFINITY;
+    assert_int_equal(hr_sampler_sample(s, l), 0); /* nothing has weight */
+    hr_sampler_free(s);
+}
+
 /* Top-k picks its k from the logits directly (a heap, no candidate copy)
  * and greedy scans them: the same draws as the full sort, ties included
  * (logits rounded to a few values so many are equal). */
@@ -433,6 +516,7 @@ int main(void)
         cmocka_unit_test(test_distribution),
         cmocka_unit_test(test_distribution_whole_vocabulary),     cmocka_unit_test(test_temperature_sharpens),
         cmocka_unit_test(test_top_p_and_min_p_cut),
+        cmocka_unit_test(test_cuts_penalized_and_masked),
         cmocka_unit_test(test_partial_sort_equals_full_sort),
         cmocka_unit_test(test_top_k_and_greedy_equal_full_sort),
         cmocka_unit_test(test_greedy_scan),
