@@ -265,13 +265,16 @@ static void test_cuts_penalized_and_masked(void **state)
             if (l[i] == l[i] && l[i] > l[hist[h]] && (h == 0 || l[i] < l[hist[h - 1]]))
                 hist[h] = (int32_t)i;
     }
-    const float cuts[][2] = {{0.9f, 0.0f}, {0.6f, 0.01f}, {1.0f, 0.02f}};
+    /* top-p, min-p, top-k */
+    const float cuts[][3] = {{0.9f, 0.0f, 0}, {0.6f, 0.01f, 0}, {1.0f, 0.02f, 0}, {0.95f, 0.0f, 50},
+                             {1.0f, 0.0f, 3}};
     for (int pen_on = 0; pen_on < 2; pen_on++)
         for (size_t k = 0; k < sizeof(cuts) / sizeof(cuts[0]); k++) {
             struct hr_sampler_params p = plain();
             p.temperature = 0.8f;
             p.top_p = cuts[k][0];
             p.min_p = cuts[k][1];
+            p.top_k = (int32_t)cuts[k][2];
             p.seed = 40 + k;
             if (pen_on)
                 p.repeat_penalty = 1.3f, p.presence_penalty = 0.5f, p.penalty_last_n = 8;
