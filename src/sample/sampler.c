@@ -226,7 +226,7 @@ static int cmp_cand_desc(const void *a, const void *b)
  * whole vocabulary when a top-p search needed it. Only for a cut: without
  * one the draw walks the vocabulary in id order.
  */
-enum { REACH_NB = 128, REACH_NAN = 255 };
+enum { REACH_NB = 128, REACH_TOP = 32, REACH_NAN = 255 };
 
 /* Bucket of value x (mx the largest, scale REACH_NB over the finite range),
  * and its mass e^(x - mx): REACH_NAN and 0 for NaN; -inf is the last bucket,
@@ -257,6 +257,50 @@ static inline __m512 reach_mass16(__m512 x, __m512 vmx)
     return _mm512_maskz_mov_ps(some, hr_exp512(_mm512_sub_ps(x, vmx)));
 }
 #endif
+
+/* Adds the mass of the values whose bucket is in [lo, hi) to their bucket
+ * (mass4: four interleaved sums a bucket, so that the dependent double
+ * adds of the few buckets most values fall in form four chains, not one);
+ * returns the mass of every value (double sums of 8). */
+static double reach_scatter(const float *lv, uint32_t n, float mx, float scale, uint32_t lo,
+                            uint32_t hi, double mass4[4][REACH_NB])
+{
+    double total = 0.0;
+    uint32_t i = 0;
+#if defined(__AVX512F__)
+    const __m512 vmx = _mm512_set1_ps(mx), vscale = _mm512_set1_ps(scale);
+    const __m512i vlo = _mm512_set1_epi32((int)lo), vhi = _mm512_set1_epi32((int)hi);
+    __m512d t0 = _mm512_setzero_pd(), t1 = _mm512_setzero_pd();
+    for (; i + 16 <= n; i += 16) {
+        const __m512 x = _mm512_loadu_ps(lv + i);
+        const __m512i b = reach_bucket16(x, vmx, vscale);
+        const __m512 e = reach_mass16(x, vmx);
+        t0 = _mm512_add_pd(t0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+        t1 = _mm512_add_pd(t1, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
+        uint32_t m = _mm512_cmp_epu32_mask(b, vlo, _MM_CMPINT_NLT) &
+                     _mm512_cmp_epu32_mask(b, vhi, _MM_CMPINT_LT);
+        if (!m)
+            continue;
+        uint32_t bb[16];
+        float ee[16];
+        _mm512_storeu_si512(bb, b);
+        _mm512_storeu_ps(ee, e);
+        for (; m; m &= m - 1) {
+            const uint32_t j = (uint32_t)__builtin_ctz(m);
+            mass4[j % 4][bb[j]] += ee[j];
+        }
+    }
+    total = _mm512_reduce_add_pd(_mm512_add_pd(t0, t1));
+#endif
+    for (; i < n; i++) {
+        const uint32_t b = reach_bucket(lv[i], mx, scale);
+        const float e = b == REACH_NAN || lv[i] == -INFINITY ? 0.0f : expf(lv[i] - mx);
+        total += e;
+        if (b >= lo && b < hi)
+            mass4[i % 4][b] += e;
+    }
+    return total;
+}
 
 /* The smallest finite value (mx when there is none). */
 static float min_finite(const float *l, uint32_t n, float mx)
@@ -306,45 +350,32 @@ static uint32_t sort_reachable(struct hr_sampler *s, const float *lv, uint32_t n
     uint32_t k = 0;
     s->has_cut_sum = false;
     if (p->top_p < 1.0f) {
-        /* four interleaved sums a bucket: most values fall in a few buckets,
-         * and one chain of dependent double adds each was most of the pass */
-        double mass4[4][REACH_NB] = {{0}}, mass[REACH_NB], total = 0.0;
+        /* The nucleus of a peaked distribution lies in the top buckets:
+         * the first pass sums every mass (16 at a time, in double) but
+         * adds per bucket only the values of the top REACH_TOP buckets,
+         * few; the rest are bucketed only if the top ones hold less than
+         * top_p (a flat distribution). */
+        double mass4[4][REACH_NB] = {{0}}, total, cum;
         const float mn = min_finite(lv, n, mx);
         const float scale = mx > mn ? (float)REACH_NB / (mx - mn) : 0.0f;
-        uint32_t i = 0;
-#if defined(__AVX512F__)
-        const __m512 vmx = _mm512_set1_ps(mx), vscale = _mm512_set1_ps(scale);
-        for (; i + 16 <= n; i += 16) {
-            const __m512 x = _mm512_loadu_ps(lv + i);
-            uint32_t b[16];
-            float e[16];
-            _mm512_storeu_si512(b, reach_bucket16(x, vmx, vscale));
-            _mm512_storeu_ps(e, reach_mass16(x, vmx));
-            for (int j = 0; j < 16; j++)
-                if (b[j] != REACH_NAN)
-                    mass4[j % 4][b[j]] += e[j];
-        }
-#endif
-        for (; i < n; i++) {
-            const uint32_t b = reach_bucket(lv[i], mx, scale);
-            if (b != REACH_NAN)
-                mass4[i % 4][b] += lv[i] == -INFINITY ? 0.0f : expf(lv[i] - mx);
-        }
-        for (uint32_t b = 0; b < REACH_NB; b++) {
-            mass[b] = (mass4[0][b] + mass4[1][b]) + (mass4[2][b] + mass4[3][b]);
-            total += mass[b];
+        total = reach_scatter(lv, n, mx, scale, 0, REACH_TOP, mass4);
+        uint32_t last = 0;
+        for (bool all = false;; all = true) {
+            cum = 0.0;
+            for (last = 0; last < REACH_NB; last++) {
+                cum += (mass4[0][last] + mass4[1][last]) + (mass4[2][last] + mass4[3][last]);
+                if (cum >= p->top_p * total)
+                    break;
+            }
+            if (last < REACH_TOP || all)
+                break;
+            reach_scatter(lv, n, mx, scale, REACH_TOP, REACH_NB, mass4);
         }
         s->cut_sum = total;
         s->has_cut_sum = true;
-        uint32_t last = 0;
-        double cum = 0.0;
-        for (; last < REACH_NB; last++) {
-            cum += mass[last];
-            if (cum >= p->top_p * total)
-                break;
-        }
         last = last < REACH_NB ? last : REACH_NB - 1;
 #if defined(__AVX512F__)
+        const __m512 vmx = _mm512_set1_ps(mx), vscale = _mm512_set1_ps(scale);
         const __m512i vlast = _mm512_set1_epi32((int)last);
 #define KEEP16_P(x) _mm512_cmp_epu32_mask(reach_bucket16(x, vmx, vscale), vlast, _MM_CMPINT_LE)
 #endif
