@@ -344,6 +344,48 @@ static float min_finite(const float *l, uint32_t n, float mx)
 #define REACH_GATHER16(s, lv, n, k, i_, KEEP16)
 #endif
 
+/* Sorts s->cands[0..k), gathered in id order, as cmp_cand_desc does. A
+ * large nucleus (a broad distribution: thousands of ids) took most of a
+ * draw in qsort; an LSD radix sort on the logit's order-preserving bits,
+ * 8 bits a pass, is stable, so ties stay in id order as the comparison
+ * puts them. Its buffer is s->probs, free until draw_cut, when k fits in
+ * it (k <= n_vocab / 2); otherwise, and for small k, qsort. */
+static void sort_gathered(struct hr_sampler *s, uint32_t k)
+{
+    if (k < 256 || (uint64_t)k * sizeof(struct cand) > (uint64_t)s->n_vocab * sizeof(float)) {
+        qsort(s->cands, k, sizeof(*s->cands), cmp_cand_desc);
+        return;
+    }
+    struct cand *a = s->cands, *b = (struct cand *)(void *)s->probs;
+    uint32_t count[4][256] = {{0}};
+    for (uint32_t i = 0; i < k; i++) {
+        const float x = a[i].logit + 0.0f; /* -0 sorts with +0 */
+        uint32_t u;
+        memcpy(&u, &x, sizeof(u));
+        u = ~(u & 0x80000000u ? ~u : u | 0x80000000u); /* ascending = logits descending */
+        for (int d = 0; d < 4; d++)
+            count[d][(u >> (8 * d)) & 255]++;
+    }
+    for (int d = 0; d < 4; d++) {
+        uint32_t at = 0;
+        for (int v = 0; v < 256; v++) {
+            const uint32_t c = count[d][v];
+            count[d][v] = at;
+            at += c;
+        }
+        for (uint32_t i = 0; i < k; i++) {
+            const float x = a[i].logit + 0.0f;
+            uint32_t u;
+            memcpy(&u, &x, sizeof(u));
+            u = ~(u & 0x80000000u ? ~u : u | 0x80000000u);
+            b[count[d][(u >> (8 * d)) & 255]++] = a[i];
+        }
+        struct cand *t = a;
+        a = b, b = t;
+    }
+    /* four passes: the sorted candidates are back in s->cands */
+}
+
 static uint32_t sort_reachable(struct hr_sampler *s, const float *lv, uint32_t n, float mx)
 {
     const struct hr_sampler_params *p = &s->p;
@@ -389,7 +431,7 @@ static uint32_t sort_reachable(struct hr_sampler *s, const float *lv, uint32_t n
 #define KEEP1_M(x) ((x) != -INFINITY && expf((x) - mx) >= p->min_p)
         REACH_GATHER(s, lv, n, k, KEEP16_M, KEEP1_M);
     }
-    qsort(s->cands, k, sizeof(*s->cands), cmp_cand_desc);
+    sort_gathered(s, k);
     return k;
 }
 

@@ -236,6 +236,23 @@ static void test_partial_sort_equals_full_sort(void **state)
             assert_int_equal(hr_sampler_sample(s, l), reference_draw(l, V, &p, &rr, c, pr));
         hr_sampler_free(s);
     }
+    /* a large nucleus of tied logits (its sort is a radix sort, stable in
+     * id order), -0 and +0 among them, drawn near-uniformly to reach the
+     * cut's ties */
+    for (uint32_t i = 0; i < V; i++)
+        l[i] = roundf((float)(hr_rng_normal(&g) * 3.0)) * 0.5f;
+    for (uint32_t i = 0; i < V; i += 3)
+        l[i] = l[i] == 0.0f ? -0.0f : l[i];
+    struct hr_sampler_params p = plain();
+    p.temperature = 20.0f;
+    p.top_p = 0.6f;
+    p.seed = 7;
+    struct hr_sampler *s = make(p, V);
+    struct hr_rng rr;
+    hr_rng_seed(&rr, p.seed);
+    for (int i = 0; i < 60; i++)
+        assert_int_equal(hr_sampler_sample(s, l), reference_draw(l, V, &p, &rr, c, pr));
+    hr_sampler_free(s);
 }
 
 /* The cuts read the values in place (sort_reachable): with repetition
