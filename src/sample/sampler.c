@@ -15,11 +15,14 @@ struct cand {
     float logit;
 };
 
+/* s->probs' floats an id: the radix sort's buffer of candidates (8 bytes) */
+enum { PROBS_PER_ID = sizeof(struct cand) / sizeof(float) };
+
 struct hr_sampler {
     struct hr_sampler_params p;
     uint32_t n_vocab;
     struct cand *cands;   /* n_vocab */
-    float *probs;         /* n_vocab */
+    float *probs;         /* 2 n_vocab: weights, or the radix sort's n_vocab candidates */
     int32_t *history;     /* ring of penalty_last_n tokens */
     uint32_t n_hist, hist_pos;
     uint32_t *counts;     /* per token, over the history window; n_vocab (NULL: no penalty) */
@@ -78,7 +81,7 @@ static enum hr_status sampler_new(const struct hr_sampler_params *p, uint32_t n_
         s->probs = sc->probs;
     } else {
         s->cands = malloc(n_vocab * sizeof(*s->cands));
-        s->probs = malloc(n_vocab * sizeof(*s->probs));
+        s->probs = malloc(PROBS_PER_ID * n_vocab * sizeof(*s->probs));
     }
     bool ok = s->cands && s->probs;
     if (penalized(p)) {
@@ -94,7 +97,7 @@ static enum hr_status sampler_new(const struct hr_sampler_params *p, uint32_t n_
      * until written. */
     if (!sc) {
         hr_mem_touch(s->cands, n_vocab * sizeof(*s->cands));
-        hr_mem_touch(s->probs, n_vocab * sizeof(*s->probs));
+        hr_mem_touch(s->probs, PROBS_PER_ID * n_vocab * sizeof(*s->probs));
     }
     if (s->counts)
         hr_mem_touch(s->counts, n_vocab * sizeof(*s->counts));
@@ -130,13 +133,13 @@ uint64_t hr_sampler_shared_bytes(const struct hr_sampler_params *p, uint32_t n_v
 uint64_t hr_sampler_bytes(const struct hr_sampler_params *p, uint32_t n_vocab)
 {
     return hr_sampler_shared_bytes(p, n_vocab) +
-           (uint64_t)n_vocab * (sizeof(struct cand) + sizeof(float));
+           (uint64_t)n_vocab * (sizeof(struct cand) + PROBS_PER_ID * sizeof(float));
 }
 
 uint64_t hr_sampler_scratch_bytes(uint32_t n_vocab)
 {
     return sizeof(struct hr_sampler_scratch) +
-           (uint64_t)n_vocab * (sizeof(struct cand) + sizeof(float));
+           (uint64_t)n_vocab * (sizeof(struct cand) + PROBS_PER_ID * sizeof(float));
 }
 
 enum hr_status hr_sampler_scratch_new(uint32_t n_vocab, struct hr_sampler_scratch **out,
@@ -145,13 +148,13 @@ enum hr_status hr_sampler_scratch_new(uint32_t n_vocab, struct hr_sampler_scratc
     *out = NULL;
     struct hr_sampler_scratch *sc = calloc(1, sizeof(*sc));
     if (!sc || !(sc->cands = malloc((size_t)n_vocab * sizeof(*sc->cands))) ||
-        !(sc->probs = malloc((size_t)n_vocab * sizeof(*sc->probs)))) {
+        !(sc->probs = malloc(PROBS_PER_ID * (size_t)n_vocab * sizeof(*sc->probs)))) {
         hr_sampler_scratch_free(sc);
         return hr_err_set(err, HR_ERR_NOMEM, "out of memory for the sampler scratch");
     }
     sc->n_vocab = n_vocab;
     hr_mem_touch(sc->cands, (size_t)n_vocab * sizeof(*sc->cands));
-    hr_mem_touch(sc->probs, (size_t)n_vocab * sizeof(*sc->probs));
+    hr_mem_touch(sc->probs, PROBS_PER_ID * (size_t)n_vocab * sizeof(*sc->probs));
     *out = sc;
     return HR_OK;
 }
@@ -344,46 +347,49 @@ static float min_finite(const float *l, uint32_t n, float mx)
 #define REACH_GATHER16(s, lv, n, k, i_, KEEP16)
 #endif
 
+/* Byte d of a logit's sort key: ascending keys are logits descending. */
+static inline uint32_t digit_of(float logit, int d)
+{
+    const float x = logit + 0.0f; /* -0 sorts with +0 */
+    uint32_t u;
+    memcpy(&u, &x, sizeof(u));
+    u = ~(u & 0x80000000u ? ~u : u | 0x80000000u);
+    return (u >> (8 * d)) & 255;
+}
+
 /* Sorts s->cands[0..k), gathered in id order, as cmp_cand_desc does. A
  * large nucleus (a broad distribution: thousands of ids) took most of a
  * draw in qsort; an LSD radix sort on the logit's order-preserving bits,
  * 8 bits a pass, is stable, so ties stay in id order as the comparison
- * puts them. Its buffer is s->probs, free until draw_cut, when k fits in
- * it (k <= n_vocab / 2); otherwise, and for small k, qsort. */
+ * puts them. Its buffer is s->probs (room for n_vocab candidates), free
+ * until draw_cut; qsort for small k. */
 static void sort_gathered(struct hr_sampler *s, uint32_t k)
 {
-    if (k < 256 || (uint64_t)k * sizeof(struct cand) > (uint64_t)s->n_vocab * sizeof(float)) {
+    if (k < 256) {
         qsort(s->cands, k, sizeof(*s->cands), cmp_cand_desc);
         return;
     }
     struct cand *a = s->cands, *b = (struct cand *)(void *)s->probs;
     uint32_t count[4][256] = {{0}};
-    for (uint32_t i = 0; i < k; i++) {
-        const float x = a[i].logit + 0.0f; /* -0 sorts with +0 */
-        uint32_t u;
-        memcpy(&u, &x, sizeof(u));
-        u = ~(u & 0x80000000u ? ~u : u | 0x80000000u); /* ascending = logits descending */
+    for (uint32_t i = 0; i < k; i++)
         for (int d = 0; d < 4; d++)
-            count[d][(u >> (8 * d)) & 255]++;
-    }
+            count[d][digit_of(a[i].logit, d)]++;
     for (int d = 0; d < 4; d++) {
+        if (count[d][digit_of(a[0].logit, d)] == k)
+            continue; /* one value of this digit for all (the sign and exponent, often) */
         uint32_t at = 0;
         for (int v = 0; v < 256; v++) {
             const uint32_t c = count[d][v];
             count[d][v] = at;
             at += c;
         }
-        for (uint32_t i = 0; i < k; i++) {
-            const float x = a[i].logit + 0.0f;
-            uint32_t u;
-            memcpy(&u, &x, sizeof(u));
-            u = ~(u & 0x80000000u ? ~u : u | 0x80000000u);
-            b[count[d][(u >> (8 * d)) & 255]++] = a[i];
-        }
+        for (uint32_t i = 0; i < k; i++)
+            b[count[d][digit_of(a[i].logit, d)]++] = a[i];
         struct cand *t = a;
         a = b, b = t;
     }
-    /* four passes: the sorted candidates are back in s->cands */
+    if (a != s->cands) /* an odd number of passes ran */
+        memcpy(s->cands, a, (size_t)k * sizeof(*a));
 }
 
 static uint32_t sort_reachable(struct hr_sampler *s, const float *lv, uint32_t n, float mx)
