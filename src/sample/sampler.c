@@ -635,16 +635,25 @@ static float max_logit(const float *l, uint32_t n)
     return mx;
 }
 
+/* The largest value into *mx; false when the extremes decide the draw
+ * (*id): nothing has weight (id 0), or some value is +inf (the first: the
+ * weights are 0 but these). */
+static bool finite_max(const float *l, uint32_t n, float *mx, int32_t *id)
+{
+    *mx = max_logit(l, n);
+    *id = 0;
+    if (*mx == INFINITY)
+        while (l[*id] != INFINITY)
+            (*id)++;
+    return *mx != -INFINITY && *mx != INFINITY;
+}
+
 static int32_t draw_all(struct hr_sampler *s, const float *l, uint32_t n)
 {
-    const float mx = max_logit(l, n);
-    if (mx == -INFINITY)
-        return 0; /* nothing has weight */
-    if (mx == INFINITY) { /* the weights are 0 but these: the first of them */
-        for (uint32_t i = 0; i < n; i++)
-            if (l[i] == INFINITY)
-                return (int32_t)i;
-    }
+    float mx;
+    int32_t id;
+    if (!finite_max(l, n, &mx, &id))
+        return id;
     float *w = s->probs;
     double total = 0.0;
     uint32_t i = 0;
@@ -736,14 +745,10 @@ int32_t hr_sampler_sample(struct hr_sampler *s, const float *logits)
     const bool cut_k = p->top_k > 0 && (uint32_t)p->top_k < V;
     if (!cut_k && p->top_p >= 1.0f && p->min_p <= 0.0f)
         return draw_all(s, lv, V); /* in place over s->probs: each weight replaces its value */
-    const float mx = max_logit(lv, V);
-    if (mx == -INFINITY)
-        return 0; /* nothing has weight */
-    if (mx == INFINITY) { /* the weights are 0 but these: the first of them */
-        for (uint32_t i = 0; i < V; i++)
-            if (lv[i] == INFINITY)
-                return (int32_t)i;
-    }
+    float mx;
+    int32_t id;
+    if (!finite_max(lv, V, &mx, &id))
+        return id;
     s->has_cut_sum = false;
     if (!cut_k)
         return draw_cut(s, sort_reachable(s, lv, V, mx), mx);
