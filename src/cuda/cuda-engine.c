@@ -257,8 +257,9 @@ struct hr_cuda_engine {
     /* cfg.kv_lazy: d_kv is reserved address space, groups [0, kv_mapped)
      * of kv_group blocks (kv_chunk bytes) mapped (see kv_vmm_init). */
     bool kv_vmm;
+    uint32_t kv_unit;  /* the fewest blocks whose bytes are whole granules */
     uint32_t kv_group, kv_n_groups, kv_mapped;
-    uint64_t kv_chunk;
+    uint64_t kv_chunk; /* a group's bytes (the last group's may be fewer) */
     CUmemGenericAllocationHandle *kv_handles;
 
     uint8_t *d_arena;
@@ -438,6 +439,42 @@ static uint64_t gcd64(uint64_t a, uint64_t b)
     return a;
 }
 
+/* Blocks a group holds, in units of the fewest blocks whose bytes are a
+ * multiple of the granule: at least HR_CUDA_KV_GROUP_BLOCKS (16) blocks.
+ * Mapping a group costs the driver calls, a memset and a stream sync,
+ * about 50 us whatever its size (H100: 49.5 us for 2 MiB, 56.7 us for
+ * 32 MiB), between steps, counted as scheduling. A large model's block is
+ * a whole granule, and one block a group mapped a new group every
+ * block_tokens tokens of every stream: 8B Q4_K, 32 streams through serve,
+ * the first burst's scheduling was 17-21 ms with groups of one block and
+ * 9-10 ms with 16 (--no-governor, two rounds each). Give-back frees whole
+ * trailing groups, so they stay small. HR_CUDA_KV_GROUP_BLOCKS=1 restores
+ * the fewest (an A/B switch). */
+static uint32_t kv_units_per_group(uint32_t unit)
+{
+    uint32_t want = HR_CUDA_KV_GROUP_BLOCKS;
+    const char *v = getenv("HR_CUDA_KV_GROUP_BLOCKS");
+    if (v && atoi(v) > 0)
+        want = (uint32_t)atoi(v);
+    return want > unit ? (want + unit - 1) / unit : 1;
+}
+
+/* Group g's first byte and its bytes: every group is kv_chunk bytes but the
+ * last, which maps only the units that hold the pool's blocks, so the
+ * mapped pool never exceeds its budget rounded up to a granule. */
+static uint64_t kv_group_at(const struct hr_cuda_engine *e, uint32_t g)
+{
+    return (uint64_t)g * e->kv_chunk;
+}
+
+static uint64_t kv_group_bytes(const struct hr_cuda_engine *e, uint32_t g)
+{
+    const uint32_t n = hr_kv_n_blocks(e->kv), first = g * e->kv_group;
+    const uint32_t blocks = n - first < e->kv_group ? n - first : e->kv_group;
+    const uint32_t units = (blocks + e->kv_unit - 1) / e->kv_unit;
+    return (uint64_t)units * e->kv_unit * hr_kv_block_bytes(e->kv);
+}
+
 /* Reserves the address space of a pool already made (its books), maps
  * nothing; every block is unusable until hr_cuda_engine_kv_ensure. */
 static enum hr_status kv_vmm_init(struct hr_cuda_engine *e, struct hr_err *err)
@@ -452,14 +489,15 @@ static enum hr_status kv_vmm_init(struct hr_cuda_engine *e, struct hr_err *err)
         gran = HR_CUDA_ALLOC_GRANULE;
     const uint64_t bb = hr_kv_block_bytes(e->kv);
     const uint32_t n = hr_kv_n_blocks(e->kv);
-    e->kv_group = (uint32_t)(gran / gcd64(gran, bb));
+    e->kv_unit = (uint32_t)(gran / gcd64(gran, bb));
+    e->kv_group = e->kv_unit * kv_units_per_group(e->kv_unit);
     e->kv_chunk = (uint64_t)e->kv_group * bb;
     e->kv_n_groups = (n + e->kv_group - 1) / e->kv_group;
     e->kv_handles = calloc(e->kv_n_groups, sizeof(*e->kv_handles));
     if (!e->kv_handles)
         return hr_err_set(err, HR_ERR_NOMEM, "out of memory");
     CUdeviceptr base = 0;
-    const uint64_t span = (uint64_t)e->kv_n_groups * e->kv_chunk;
+    const uint64_t span = kv_group_at(e, e->kv_n_groups - 1) + kv_group_bytes(e, e->kv_n_groups - 1);
     if (vmm.reserve(&base, span, gran, 0, 0) != CUDA_SUCCESS) {
         free(e->kv_handles);
         e->kv_handles = NULL;
@@ -479,10 +517,10 @@ static void kv_vmm_free(struct hr_cuda_engine *e)
     if (!e->kv_vmm)
         return;
     for (uint32_t g = 0; g < e->kv_mapped; g++) {
-        vmm.unmap((CUdeviceptr)(uintptr_t)(e->d_kv + (uint64_t)g * e->kv_chunk), e->kv_chunk);
+        vmm.unmap((CUdeviceptr)(uintptr_t)(e->d_kv + kv_group_at(e, g)), kv_group_bytes(e, g));
         vmm.release(e->kv_handles[g]);
     }
-    vmm.address_free((CUdeviceptr)(uintptr_t)e->d_kv, (uint64_t)e->kv_n_groups * e->kv_chunk);
+    vmm.address_free((CUdeviceptr)(uintptr_t)e->d_kv, e->mem.kv_reserved_bytes);
     free(e->kv_handles);
     e->d_kv = NULL;
     e->kv_vmm = false;
@@ -494,9 +532,10 @@ static bool kv_map_group(struct hr_cuda_engine *e)
 {
     const uint32_t g = e->kv_mapped;
     const CUmemAllocationProp prop = vmm_prop(e->cfg.device);
-    const CUdeviceptr at = (CUdeviceptr)(uintptr_t)(e->d_kv + (uint64_t)g * e->kv_chunk);
+    const CUdeviceptr at = (CUdeviceptr)(uintptr_t)(e->d_kv + kv_group_at(e, g));
+    const uint64_t bytes = kv_group_bytes(e, g);
     CUmemGenericAllocationHandle h = 0;
-    CUresult r = vmm.create(&h, e->kv_chunk, &prop, 0);
+    CUresult r = vmm.create(&h, bytes, &prop, 0);
     if (r != CUDA_SUCCESS) {
         if (r != CUDA_ERROR_OUT_OF_MEMORY)
             hr_log_warn("cuda", "cuMemCreate for a KV group failed (%d)", (int)r);
@@ -506,25 +545,25 @@ static bool kv_map_group(struct hr_cuda_engine *e)
     memset(&acc, 0, sizeof(acc));
     acc.location = prop.location;
     acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    if ((r = vmm.map(at, e->kv_chunk, 0, h, 0)) != CUDA_SUCCESS) {
+    if ((r = vmm.map(at, bytes, 0, h, 0)) != CUDA_SUCCESS) {
         vmm.release(h);
         hr_log_warn("cuda", "cuMemMap of a KV group failed (%d)", (int)r);
         return false;
     }
     /* Zeroed: a block's bytes never hold another process's data, or NaN
      * patterns, before they are first written. */
-    if ((r = vmm.set_access(at, e->kv_chunk, &acc, 1)) != CUDA_SUCCESS ||
-        cudaMemsetAsync((void *)(uintptr_t)at, 0, e->kv_chunk, e->stream) != cudaSuccess ||
+    if ((r = vmm.set_access(at, bytes, &acc, 1)) != CUDA_SUCCESS ||
+        cudaMemsetAsync((void *)(uintptr_t)at, 0, bytes, e->stream) != cudaSuccess ||
         cudaStreamSynchronize(e->stream) != cudaSuccess) {
         cudaGetLastError();
-        vmm.unmap(at, e->kv_chunk);
+        vmm.unmap(at, bytes);
         vmm.release(h);
         hr_log_warn("cuda", "making a KV group accessible failed (%d)", (int)r);
         return false;
     }
     e->kv_handles[g] = h;
     e->kv_mapped++;
-    e->mem.kv_bytes += e->kv_chunk;
+    e->mem.kv_bytes += bytes;
     const uint64_t usable = (uint64_t)e->kv_mapped * e->kv_group;
     hr_kv_pool_set_usable(e->kv, (uint32_t)(usable < hr_kv_n_blocks(e->kv)
                                                 ? usable
@@ -544,7 +583,7 @@ uint32_t hr_cuda_engine_kv_ensure(struct hr_cuda_engine *e, uint32_t n_free)
         }
         /* Only while another process would still find the low-water mark
          * free afterwards: the room it took is not ours to take back. */
-        if ((uint64_t)fr < e->kv_chunk + HR_CUDA_KV_LOW_WATER)
+        if ((uint64_t)fr < kv_group_bytes(e, e->kv_mapped) + HR_CUDA_KV_LOW_WATER)
             break;
         if (!kv_map_group(e))
             break;
@@ -579,12 +618,12 @@ uint64_t hr_cuda_engine_kv_give_back(struct hr_cuda_engine *e)
         if (hr_kv_n_used_from(e->kv, first))
             break; /* the last group holds KV in use: it stays */
         hr_kv_pool_set_usable(e->kv, first);
-        const CUdeviceptr at = (CUdeviceptr)(uintptr_t)(e->d_kv + (uint64_t)g * e->kv_chunk);
-        vmm.unmap(at, e->kv_chunk);
+        const uint64_t bytes = kv_group_bytes(e, g);
+        vmm.unmap((CUdeviceptr)(uintptr_t)(e->d_kv + kv_group_at(e, g)), bytes);
         vmm.release(e->kv_handles[g]);
         e->kv_mapped--;
-        e->mem.kv_bytes -= e->kv_chunk;
-        freed += e->kv_chunk;
+        e->mem.kv_bytes -= bytes;
+        freed += bytes;
     }
     return freed;
 }

@@ -118,6 +118,12 @@ struct hr_cuda_config {
  * groups back while less is free. */
 #define HR_CUDA_KV_LOW_WATER (64ull << 20)
 
+/* The fewest blocks a lazy pool maps at once (a group; more where one
+ * granule holds more blocks): mapping is a few driver calls and a sync
+ * between steps, so a group per block would cost a large model's serving
+ * a mapping every block_tokens tokens of every stream. */
+#define HR_CUDA_KV_GROUP_BLOCKS 16u
+
 /* The driver rounds each allocation up to this (2 MiB pages). */
 #define HR_CUDA_ALLOC_GRANULE (2ull << 20)
 
