@@ -231,9 +231,8 @@ static int cmp_cand_desc(const void *a, const void *b)
  */
 enum { REACH_NB = 128, REACH_TOP = 32, REACH_NAN = 255 };
 
-/* Bucket of value x (mx the largest, scale REACH_NB over the finite range),
- * and its mass e^(x - mx): REACH_NAN and 0 for NaN; -inf is the last bucket,
- * with no mass. */
+/* Bucket of value x (mx the largest, scale REACH_NB over the finite range):
+ * REACH_NAN for NaN; -inf is the last bucket. */
 static inline uint32_t reach_bucket(float x, float mx, float scale)
 {
     if (x != x)
@@ -261,12 +260,11 @@ static inline __m512 reach_mass16(__m512 x, __m512 vmx)
 }
 #endif
 
-/* Adds the mass of the values whose bucket is in [lo, hi) to their bucket
- * (mass4: four interleaved sums a bucket, so that the dependent double
- * adds of the few buckets most values fall in form four chains, not one);
- * returns the mass of every value (double sums of 8). */
+/* Adds the mass e^(x - mx) of the values whose bucket is in [lo, hi) to
+ * their bucket; returns the mass of every value (double sums of 8). NaN and
+ * -inf values have none. */
 static double reach_scatter(const float *lv, uint32_t n, float mx, float scale, uint32_t lo,
-                            uint32_t hi, double mass4[4][REACH_NB])
+                            uint32_t hi, double mass[REACH_NB])
 {
     double total = 0.0;
     uint32_t i = 0;
@@ -290,7 +288,7 @@ static double reach_scatter(const float *lv, uint32_t n, float mx, float scale, 
         _mm512_storeu_ps(ee, e);
         for (; m; m &= m - 1) {
             const uint32_t j = (uint32_t)__builtin_ctz(m);
-            mass4[j % 4][bb[j]] += ee[j];
+            mass[bb[j]] += ee[j];
         }
     }
     total = _mm512_reduce_add_pd(_mm512_add_pd(t0, t1));
@@ -300,7 +298,7 @@ static double reach_scatter(const float *lv, uint32_t n, float mx, float scale, 
         const float e = b == REACH_NAN || lv[i] == -INFINITY ? 0.0f : expf(lv[i] - mx);
         total += e;
         if (b >= lo && b < hi)
-            mass4[i % 4][b] += e;
+            mass[b] += e;
     }
     return total;
 }
@@ -396,28 +394,26 @@ static uint32_t sort_reachable(struct hr_sampler *s, const float *lv, uint32_t n
 {
     const struct hr_sampler_params *p = &s->p;
     uint32_t k = 0;
-    s->has_cut_sum = false;
     if (p->top_p < 1.0f) {
         /* The nucleus of a peaked distribution lies in the top buckets:
          * the first pass sums every mass (16 at a time, in double) but
          * adds per bucket only the values of the top REACH_TOP buckets,
          * few; the rest are bucketed only if the top ones hold less than
          * top_p (a flat distribution). */
-        double mass4[4][REACH_NB] = {{0}}, total, cum;
+        double mass[REACH_NB] = {0}, total, cum;
         const float mn = min_finite(lv, n, mx);
         const float scale = mx > mn ? (float)REACH_NB / (mx - mn) : 0.0f;
-        total = reach_scatter(lv, n, mx, scale, 0, REACH_TOP, mass4);
+        total = reach_scatter(lv, n, mx, scale, 0, REACH_TOP, mass);
         uint32_t last = 0;
         for (bool all = false;; all = true) {
             cum = 0.0;
             for (last = 0; last < REACH_NB; last++) {
-                cum += (mass4[0][last] + mass4[1][last]) + (mass4[2][last] + mass4[3][last]);
-                if (cum >= p->top_p * total)
+                if ((cum += mass[last]) >= p->top_p * total)
                     break;
             }
             if (last < REACH_TOP || all)
                 break;
-            reach_scatter(lv, n, mx, scale, REACH_TOP, REACH_NB, mass4);
+            reach_scatter(lv, n, mx, scale, REACH_TOP, REACH_NB, mass);
         }
         s->cut_sum = total;
         s->has_cut_sum = true;
