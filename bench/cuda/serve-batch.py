@@ -6,7 +6,9 @@ line per N: the streams' tokens / wall seconds from the first request to
 the last answer, and the ratio to N = 1; and from /metrics the engine
 thread's seconds in steps and in scheduling them (admission, chunk
 sizing, plans, the governor: schedule_pct is their cost against the
-steps'). Needs nothing but python3.
+steps'), then that time by phase in milliseconds (admit, fit, prepare,
+bracket, device, account: /metrics' schedule_phase counters). Needs
+nothing but python3.
 
     bench/cuda/serve-batch.py HEADROOM MODEL [STREAMS...]
 
@@ -52,8 +54,9 @@ def engine_seconds():
         if line.startswith("headroom_engine_s"):
             k, x = line.split()
             v[k] = float(x)
+    phases = {k.split('"')[1]: x for k, x in v.items() if "{phase=" in k}
     return (v.get("headroom_engine_step_seconds_total", 0.0),
-            v.get("headroom_engine_schedule_seconds_total", 0.0))
+            v.get("headroom_engine_schedule_seconds_total", 0.0), phases)
 
 
 try:
@@ -89,6 +92,9 @@ try:
               "step_s=%.3f schedule_s=%.4f schedule_pct=%.2f"
               % (n, sum(out), dt, tps, tps / base, step, sched,
                  100 * sched / step if step > 0 else 0), flush=True)
+        print("serve-batch streams=%d schedule_ms %s" % (n, " ".join(
+            "%s=%.2f" % (k, 1e3 * (x - m0[2].get(k, 0.0))) for k, x in m1[2].items())),
+            flush=True)
 finally:
     proc.send_signal(signal.SIGINT)
     try:

@@ -428,6 +428,13 @@ static void sample_device(struct hr_sched *s, uint64_t *free_bytes, uint64_t *to
         ;
 }
 
+const char *hr_sched_phase_name(enum hr_sched_phase p)
+{
+    static const char *const names[HR_SCHED_N_PHASES] = {"admit", "fit", "prepare", "bracket",
+                                                         "device", "account"};
+    return (unsigned)p < HR_SCHED_N_PHASES ? names[p] : "unknown";
+}
+
 /* Every release of s->mu publishes what changed under it. */
 static void sched_unlock(struct hr_sched *s)
 {
@@ -1173,6 +1180,12 @@ static void *engine_main(void *arg)
     struct hr_err err = {{0}};
     /* time in steps and in scheduling them, not yet in s->st */
     double t_step = 0.0, t_sched = 0.0, t0;
+    double t_phase[HR_SCHED_N_PHASES] = {0};
+#define SCHED_TIME(phase, seconds)                                                                 \
+    do {                                                                                          \
+        const double dt_ = (seconds);                                                             \
+        t_sched += dt_, t_phase[HR_SCHED_PHASE_##phase] += dt_;                                   \
+    } while (0)
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (!s->stop && !s->q_head && s->n_running == 0) {
@@ -1212,7 +1225,7 @@ static void *engine_main(void *arg)
         }
         t0 = hr_now_seconds();
         start_queued(s);
-        t_sched += hr_now_seconds() - t0;
+        SCHED_TIME(ADMIT, hr_now_seconds() - t0);
         const uint32_t n_new = s->n_started_now;
         s->n_started_now = 0;
         sched_unlock(s);
@@ -1258,7 +1271,7 @@ static void *engine_main(void *arg)
         struct request *lone = NULL;
         t0 = hr_now_seconds();
         uint32_t n_items = fit_step(s, &lone);
-        t_sched += hr_now_seconds() - t0;
+        SCHED_TIME(FIT, hr_now_seconds() - t0);
         if (lone) {
             done_why[n_done] = HR_SCHED_LENGTH;
             done_msg[n_done] = NULL;
@@ -1296,10 +1309,13 @@ static void *engine_main(void *arg)
                 cache_make_room(s, step_new_blocks(s, n_items));
                 sched_unlock(s);
             }
-            if (bracket)
+            double t1 = hr_now_seconds();
+            SCHED_TIME(PREPARE, t1 - t0);
+            if (bracket) {
                 hr_gov_step_begin(s->cfg.gov);
-            const double t1 = hr_now_seconds();
-            t_sched += t1 - t0;
+                t0 = t1, t1 = hr_now_seconds();
+                SCHED_TIME(BRACKET, t1 - t0);
+            }
             st = hr_backend_step(s->engine, &step, &err);
             while (st == HR_ERR_NOMEM) {
                 /* The pool cannot hold this step. Preempt the youngest; a
@@ -1374,7 +1390,7 @@ static void *engine_main(void *arg)
             t0 = hr_now_seconds();
             sample_device(s, &dfree, &dtotal);
             give_back(s, false);
-            t_sched += hr_now_seconds() - t0;
+            SCHED_TIME(DEVICE, hr_now_seconds() - t0);
         }
         if (device_wait != s->device_waiting) {
             s->device_waiting = device_wait;
@@ -1396,6 +1412,8 @@ static void *engine_main(void *arg)
         const uint32_t n_pre = s->n_preempted;
         s->n_preempted = 0;
         s->st.step_seconds += t_step, s->st.schedule_seconds += t_sched;
+        for (int p = 0; p < HR_SCHED_N_PHASES; p++)
+            s->st.phase_seconds[p] += t_phase[p], t_phase[p] = 0.0;
         t_step = t_sched = 0.0;
         sched_unlock(s);
         for (uint32_t i = 0; i < n_pre; i++) {
@@ -1410,10 +1428,13 @@ static void *engine_main(void *arg)
                 s->arena_committed = high;
             account_kv(s);
             hr_gov_set_account(s->cfg.gov, HR_GOV_STEP, s->arena_committed);
-            if (bracket)
-                hr_gov_step_end(s->cfg.gov, s->n_step_prefill, NULL);
             hr_gov_note_plan(s->cfg.gov, planned.arena_bytes, high);
-            t_sched += hr_now_seconds() - t0; /* published with the next step's */
+            SCHED_TIME(ACCOUNT, hr_now_seconds() - t0); /* published with the next step's */
+            if (bracket) {
+                t0 = hr_now_seconds();
+                hr_gov_step_end(s->cfg.gov, s->n_step_prefill, NULL);
+                SCHED_TIME(BRACKET, hr_now_seconds() - t0);
+            }
         }
 
         /* Results: progress for unfinished chunks, a sampled token otherwise. */

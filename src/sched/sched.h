@@ -196,6 +196,21 @@ struct hr_sched_params {
 
 struct hr_sched_params hr_sched_params_defaults(void);
 
+/* Where the engine thread's scheduling time goes (hr_sched_stats.phase_seconds;
+ * /metrics' headroom_engine_schedule_phase_seconds_total{phase=...}). */
+enum hr_sched_phase {
+    HR_SCHED_PHASE_ADMIT,   /* starting queued requests: admission, their first plans */
+    HR_SCHED_PHASE_FIT,     /* building the step: chunk sizing, the reclaim chain */
+    HR_SCHED_PHASE_PREPARE, /* the step's plan (with a governor), room in the prefix cache */
+    HR_SCHED_PHASE_BRACKET, /* the governor's memory samples around a prefill step */
+    HR_SCHED_PHASE_DEVICE,  /* a GPU's free memory after the step, KV given back */
+    HR_SCHED_PHASE_ACCOUNT, /* the governor's accounts after the step */
+    HR_SCHED_N_PHASES
+};
+
+/* The phase's name in /metrics and logs. */
+const char *hr_sched_phase_name(enum hr_sched_phase p);
+
 struct hr_sched_stats {
     uint64_t steps, prefill_chunks, tokens_prefilled, tokens_generated;
     /* The engine thread's time, since start: in engine steps, and in
@@ -203,6 +218,8 @@ struct hr_sched_stats {
      * sizing, the step's plan, the governor's accounts and samples, the
      * device's samples); their ratio is what the planner and governor cost. */
     double step_seconds, schedule_seconds;
+    /* schedule_seconds by phase (they add up to it): HR_SCHED_PHASE_* */
+    double phase_seconds[HR_SCHED_N_PHASES];
     uint64_t admitted, refused_too_long, refused_overloaded, preempted;
     uint64_t parked, parked_tokens; /* preemptions parked in host memory; their tokens */
     uint64_t aborted_for_memory; /* only a device out-of-memory error (a planning bug) counts */

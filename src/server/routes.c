@@ -1017,6 +1017,18 @@ static enum MHD_Result r_metrics(struct hr_exchange *ex)
             s.cache_blocks, (uint64_t)s.cache_blocks * s.kv_block_bytes, s.cache_evictable_blocks,
             s.cache_evicted_blocks, s.cache_snapshots, s.cache_snapshot_bytes,
             s.cache_restored_snapshots, s.kv_block_bytes, (uint64_t)s.kv_blocks_used * s.kv_block_bytes);
+    if (st == HR_OK)
+        st = hr_api_buf_printf(&b, "# HELP headroom_engine_schedule_phase_seconds_total "
+                                   "headroom_engine_schedule_seconds_total by phase: admit "
+                                   "(starting queued requests), fit (building the step), prepare "
+                                   "(its plan, cache room), bracket (the governor's samples around "
+                                   "prefill steps), device (a GPU's free memory, KV given back), "
+                                   "account (the governor's accounts).\n"
+                                   "# TYPE headroom_engine_schedule_phase_seconds_total counter\n");
+    for (int p = 0; st == HR_OK && p < HR_SCHED_N_PHASES; p++)
+        st = hr_api_buf_printf(&b, "headroom_engine_schedule_phase_seconds_total{phase=\"%s\"} "
+                                   "%.6f\n", hr_sched_phase_name((enum hr_sched_phase)p),
+                               s.phase_seconds[p]);
     if (st == HR_OK && srv->sched) {
         /* The device the engine runs on (engine/backend.h), and on a GPU its
          * memory as cudaMemGetInfo says now: every process's bytes. */

@@ -11,6 +11,7 @@
  */
 #include <arpa/inet.h>
 #include <jansson.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -283,7 +284,23 @@ static void test_concurrent_equals_sequential(void **state)
     /* the engine thread's time: in steps, and scheduling them (both ran) */
     assert_true(metric("headroom_engine_steps_total") > 0);
     assert_true(metric_f("headroom_engine_step_seconds_total") > 0.0);
-    assert_true(metric_f("headroom_engine_schedule_seconds_total") > 0.0);
+    const double sched = metric_f("headroom_engine_schedule_seconds_total");
+    assert_true(sched > 0.0);
+    /* ... and by phase, which add up to it (each printed to a microsecond) */
+    static const char *const phases[] = {"admit", "fit", "prepare", "bracket", "device",
+                                         "account"};
+    double sum = 0.0;
+    for (size_t i = 0; i < sizeof(phases) / sizeof(phases[0]); i++) {
+        char name[96];
+        snprintf(name, sizeof(name), "headroom_engine_schedule_phase_seconds_total{phase=\"%s\"}",
+                 phases[i]);
+        const double v = metric_f(name);
+        assert_true(v >= 0.0);
+        if (i < 2) /* every request was admitted, every step built */
+            assert_true(v > 0.0);
+        sum += v;
+    }
+    assert_true(fabs(sum - sched) < 1e-5);
 }
 
 /* The dashboard: its page answers without the key (401, the key form), its
