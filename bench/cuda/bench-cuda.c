@@ -18,6 +18,8 @@
  * and prints one machine-readable line per shape and type. decode_gbps is
  * weight bytes / decode time: against the H200's ~4.3 TB/s copy rate it
  * says how far the GEMV is from streaming the weights at full speed.
+ * HR_BENCH_QUICK=1 runs the decode rows alone (decode, tg128; the rest print
+ * 0): A/B rounds of an HR_CUDA_* switch in seconds.
  * A benchmark, not a test: it never gates a run.
  */
 #include <stdio.h>
@@ -78,6 +80,12 @@ static int cmp_f(const void *a, const void *b)
 {
     float x = *(const float *)a, y = *(const float *)b;
     return x < y ? -1 : x > y;
+}
+
+/* n tokens in ms milliseconds as tokens/s; 0 for a row not run */
+static double rate(double n, double ms)
+{
+    return ms > 0 ? n / (ms / 1000.0) : 0.0;
 }
 
 static float median(float *v, int n)
@@ -225,10 +233,15 @@ int main(int argc, char **argv)
         ok = step1(e, &seqs[0], &toks[r], 1, 1, &err);
         t_dec[r] = hr_cuda_engine_last_step_ms(e);
     }
-    for (int i = 1; ok && i < 32; i++) { /* 31 more sequences with 64 tokens of context */
+    /* HR_BENCH_QUICK=1: the decode rows alone (decode_ms, tg128), for A/B
+     * rounds of a switch; the other rows print 0. */
+    const bool quick = getenv("HR_BENCH_QUICK") && strcmp(getenv("HR_BENCH_QUICK"), "0");
+    for (int i = 1; ok && !quick && i < 32; i++) { /* 31 more sequences, 64 tokens of context */
         ok = step1(e, &seqs[i], toks, 64, 0, &err);
     }
-    for (int b = 0; ok && b < 2; b++) {
+    memset(t_b8, 0, sizeof(t_b8));
+    memset(t_b32, 0, sizeof(t_b32));
+    for (int b = 0; ok && !quick && b < 2; b++) {
         const uint32_t n = b ? 32 : 8;
         for (int r = 0; ok && r < 8; r++) {
             struct hr_step_seq its[32];
@@ -241,14 +254,14 @@ int main(int argc, char **argv)
         }
     }
     /* llama-bench's rows, wall clock: pp512, pp4096 (8 x 512), tg128. */
-    float w_pp512[5], w_pp4096[3];
-    for (int r = 0; ok && r < 5; r++) {
+    float w_pp512[5] = {0}, w_pp4096[3] = {0};
+    for (int r = 0; ok && !quick && r < 5; r++) {
         hr_kv_seq_clear(&seqs[0], pool);
         const double t0 = now_ms();
         ok = step1(e, &seqs[0], toks, 512, 1, &err);
         w_pp512[r] = (float)(now_ms() - t0);
     }
-    for (int r = 0; ok && r < 3; r++) {
+    for (int r = 0; ok && !quick && r < 3; r++) {
         hr_kv_seq_clear(&seqs[0], pool);
         const double t0 = now_ms();
         for (int c = 0; ok && c < 8; c++) {
@@ -259,8 +272,8 @@ int main(int argc, char **argv)
     /* tg128 and tg128 at depth (llama-bench -d 16384): 128 tokens one at a
      * time after no context, then after DEPTH tokens of it (steps of 512,
      * not timed) */
-    float w_tg[2][3];
-    for (int d = 0; ok && d < 2; d++)
+    float w_tg[2][3] = {{0}};
+    for (int d = 0; ok && d < (quick ? 1 : 2); d++)
         for (int r = 0; ok && r < 3; r++) {
             hr_kv_seq_clear(&seqs[0], pool);
             for (int c = 0; ok && c < (d ? DEPTH / 512 : 0); c++)
@@ -283,8 +296,7 @@ int main(int argc, char **argv)
            "pp512_tok_s=%.0f pp4096_tok_s=%.0f tg128_tok_s=%.1f tg128_d16384_tok_s=%.1f "
            "rounds=5/3/3/3 attn_split=%s\n", shape, tname,
            gm ? gm : "tc", gv ? gv : "fast", ga ? ga : "tiled", gg ? gg : "1", gp ? gp : "1",
-           512.0 / (pp512 / 1000.0), 4096.0 / (pp4096 / 1000.0), 128.0 / (tg128 / 1000.0),
-           128.0 / (median(w_tg[1], 3) / 1000.0),
+           rate(512, pp512), rate(4096, pp4096), rate(128, tg128), rate(128, median(w_tg[1], 3)),
            getenv("HR_CUDA_ATTN_SPLIT") ? getenv("HR_CUDA_ATTN_SPLIT") : "1");
     const float pre = median(t_pre, 5), dec = median(t_dec + 2, 30);
     const float b8 = median(t_b8, 8), b32 = median(t_b32, 8);
@@ -294,8 +306,7 @@ int main(int argc, char **argv)
            "batch32_ms=%.3f batch32_tok_s=%.0f context_mib=%.0f library_mib=%.1f arena_mib=%.1f "
            "graph_mib=%.1f\n",
            shape, tname, (double)mem->weights_bytes / 1048576.0, pre, 512.0 / (pre / 1000.0), dec,
-           1000.0 / dec, (double)wbytes / (dec / 1000.0) / 1e9, b8, 8000.0 / b8, b32,
-           32000.0 / b32, (double)mem->context_bytes / 1048576.0,
+           1000.0 / dec, (double)wbytes / (dec / 1000.0) / 1e9, b8, rate(8, b8), b32, rate(32, b32), (double)mem->context_bytes / 1048576.0,
            (double)mem->library_bytes / 1048576.0, (double)mem->arena_bytes / 1048576.0,
            (double)mem->graph_bytes / 1048576.0);
     hr_cuda_engine_free(e);

@@ -14,10 +14,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "base/log.h"
+#include "base/sys.h"
 
 /* ---- parsers ---- */
 
@@ -175,27 +179,59 @@ static int read_cgroup_value(const struct sys_probe *sp, const char *dir, const 
            hr_mem_parse_cgroup_value(text, bytes, is_max);
 }
 
+/*
+ * A sample slower than SLOW_SAMPLE_S is logged (at most every 10 s) with
+ * each file's share: the governor samples around prefill steps on the
+ * engine thread, so a slow sample is the engine's time, and which file was
+ * slow says where the thread waited. Seen on an H100 host (2026-12-07):
+ * once per server start, in the first burst of 32 streams, one read of
+ * statm took 22.7 ms; with --no-governor the same burst's steps took as
+ * much longer instead, so the thread is held up there whatever it runs
+ * (docs/architecture.md, "Batched decode").
+ */
+#define SLOW_SAMPLE_S 0.002
+enum { T_STATM, T_MEMINFO, T_CGROUP, T_CURRENT, T_MAX, T_N };
+
+static void note_slow(const double t[T_N + 1])
+{
+    static _Atomic double last_log = -1e9;
+    const double total = t[T_N] - t[0];
+    if (total < SLOW_SAMPLE_S || t[T_N] - atomic_load(&last_log) < 10.0)
+        return;
+    atomic_store(&last_log, t[T_N]);
+    hr_log_info("mem", "memory probe: a sample took %.2f ms (statm %.2f, meminfo %.2f, "
+                "/proc/self/cgroup %.2f, memory.current %.2f, memory.max %.2f ms)",
+                1e3 * total, 1e3 * (t[1] - t[0]), 1e3 * (t[2] - t[1]), 1e3 * (t[3] - t[2]),
+                1e3 * (t[4] - t[3]), 1e3 * (t[5] - t[4]));
+}
+
 static enum hr_status sys_sample(void *ctx, struct hr_mem_sample *out)
 {
     const struct sys_probe *sp = ctx;
     memset(out, 0, sizeof(*out));
+    double t[T_N + 1];
+    t[0] = hr_now_seconds();
     char text[8192];
     if (read_text(sp, "/proc/self/statm", text, sizeof(text)) &&
         hr_mem_parse_statm(text, sp->page_bytes, &out->rss_bytes))
         out->known |= HR_MEM_HAVE_RSS;
+    t[1] = hr_now_seconds();
     if (read_text(sp, "/proc/meminfo", text, sizeof(text)))
         out->known |= hr_mem_parse_meminfo(text, &out->mem_total_bytes, &out->mem_available_bytes);
+    t[2] = hr_now_seconds();
 
     char cg[1024];
     if (!read_text(sp, "/proc/self/cgroup", text, sizeof(text)) ||
         !hr_mem_parse_cgroup_path(text, cg, sizeof(cg)))
         return HR_OK;
+    t[3] = hr_now_seconds();
     uint64_t v;
     int is_max;
     if (read_cgroup_value(sp, cg, "memory.current", &v, &is_max) && !is_max) {
         out->cgroup_current_bytes = v;
         out->known |= HR_MEM_HAVE_CGROUP_CURRENT;
     }
+    t[4] = hr_now_seconds();
     /* The tightest memory.max from our cgroup up to the root: a parent's
      * limit binds the whole subtree. The root cgroup has no memory.max. */
     for (;;) {
@@ -211,6 +247,8 @@ static enum hr_status sys_sample(void *ctx, struct hr_mem_sample *out)
         else
             *slash = 0;
     }
+    t[5] = hr_now_seconds();
+    note_slow(t);
     return HR_OK;
 }
 
