@@ -261,7 +261,9 @@ static int run(const struct run_opts *o)
     int32_t *prompt = NULL;
     uint32_t n_prompt = 0;
     struct hr_model *model = NULL;
-    if (hr_model_open(o->model, &model, &err) != HR_OK) {
+    /* a GPU takes the weights: no host copy (hr_model_open_opts.device) */
+    const struct hr_model_open_opts mo = {.device = hr_device_tries_gpu(&o->device)};
+    if (hr_model_open_ex(o->model, &mo, &model, &err) != HR_OK) {
         fprintf(stderr, "headroom run: %s\n", err.msg);
         return 1;
     }

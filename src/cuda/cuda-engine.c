@@ -771,6 +771,10 @@ static enum hr_status upload_weights(struct hr_cuda_engine *e, struct hr_err *er
                                         cudaMemcpyHostToDevice);
             if (ce != cudaSuccess)
                 st = cuda_fail(e, err, ce, "uploading the weights");
+            /* a model opened for the device keeps no host copy: the tensor's
+             * file pages go as soon as it is up (loading holds one tensor) */
+            if (st == HR_OK)
+                hr_model_release_pages(e->m, w->data, weight_bytes(w));
         }
     }
     e->mem.weights_bytes = total;

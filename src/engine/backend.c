@@ -58,6 +58,13 @@ bool hr_backend_has_cuda(void)
 #endif
 }
 
+bool hr_device_tries_gpu(const struct hr_device *dev)
+{
+    if (dev->kind == HR_DEVICE_CUDA)
+        return true;
+    return dev->kind == HR_DEVICE_AUTO && hr_backend_has_cuda() && hr_cuda_backend_n_devices() > 0;
+}
+
 #ifndef HR_HAVE_CUDA
 enum hr_status hr_cuda_backend_init(const struct hr_model *model, int ordinal,
                                     const struct hr_backend_config *cfg, struct hr_backend *b,

@@ -72,6 +72,12 @@ enum hr_status hr_device_parse(const char *text, struct hr_device *out, struct h
 /* Whether this build contains the CUDA engine. */
 bool hr_backend_has_cuda(void);
 
+/* Whether hr_backend_init on `dev` tries a GPU first (cuda, cuda:N; auto
+ * with the CUDA engine built and a device present): the model is then
+ * best opened for the device (hr_model_open_opts.device), whose weights
+ * the host does not keep. */
+bool hr_device_tries_gpu(const struct hr_device *dev);
+
 /* What a backend is sizing for; both engines take the same numbers. */
 struct hr_backend_config {
     int n_threads;             /* CPU workers; 0: physical cores (CPU backend) */
@@ -195,6 +201,13 @@ static inline const struct hr_model *hr_backend_model(const struct hr_backend *b
 static inline const struct hr_backend_info *hr_backend_info(const struct hr_backend *b)
 {
     return &b->info;
+}
+/* The weights' bytes in host memory (the governor's `weights` account):
+ * none once a GPU holds a model opened for it (each tensor's file pages
+ * went as it was uploaded), else the model's weight_bytes. */
+static inline uint64_t hr_backend_host_weight_bytes(const struct hr_backend *b)
+{
+    return b->info.kind == HR_DEVICE_CUDA && b->model->for_device ? 0 : b->model->weight_bytes;
 }
 static inline struct hr_kv_pool *hr_backend_kv_pool(struct hr_backend *b)
 {

@@ -159,6 +159,7 @@ struct hr_model_priv {
     struct names names;
     void *packed; /* one anonymous mapping for every packed matrix */
     size_t packed_len;
+    int fd; /* for_device: the file, for posix_fadvise (hr_model_release_pages); else -1 */
 };
 
 static size_t matrices(struct hr_model *m, struct hr_weight **out)
@@ -552,11 +553,19 @@ static enum hr_status deltanet_describe(struct hr_model *m, struct hr_err *err)
 
 enum hr_status hr_model_open(const char *path, struct hr_model **out, struct hr_err *err)
 {
+    return hr_model_open_ex(path, NULL, out, err);
+}
+
+enum hr_status hr_model_open_ex(const char *path, const struct hr_model_open_opts *opts,
+                                struct hr_model **out, struct hr_err *err)
+{
     *out = NULL;
     struct hr_model_priv *priv = calloc(1, sizeof(*priv));
     if (!priv)
         return hr_err_set(err, HR_ERR_NOMEM, "out of memory");
+    priv->fd = -1;
     struct hr_model *m = &priv->pub;
+    m->for_device = opts && opts->device;
     enum hr_status st = hr_gguf_open(path, &m->gguf, err);
     if (st != HR_OK)
         goto fail;
@@ -762,14 +771,31 @@ enum hr_status hr_model_open(const char *path, struct hr_model **out, struct hr_
     for (uint64_t i = 0; i < hr_gguf_n_tensors(m->gguf); i++)
         m->weight_bytes += hr_gguf_tensor_at(m->gguf, i)->n_bytes;
     m->file_bytes = hr_gguf_file_size(m->gguf);
-    pack_weights(priv, path);
-    prefault_unpacked(m);
+    if (m->for_device) {
+        /* The same file again, for posix_fadvise only (as pack_weights'). */
+        priv->fd = open(path, O_RDONLY | O_CLOEXEC);
+    } else {
+        pack_weights(priv, path);
+        prefault_unpacked(m);
+    }
     *out = m;
     return HR_OK;
 fail:
     hr_err_prefix(err, "%s", path);
     hr_model_close(m);
     return st;
+}
+
+void hr_model_release_pages(const struct hr_model *m, const void *data, uint64_t bytes)
+{
+    if (!m || !m->for_device || !data || !bytes)
+        return;
+    const struct hr_model_priv *priv = (const struct hr_model_priv *)m;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t lo = ((uintptr_t)data + page - 1) & ~(page - 1);
+    const uintptr_t hi = ((uintptr_t)data + bytes) & ~(page - 1);
+    const struct pack_src src = {.base = (uintptr_t)hr_gguf_bytes(m->gguf), .fd = priv->fd};
+    drop_file_pages(&src, lo, hi);
 }
 
 void hr_model_close(struct hr_model *m)
@@ -780,6 +806,8 @@ void hr_model_close(struct hr_model *m)
     hr_gguf_close(m->gguf);
     if (priv->packed)
         munmap(priv->packed, priv->packed_len);
+    if (priv->fd >= 0)
+        close(priv->fd);
     free(m->layers);
     free(priv->names.s);
     free(priv);

@@ -54,7 +54,9 @@
  * thread, which the governor's ceiling can count on. Every tensor
  * left in the file's layout is then touched once, so that from the end of
  * hr_model_open what is resident for the weights is `weight_bytes`, each
- * weight once, on every path that opens a model.
+ * weight once, on every path that opens a model for the CPU. A model
+ * opened for a device (hr_model_open_ex) is neither packed nor touched:
+ * the device engine reads each tensor once and releases its pages.
  *
  * Lifetime: weights point into the mapping or the packed copy, valid until
  * hr_model_close. The model is immutable after open; any thread may read it.
@@ -245,10 +247,32 @@ struct hr_model {
                                      `weights` memory category) */
     uint64_t packed_bytes;        /* of which in packed copies */
     uint64_t file_bytes;
+    /* Opened for a device (hr_model_open_opts.device): nothing packed or
+     * prefaulted; a device engine reads each tensor once to upload it and
+     * then releases its file pages (hr_model_release_pages), so the host
+     * keeps no copy of the weights. A CPU engine still runs such a model,
+     * on the file's layout. */
+    bool for_device;
+};
+
+struct hr_model_open_opts {
+    /* The weights go to a device engine: no packed copy for this CPU's
+     * kernels and no prefault (docs/memory.md, "Device memory"). */
+    bool device;
 };
 
 enum hr_status hr_model_open(const char *path, struct hr_model **out, struct hr_err *err);
+/* hr_model_open with options (NULL: its defaults). */
+enum hr_status hr_model_open_ex(const char *path, const struct hr_model_open_opts *opts,
+                                struct hr_model **out, struct hr_err *err);
 void hr_model_close(struct hr_model *m);
+
+/* For a model opened for a device: drops the file's pages wholly inside
+ * [data, data + bytes) (a tensor the device now holds) from this process
+ * and from the page cache. Reading them again would fault them back from
+ * the file. Nothing for a model opened for the CPU, whose engine reads
+ * them. */
+void hr_model_release_pages(const struct hr_model *m, const void *data, uint64_t bytes);
 
 /* The matrices a forward pass multiplies by, each once and in the order it
  * reads them: every layer's wq, wk, wv, wo (or a DeltaNet's qkv, z, beta,

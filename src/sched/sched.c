@@ -1748,7 +1748,7 @@ enum hr_status hr_sched_init(const struct hr_sched_config *cfg, struct hr_sched 
     if (s->cfg.gov) {
         warm_up(s);
         malloc_trim(0);
-        hr_gov_set_account(s->cfg.gov, HR_GOV_WEIGHTS, cfg->model->weight_bytes);
+        hr_gov_set_account(s->cfg.gov, HR_GOV_WEIGHTS, hr_backend_host_weight_bytes(s->engine));
         hr_gov_set_account(s->cfg.gov, HR_GOV_REQUESTS, s->smp_scratch_bytes);
         hr_gov_sample(s->cfg.gov, NULL);
         hr_mem_counter_set(&hr_gov_counters(s->cfg.gov)->kv_blocks_total, s->st.kv_blocks_total);
@@ -1833,7 +1833,7 @@ static bool fits_alone(const struct hr_sched *s, uint32_t n_prompt, uint32_t max
             .n_prompt = n_prompt,
             .n_ctx = s->cfg.n_ctx,
             .chunk_min = 1, /* alone, the prefill may end with a 1-token chunk (fit_step) */
-            .weights_bytes = hr_backend_model(s->engine)->weight_bytes,
+            .weights_bytes = hr_backend_host_weight_bytes(s->engine),
             /* plus the recurrent state slot it will hold while it runs
              * (hybrid models; 0 otherwise): fixed, whatever the length */
             .request_bytes = request_bytes(s, sampling, n_prompt, max_tokens) +

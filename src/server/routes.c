@@ -1261,7 +1261,12 @@ enum hr_status hr_server_load(struct hr_server *srv, struct hr_err *err)
     const struct hr_server_config *cfg = &srv->cfg;
     enum hr_status st;
     const double t0 = hr_now_seconds();
-    if ((st = hr_model_open(cfg->model_path, &srv->model, err)) != HR_OK ||
+    /* A GPU takes the weights: the host keeps no copy of them (a bad
+     * --device is reported where the engine starts). */
+    struct hr_device dev;
+    const struct hr_model_open_opts mo = {
+        .device = hr_device_parse(cfg->device, &dev, NULL) == HR_OK && hr_device_tries_gpu(&dev)};
+    if ((st = hr_model_open_ex(cfg->model_path, &mo, &srv->model, err)) != HR_OK ||
         (st = hr_tokenizer_init_from_gguf(srv->model->gguf, &srv->tok, err)) != HR_OK ||
         (st = hr_chat_template_init_from_gguf(srv->model->gguf, NULL, &srv->tmpl, err)) != HR_OK) {
         hr_err_prefix(err, "%s", cfg->model_path);
@@ -1269,12 +1274,18 @@ enum hr_status hr_server_load(struct hr_server *srv, struct hr_err *err)
     }
     /* The process's peak so far is loading's: what a ceiling must hold
      * before the first request (docs/memory.md, "Loading under the ceiling"). */
-    hr_log_info("server",
-                "weights %.1f MiB, of which %.1f MiB packed for the %s kernels; loaded in %.2f s, "
-                "peak RSS %.1f MiB",
-                (double)srv->model->weight_bytes / (1 << 20),
-                (double)srv->model->packed_bytes / (1 << 20), hr_kernels_isa(),
-                hr_now_seconds() - t0, (double)hr_peak_rss_bytes() / (1 << 20));
+    if (mo.device)
+        hr_log_info("server", "weights %.1f MiB, opened for the GPU (not packed for the CPU; "
+                    "each tensor's pages released once uploaded); opened in %.2f s, peak RSS "
+                    "%.1f MiB", (double)srv->model->weight_bytes / (1 << 20),
+                    hr_now_seconds() - t0, (double)hr_peak_rss_bytes() / (1 << 20));
+    else
+        hr_log_info("server",
+                    "weights %.1f MiB, of which %.1f MiB packed for the %s kernels; loaded in "
+                    "%.2f s, peak RSS %.1f MiB",
+                    (double)srv->model->weight_bytes / (1 << 20),
+                    (double)srv->model->packed_bytes / (1 << 20), hr_kernels_isa(),
+                    hr_now_seconds() - t0, (double)hr_peak_rss_bytes() / (1 << 20));
     struct hr_gguf_str src;
     char *tsrc = NULL;
     if (hr_gguf_get_str(srv->model->gguf, "tokenizer.chat_template", &src, NULL) == HR_OK)

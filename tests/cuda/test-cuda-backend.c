@@ -17,6 +17,11 @@
  *    to pinned host memory, its blocks overwritten by another sequence,
  *    restored: the next token's logits equal those of a sequence never
  *    parked, bit for bit;
+ *  - a model opened for the device (every model; hr_model_open_opts.device):
+ *    the same greedy tokens on cuda:0 as the model opened for the CPU, no
+ *    host weights left to account (hr_backend_host_weight_bytes 0), and its
+ *    file mapping's resident bytes (smaps Rss) down to the metadata plus
+ *    each tensor's edge pages and fault-around (64 KiB) once uploaded;
  *  - the dynamic ceiling (the first qwen3 F32 model): the KV pool maps its
  *    memory as blocks are needed; an allocation that takes the device down
  *    to 16 MiB free stops its growth (the step needing a block is refused,
@@ -25,6 +30,7 @@
  *
  *   test-cuda-backend MODEL.gguf...
  */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,6 +113,82 @@ static void test_tokens(const char *path, const struct hr_model *m)
         printf("  info  %s: greedy %u/%u tokens identical before the first difference, %s vs "
                "%s\n",
                base, same, N_GEN, n1, n2);
+}
+
+/* Resident bytes of the mapping holding p (/proc/self/smaps' Rss), or -1. */
+static long long mapping_rss(const void *p)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f) return -1;
+    char line[512];
+    bool in = false;
+    long long rss = -1;
+    while (fgets(line, sizeof(line), f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+            in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+            continue;
+        }
+        long long kb;
+        if (in && sscanf(line, "Rss: %lld kB", &kb) == 1) {
+            rss = kb * 1024;
+            break;
+        }
+    }
+    fclose(f);
+    return rss;
+}
+
+static void test_device_open(const char *path, const struct hr_model *m)
+{
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    struct hr_model *md = NULL;
+    struct hr_err err = {{0}};
+    const struct hr_model_open_opts o = {.device = true};
+    if (hr_model_open_ex(path, &o, &md, &err) != HR_OK) {
+        printf("  FAIL  %s opened for the device: %s\n", base, err.msg);
+        ct_failed++;
+        return;
+    }
+    int32_t a[N_GEN], d[N_GEN];
+    char n1[16], n2[16];
+    const struct hr_device dg = {.kind = HR_DEVICE_CUDA};
+    const long long rss0 = mapping_rss(hr_gguf_bytes(md->gguf));
+    if (greedy(m, &dg, a, n1, sizeof(n1)) == 0 && greedy(md, &dg, d, n2, sizeof(n2)) == 0) {
+        CT_CHECK(!memcmp(a, d, sizeof(a)), "%s: opened for the device, the same %u greedy "
+                 "tokens on %s", base, N_GEN, n2);
+        /* what the upload left mapped: the metadata, each tensor's edge
+         * pages, and fault-around's 64 KiB windows into released neighbours */
+        const long long rss = mapping_rss(hr_gguf_bytes(md->gguf));
+        const uint64_t bound = hr_gguf_data_offset(md->gguf) +
+                               hr_gguf_n_tensors(md->gguf) * ((64u << 10) + 8192u);
+        if (md->weight_bytes > 2 * bound)
+            CT_CHECK(rss >= 0 && (uint64_t)rss <= bound,
+                     "%s: opened for the device, %.2f MiB of its file mapped after the upload "
+                     "(%.2f before; weights %.2f MiB; bound %.2f)", base, rss / 1048576.0,
+                     rss0 / 1048576.0, md->weight_bytes / 1048576.0, bound / 1048576.0);
+        else
+            printf("  info  %s: weights %.2f MiB, too few against the bound %.2f MiB to tell "
+                   "(mapped after the upload: %.2f MiB)\n", base, md->weight_bytes / 1048576.0,
+                   bound / 1048576.0, rss / 1048576.0);
+    }
+    /* the governor's account of host weights */
+    const struct hr_backend_config cfg = {.kv_type = HR_GGML_F32, .kv_budget_bytes = 4u << 20,
+                                          .max_step_tokens = 64, .max_step_logits = 1,
+                                          .max_step_seqs = 1, .max_seq_tokens = 256};
+    struct hr_backend *b = NULL, *bc = NULL;
+    if (hr_backend_init(md, &dg, &cfg, &b, &err) == HR_OK &&
+        hr_backend_init(m, &dg, &cfg, &bc, &err) == HR_OK)
+        CT_CHECK(hr_backend_host_weight_bytes(b) == 0 &&
+                     hr_backend_host_weight_bytes(bc) == m->weight_bytes,
+                 "%s: host weights accounted: %llu bytes opened for the device, %llu for the "
+                 "CPU", base, (unsigned long long)hr_backend_host_weight_bytes(b),
+                 (unsigned long long)(bc ? hr_backend_host_weight_bytes(bc) : 0));
+    else
+        printf("  FAIL  backend init: %s\n", err.msg), ct_failed++;
+    hr_backend_free(b);
+    hr_backend_free(bc);
+    hr_model_close(md);
 }
 
 static void run_tokens(struct hr_backend *b, struct hr_kv_seq *seq, const int32_t *t, uint32_t n,
@@ -434,6 +516,7 @@ int main(int argc, char **argv)
         }
         test_tokens(argv[i], m);
         test_park(argv[i], m);
+        test_device_open(argv[i], m);
         if (!seeded && strstr(argv[i], "qwen3-f32")) {
             test_squeeze(argv[i], m);
             test_seed(m);

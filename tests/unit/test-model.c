@@ -13,10 +13,16 @@
  *    largest tensor (here a 17 MiB tied embedding, which packed whole would
  *    hold its file pages and its copy together).
  *
- * Packing happens on AVX-512 only; elsewhere both tests say they skip.
+ *  - a model opened for a device (hr_model_open_opts.device) packs and
+ *    prefaults nothing, and hr_model_release_pages takes a tensor's pages
+ *    out of the process (mincore: none of its interior resident after),
+ *    while a CPU-opened model's release does nothing.
+ *
+ * Packing happens on AVX-512 only; elsewhere the first two tests skip.
  * tests/cli/load-peak.sh checks the same end to end with the release binary:
  * `run` and `serve` under the smallest ceiling the governor names.
  */
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -24,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -183,11 +190,87 @@ static void test_load_transient_is_slices(void **state)
     assert_true(hwm - rss <= bound);
 }
 
+/* Pages of [p, p + n)'s page-aligned interior resident now, and their count. */
+static size_t resident_pages(const void *p, size_t n, size_t *total)
+{
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t lo = ((uintptr_t)p + page - 1) & ~(page - 1);
+    const uintptr_t hi = ((uintptr_t)p + n) & ~(page - 1);
+    *total = hi > lo ? (hi - lo) / page : 0;
+    if (!*total)
+        return 0;
+    unsigned char *v = malloc(*total);
+    assert_non_null(v);
+    assert_int_equal(mincore((void *)lo, hi - lo, v), 0);
+    size_t r = 0;
+    for (size_t i = 0; i < *total; i++)
+        r += v[i] & 1;
+    free(v);
+    return r;
+}
+
+static void touch(const void *p, size_t n)
+{
+    volatile unsigned char sink = 0;
+    for (size_t o = 0; o < n; o += 4096)
+        sink ^= ((const volatile unsigned char *)p)[o];
+    (void)sink;
+}
+
+static void test_open_for_device(void **state)
+{
+    (void)state;
+    char path[64];
+    snprintf(path, sizeof(path), "/tmp/hr-test-model-%d-dev.gguf", (int)getpid());
+    gen(path, "qwen3", HR_GGML_Q8_0, 512, 32768, 0); /* a 17 MiB tied embedding */
+    /* written back first: the page cache can drop clean pages only */
+    const int fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(fsync(fd), 0);
+    close(fd);
+    struct hr_model *m = NULL, *c = NULL;
+    struct hr_err err = {0};
+    const struct hr_model_open_opts dev = {.device = true};
+    assert_int_equal(hr_model_open_ex(path, &dev, &m, &err), HR_OK);
+    assert_true(m->for_device);
+    assert_int_equal(m->packed_bytes, 0);
+    assert_null(m->tok_embd.packed);
+    uint64_t file_tensors = 0;
+    for (uint64_t i = 0; i < hr_gguf_n_tensors(m->gguf); i++)
+        file_tensors += hr_gguf_tensor_at(m->gguf, i)->n_bytes;
+    assert_int_equal(m->weight_bytes, file_tensors); /* every tensor as the file holds it */
+    const struct hr_weight *w = &m->tok_embd;
+    size_t n = 0;
+    touch(w->data, w->mat_bytes); /* as an upload reads it */
+    assert_true(resident_pages(w->data, w->mat_bytes, &n) == n);
+    assert_true(n > 1000);
+    hr_model_release_pages(m, w->data, w->mat_bytes);
+    const size_t left = resident_pages(w->data, w->mat_bytes, &n);
+    print_message("device-opened: %zu of %zu pages of the embedding resident after release\n",
+                  left, n);
+    assert_int_equal(left, 0);
+    /* a CPU-opened model (opened now: its prefault would keep the pages
+     * above in the page cache): the same bytes, and release does nothing,
+     * its engine reading the pages */
+    assert_int_equal(hr_model_open(path, &c, &err), HR_OK);
+    unlink(path); /* the mappings keep the file */
+    assert_false(c->for_device);
+    assert_memory_equal(w->data, c->tok_embd.data, 4096); /* faulted back from the file */
+    const struct hr_weight *cw = &c->layers[0].w_down;
+    touch(cw->data, cw->mat_bytes);
+    const size_t before = resident_pages(cw->data, cw->mat_bytes, &n);
+    hr_model_release_pages(c, cw->data, cw->mat_bytes);
+    assert_int_equal(resident_pages(cw->data, cw->mat_bytes, &n), before);
+    hr_model_close(m);
+    hr_model_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_slices_pack_exactly),
         cmocka_unit_test(test_load_transient_is_slices),
+        cmocka_unit_test(test_open_for_device),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
