@@ -7,8 +7,8 @@ the last answer, and the ratio to N = 1; and from /metrics the engine
 thread's seconds in steps and in scheduling them (admission, chunk
 sizing, plans, the governor: schedule_pct is their cost against the
 steps'), then that time by phase in milliseconds (admit, fit, prepare,
-bracket, device, account: /metrics' schedule_phase counters). Needs
-nothing but python3.
+bracket, device, account: /metrics' schedule_phase counters); last, the
+server's host memory (VmRSS, VmHWM). Needs nothing but python3.
 
     bench/cuda/serve-batch.py HEADROOM MODEL [STREAMS...]
 
@@ -95,6 +95,13 @@ try:
         print("serve-batch streams=%d schedule_ms %s" % (n, " ".join(
             "%s=%.2f" % (k, 1e3 * (x - m0[2].get(k, 0.0))) for k, x in m1[2].items())),
             flush=True)
+    st = {}
+    with open("/proc/%d/status" % proc.pid) as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            st[k] = v.strip()
+    print("serve-batch host_memory VmRSS=%s VmHWM=%s" % (st.get("VmRSS"), st.get("VmHWM")),
+          flush=True)
 finally:
     proc.send_signal(signal.SIGINT)
     try:
