@@ -1982,18 +1982,20 @@ static enum hr_status dense_ffn(struct hr_cuda_engine *e, const struct fwd *f,
     return HR_OK;
 }
 
-/* HR_CUDA_MOE_ROWS=1: a MoE layer's experts in a GEMV step as one launch
- * on expert rows (hr_cuda_gemv_out.rx) instead of a launch per expert
- * after the groups come back to the host: no wait mid-step, so MoE decode
- * steps run as a CUDA graph too. Each row is computed as before (a GEMV
- * row's sum depends on k only), so the results are the same. Off until it
- * has run on a GPU. */
+/* A MoE layer's experts in a GEMV step as one launch on expert rows
+ * (hr_cuda_gemv_out.rx) instead of a launch per expert after the groups
+ * come back to the host: no wait mid-step, so MoE decode steps run as a
+ * CUDA graph too. Each row is computed as before (a GEMV row's sum depends
+ * on k only), so the results are the same. The default since 2026-12-07
+ * (H100, the Qwen3-30B-A3B shape cut to 8 layers, Q8_0, through serve, one
+ * round: 1 stream 571.3 -> 912.7 tok/s, 8 streams 1,983.6 -> 2,698.7);
+ * HR_CUDA_MOE_ROWS=0 keeps the grouped launches and the wait. */
 static bool moe_rows_on(const struct hr_cuda_engine *e, uint32_t T)
 {
     static int v = -1;
     if (v < 0) {
         const char *s = getenv("HR_CUDA_MOE_ROWS");
-        v = s && !strcmp(s, "1");
+        v = !(s && !strcmp(s, "0"));
     }
     return v && T <= e->dims.gemv_max_tokens;
 }

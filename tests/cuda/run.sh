@@ -106,11 +106,11 @@ HR_CUDA_GEMM=int "$build/tests/cuda/test-cuda-engine" "$models/qwen3-q8_0.gguf" 
 echo "test-cuda-engine, HR_CUDA_INT_ROWS=64 HR_CUDA_ATTN_NSPLIT=32:"
 HR_CUDA_INT_ROWS=64 HR_CUDA_ATTN_NSPLIT=32 "$build/tests/cuda/test-cuda-engine" \
   "$models/qwen3-q4_k.gguf" "$models/qwen3-q8_0.gguf" "$models/llama-q4_k_m.gguf" || rc=1
-# MoE decode on expert rows (one launch for a layer's experts, no wait
-# mid-step, so in a CUDA graph; HR_CUDA_MOE_ROWS=1, off by default until
-# this has passed on a GPU).
-echo "test-cuda-engine, HR_CUDA_MOE_ROWS=1 (MoE decode on expert rows):"
-HR_CUDA_MOE_ROWS=1 "$build/tests/cuda/test-cuda-engine" "$models/qwen3moe-q4_k.gguf" \
+# MoE decode grouped by expert (a launch per expert with rows, after a wait
+# for the groups mid-step, so no CUDA graph; HR_CUDA_MOE_ROWS=0). The
+# default since 2026-12-07 is expert rows: one launch for a layer's experts.
+echo "test-cuda-engine, HR_CUDA_MOE_ROWS=0 (MoE decode grouped by expert):"
+HR_CUDA_MOE_ROWS=0 "$build/tests/cuda/test-cuda-engine" "$models/qwen3moe-q4_k.gguf" \
   "$models/qwen3moe-f32.gguf" "$models/qwen2moe-q8_0.gguf" "$models/mixtral-f16.gguf" \
   "$models/gptoss-mxfp4.gguf" "$models/qwen35moe-q8_0.gguf" || rc=1
 "$build/tests/cuda/test-cuda-backend" "${files[@]}" || rc=1
