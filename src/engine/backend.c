@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "engine/state-pool.h"
 #include "kernels/matmul.h"
 
@@ -255,18 +256,32 @@ static enum hr_status cpu_init(const struct hr_model *model, const struct hr_bac
 
 /* ---- choosing ------------------------------------------------------------- */
 
+/* The CPU backend on `model`. A model opened for a device gets the CPU's
+ * layout first (auto's fallback when the GPU cannot take it): no engine has
+ * read it yet, so this is still its opening; the const is the engines'
+ * promise not to change it once they run. */
+static enum hr_status cpu_take(const struct hr_model *model, const struct hr_backend_config *cfg,
+                               struct hr_backend **out, struct hr_err *err)
+{
+    if (model->for_device) {
+        hr_log_info("backend", "the model was opened for a GPU; packing it for the CPU");
+        hr_model_open_for_cpu((struct hr_model *)model);
+    }
+    return cpu_init(model, cfg, out, err);
+}
+
 enum hr_status hr_backend_init(const struct hr_model *model, const struct hr_device *dev,
                                const struct hr_backend_config *cfg, struct hr_backend **out,
                                struct hr_err *err)
 {
     *out = NULL;
-    if (dev->kind == HR_DEVICE_CPU) return cpu_init(model, cfg, out, err);
+    if (dev->kind == HR_DEVICE_CPU) return cpu_take(model, cfg, out, err);
 
     char why[256] = "";
     if (dev->kind == HR_DEVICE_AUTO && !hr_backend_has_cuda())
-        return cpu_init(model, cfg, out, err);
+        return cpu_take(model, cfg, out, err);
     if (dev->kind == HR_DEVICE_AUTO && hr_cuda_backend_n_devices() == 0) {
-        enum hr_status st = cpu_init(model, cfg, out, err);
+        enum hr_status st = cpu_take(model, cfg, out, err);
         if (st == HR_OK)
             snprintf((*out)->info.fallback, sizeof((*out)->info.fallback),
                      "no CUDA device is present");
@@ -291,7 +306,7 @@ enum hr_status hr_backend_init(const struct hr_model *model, const struct hr_dev
     /* auto: the GPU cannot take this model (its architecture, a weight or
      * KV type, or it does not fit); the CPU can, and the reason is kept. */
     snprintf(why, sizeof(why), "cuda:0: %.240s", cerr.msg);
-    st = cpu_init(model, cfg, out, err);
+    st = cpu_take(model, cfg, out, err);
     if (st == HR_OK) snprintf((*out)->info.fallback, sizeof((*out)->info.fallback), "%s", why);
     return st;
 }

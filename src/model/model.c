@@ -160,6 +160,7 @@ struct hr_model_priv {
     void *packed; /* one anonymous mapping for every packed matrix */
     size_t packed_len;
     int fd; /* for_device: the file, for posix_fadvise (hr_model_release_pages); else -1 */
+    char *path; /* for_device: the file's path, should the CPU take the model after all */
 };
 
 static size_t matrices(struct hr_model *m, struct hr_weight **out)
@@ -774,6 +775,10 @@ enum hr_status hr_model_open_ex(const char *path, const struct hr_model_open_opt
     if (m->for_device) {
         /* The same file again, for posix_fadvise only (as pack_weights'). */
         priv->fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (!(priv->path = strdup(path))) {
+            st = hr_err_set(err, HR_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
     } else {
         pack_weights(priv, path);
         prefault_unpacked(m);
@@ -798,6 +803,19 @@ void hr_model_release_pages(const struct hr_model *m, const void *data, uint64_t
     drop_file_pages(&src, lo, hi);
 }
 
+void hr_model_open_for_cpu(struct hr_model *m)
+{
+    if (!m || !m->for_device)
+        return;
+    struct hr_model_priv *priv = (struct hr_model_priv *)m;
+    m->for_device = false;
+    pack_weights(priv, priv->path);
+    prefault_unpacked(m);
+    if (priv->fd >= 0)
+        close(priv->fd);
+    priv->fd = -1;
+}
+
 void hr_model_close(struct hr_model *m)
 {
     if (!m)
@@ -808,6 +826,7 @@ void hr_model_close(struct hr_model *m)
         munmap(priv->packed, priv->packed_len);
     if (priv->fd >= 0)
         close(priv->fd);
+    free(priv->path);
     free(m->layers);
     free(priv->names.s);
     free(priv);

@@ -250,8 +250,8 @@ struct hr_model {
     /* Opened for a device (hr_model_open_opts.device): nothing packed or
      * prefaulted; a device engine reads each tensor once to upload it and
      * then releases its file pages (hr_model_release_pages), so the host
-     * keeps no copy of the weights. A CPU engine still runs such a model,
-     * on the file's layout. */
+     * keeps no copy of the weights. Should the CPU take it instead, the
+     * CPU backend packs it first (hr_model_open_for_cpu). */
     bool for_device;
 };
 
@@ -273,6 +273,12 @@ void hr_model_close(struct hr_model *m);
  * the file. Nothing for a model opened for the CPU, whose engine reads
  * them. */
 void hr_model_release_pages(const struct hr_model *m, const void *data, uint64_t bytes);
+
+/* A model opened for a device that the CPU runs after all (the device
+ * could not take it): packs and prefaults it as hr_model_open would have,
+ * and clears for_device. Before any engine reads it; nothing for a model
+ * opened for the CPU. */
+void hr_model_open_for_cpu(struct hr_model *m);
 
 /* The matrices a forward pass multiplies by, each once and in the order it
  * reads them: every layer's wq, wk, wv, wo (or a DeltaNet's qkv, z, beta,

@@ -21,7 +21,9 @@
  *    the same greedy tokens on cuda:0 as the model opened for the CPU, no
  *    host weights left to account (hr_backend_host_weight_bytes 0), and its
  *    file mapping's resident bytes (smaps Rss) down to the metadata plus
- *    each tensor's edge pages and fault-around (64 KiB) once uploaded;
+ *    each tensor's edge pages and fault-around (64 KiB) once uploaded; and
+ *    when auto's GPU refuses it (a q8_0 KV cache), the CPU takes it packed
+ *    as if it had been opened for the CPU;
  *  - the dynamic ceiling (the first qwen3 F32 model): the KV pool maps its
  *    memory as blocks are needed; an allocation that takes the device down
  *    to 16 MiB free stops its growth (the step needing a block is refused,
@@ -188,6 +190,25 @@ static void test_device_open(const char *path, const struct hr_model *m)
         printf("  FAIL  backend init: %s\n", err.msg), ct_failed++;
     hr_backend_free(b);
     hr_backend_free(bc);
+    hr_model_close(md);
+    /* auto, and the GPU refuses (the CUDA engine has no q8_0 KV cache): the
+     * CPU runs the model in its own layout, packed as at a CPU open */
+    md = NULL, b = NULL;
+    struct hr_backend_config c8 = cfg;
+    c8.kv_type = HR_GGML_Q8_0;
+    const struct hr_device da = {.kind = HR_DEVICE_AUTO};
+    if (hr_model_open_ex(path, &o, &md, &err) == HR_OK &&
+        hr_backend_init(md, &da, &c8, &b, &err) == HR_OK)
+        CT_CHECK(hr_backend_info(b)->kind == HR_DEVICE_CPU && hr_backend_info(b)->fallback[0] &&
+                     !md->for_device && md->packed_bytes == m->packed_bytes &&
+                     md->weight_bytes == m->weight_bytes,
+                 "%s: opened for the device, auto's fallback to the CPU packs it as a CPU open "
+                 "does (%llu of %llu bytes packed; fallback: %.60s)", base,
+                 (unsigned long long)md->packed_bytes, (unsigned long long)m->packed_bytes,
+                 hr_backend_info(b)->fallback);
+    else
+        printf("  FAIL  %s: auto with a q8_0 cache: %s\n", base, err.msg), ct_failed++;
+    hr_backend_free(b);
     hr_model_close(md);
 }
 

@@ -10,6 +10,10 @@
  *    and in a build with the CUDA engine it says why (the fallback reason);
  *  - an explicit "cuda:N" never falls back: without the CUDA engine or the
  *    device it fails, naming the device;
+ *  - a model opened for a device (hr_model_open_opts.device) that the CPU
+ *    backend takes instead is packed then, as a CPU open packs it: the
+ *    same bytes, and the same logits bit for bit (Q8_0, packed on AVX-512);
+ *    its host weights are the model's weight_bytes;
  *  - the scheduler's backend is visible to readers (hr_sched_backend_info);
  *  - parking: a sequence's KV copied to host memory frees its blocks, other
  *    sequences overwrite them, and restored it decodes the same logits bit
@@ -218,6 +222,60 @@ static void test_auto_and_explicit_cuda(void **state)
     assert_non_null(strstr(err.msg, "cuda:1"));
 }
 
+static void test_device_opened_model_on_the_cpu(void **state)
+{
+    (void)state;
+    struct hr_gen_params p;
+    struct hr_err err = {{0}};
+    assert_int_equal(hr_gen_shape("tiny", &p, &err), HR_OK);
+    p.arch = "qwen3";
+    p.type = HR_GGML_Q8_0;
+    p.n_embd = 64;
+    p.n_head = 4;
+    p.n_head_kv = 2;
+    p.n_ff = 96;
+    p.n_layer = 2;
+    p.n_ctx = 256;
+    char path[64];
+    snprintf(path, sizeof(path), "/tmp/hr-test-backend-%d-q8.gguf", (int)getpid());
+    if (hr_gen_model(&p, path, &err) != HR_OK) fail_msg("%s", err.msg);
+    struct hr_model *mc = NULL, *md = NULL;
+    const struct hr_model_open_opts dev = {.device = true};
+    assert_int_equal(hr_model_open(path, &mc, &err), HR_OK);
+    assert_int_equal(hr_model_open_ex(path, &dev, &md, &err), HR_OK);
+    unlink(path);
+    assert_true(md->for_device);
+    assert_int_equal(md->packed_bytes, 0);
+    const struct hr_backend_config bc = {.n_threads = 2,
+                                         .kv_type = HR_GGML_F16,
+                                         .kv_budget_bytes = 1u << 20,
+                                         .max_step_tokens = 16,
+                                         .max_step_logits = 4};
+    const struct hr_device cpu = {.kind = HR_DEVICE_CPU};
+    struct hr_backend *bc_ = NULL, *bd = NULL;
+    assert_int_equal(hr_backend_init(mc, &cpu, &bc, &bc_, &err), HR_OK);
+    assert_int_equal(hr_backend_init(md, &cpu, &bc, &bd, &err), HR_OK);
+    assert_false(md->for_device);
+    assert_int_equal(md->packed_bytes, mc->packed_bytes);
+    assert_int_equal(md->weight_bytes, mc->weight_bytes);
+    assert_int_equal(hr_backend_host_weight_bytes(bd), md->weight_bytes);
+    print_message("opened for a device, taken by the CPU: %llu bytes packed (a CPU open: %llu)\n",
+                  (unsigned long long)md->packed_bytes, (unsigned long long)mc->packed_bytes);
+    const uint32_t n_vocab = mc->hp.n_vocab;
+    float *want = malloc((size_t)3 * n_vocab * sizeof(float));
+    float *got = malloc((size_t)3 * n_vocab * sizeof(float));
+    struct hr_backend_plan b1, b2;
+    run_ragged(NULL, bc_, want, n_vocab, &b1, NULL);
+    run_ragged(NULL, bd, got, n_vocab, &b2, NULL);
+    assert_memory_equal(want, got, (size_t)3 * n_vocab * sizeof(float));
+    free(want);
+    free(got);
+    hr_backend_free(bc_);
+    hr_backend_free(bd);
+    hr_model_close(mc);
+    hr_model_close(md);
+}
+
 static void test_sched_reports_its_backend(void **state)
 {
     struct fixture *fx = *state;
@@ -333,6 +391,7 @@ int main(void)
         cmocka_unit_test(test_device_parse),
         cmocka_unit_test_setup_teardown(test_cpu_backend_is_the_engine, setup, teardown),
         cmocka_unit_test_setup_teardown(test_auto_and_explicit_cuda, setup, teardown),
+        cmocka_unit_test(test_device_opened_model_on_the_cpu),
         cmocka_unit_test_setup_teardown(test_sched_reports_its_backend, setup, teardown),
         cmocka_unit_test_setup_teardown(test_park_unpark, setup, teardown),
     };

@@ -16,7 +16,9 @@
  *  - a model opened for a device (hr_model_open_opts.device) packs and
  *    prefaults nothing, and hr_model_release_pages takes a tensor's pages
  *    out of the process (mincore: none of its interior resident after),
- *    while a CPU-opened model's release does nothing.
+ *    while a CPU-opened model's release does nothing; one the CPU then
+ *    takes (hr_model_open_for_cpu, auto's fallback) ends up as a model
+ *    opened for the CPU: the same bytes accounted, the same packed copies.
  *
  * Packing happens on AVX-512 only; elsewhere the first two tests skip.
  * tests/cli/load-peak.sh checks the same end to end with the release binary:
@@ -261,6 +263,29 @@ static void test_open_for_device(void **state)
     const size_t before = resident_pages(cw->data, cw->mat_bytes, &n);
     hr_model_release_pages(c, cw->data, cw->mat_bytes);
     assert_int_equal(resident_pages(cw->data, cw->mat_bytes, &n), before);
+    /* the GPU could not take it after all: the CPU's layout, as if opened
+     * for the CPU (the embedding's pages were released above, as an
+     * upload that failed later would have) */
+    hr_model_open_for_cpu(m);
+    assert_false(m->for_device);
+    assert_int_equal(m->weight_bytes, c->weight_bytes);
+    assert_int_equal(m->packed_bytes, c->packed_bytes);
+    const struct hr_weight *mw[HR_MODEL_LAYER_MATRICES + 1], *cwm[HR_MODEL_LAYER_MATRICES + 1];
+    const size_t nm = hr_model_matrices(m, mw);
+    assert_int_equal(nm, hr_model_matrices(c, cwm));
+    size_t n_packed = 0;
+    for (size_t i = 0; i < nm; i++) {
+        assert_int_equal(mw[i]->packed != NULL, cwm[i]->packed != NULL);
+        if (!mw[i]->packed)
+            continue;
+        n_packed++;
+        assert_memory_equal(mw[i]->packed, cwm[i]->packed,
+                            hr_matmul_packed_bytes(mw[i]->type, mw[i]->ne0, mw[i]->ne1));
+    }
+    print_message("opened for the CPU after the device: %zu of %zu matrices packed, as the "
+                  "CPU-opened model's\n", n_packed, nm);
+    hr_model_open_for_cpu(c); /* nothing for a CPU-opened model */
+    assert_int_equal(c->packed_bytes, m->packed_bytes);
     hr_model_close(m);
     hr_model_close(c);
 }
