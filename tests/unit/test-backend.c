@@ -44,22 +44,29 @@ struct fixture {
     struct hr_model *model;
 };
 
-static int setup(void **state)
+/* The tests' 2-layer qwen3 model in `type`, written to `path`. */
+static void gen_tiny(const char *path, enum hr_ggml_type type)
 {
-    struct fixture *fx = calloc(1, sizeof(*fx));
     struct hr_gen_params p;
     struct hr_err err = {{0}};
     assert_int_equal(hr_gen_shape("tiny", &p, &err), HR_OK);
     p.arch = "qwen3";
-    p.type = HR_GGML_F32;
+    p.type = type;
     p.n_embd = 64;
     p.n_head = 4;
     p.n_head_kv = 2;
     p.n_ff = 96;
     p.n_layer = 2;
     p.n_ctx = 256;
+    if (hr_gen_model(&p, path, &err) != HR_OK) fail_msg("%s", err.msg);
+}
+
+static int setup(void **state)
+{
+    struct fixture *fx = calloc(1, sizeof(*fx));
+    struct hr_err err = {{0}};
     snprintf(fx->path, sizeof(fx->path), "/tmp/hr-test-backend-%d.gguf", (int)getpid());
-    if (hr_gen_model(&p, fx->path, &err) != HR_OK) fail_msg("%s", err.msg);
+    gen_tiny(fx->path, HR_GGML_F32);
     if (hr_model_open(fx->path, &fx->model, &err) != HR_OK) fail_msg("%s", err.msg);
     *state = fx;
     return 0;
@@ -225,20 +232,10 @@ static void test_auto_and_explicit_cuda(void **state)
 static void test_device_opened_model_on_the_cpu(void **state)
 {
     (void)state;
-    struct hr_gen_params p;
     struct hr_err err = {{0}};
-    assert_int_equal(hr_gen_shape("tiny", &p, &err), HR_OK);
-    p.arch = "qwen3";
-    p.type = HR_GGML_Q8_0;
-    p.n_embd = 64;
-    p.n_head = 4;
-    p.n_head_kv = 2;
-    p.n_ff = 96;
-    p.n_layer = 2;
-    p.n_ctx = 256;
     char path[64];
     snprintf(path, sizeof(path), "/tmp/hr-test-backend-%d-q8.gguf", (int)getpid());
-    if (hr_gen_model(&p, path, &err) != HR_OK) fail_msg("%s", err.msg);
+    gen_tiny(path, HR_GGML_Q8_0);
     struct hr_model *mc = NULL, *md = NULL;
     const struct hr_model_open_opts dev = {.device = true};
     assert_int_equal(hr_model_open(path, &mc, &err), HR_OK);
