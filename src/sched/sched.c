@@ -1178,14 +1178,9 @@ static void *engine_main(void *arg)
     enum hr_sched_finish *done_why = s->done_why;
     const char **done_msg = s->done_msg;
     struct hr_err err = {{0}};
-    /* time in steps and in scheduling them, not yet in s->st */
-    double t_step = 0.0, t_sched = 0.0, t0;
-    double t_phase[HR_SCHED_N_PHASES] = {0};
-#define SCHED_TIME(phase, seconds)                                                                 \
-    do {                                                                                          \
-        const double dt_ = (seconds);                                                             \
-        t_sched += dt_, t_phase[HR_SCHED_PHASE_##phase] += dt_;                                   \
-    } while (0)
+    /* time in steps and in scheduling them by phase, not yet in s->st */
+    double t_step = 0.0, t_phase[HR_SCHED_N_PHASES] = {0}, t0;
+#define SCHED_TIME(phase, seconds) (t_phase[HR_SCHED_PHASE_##phase] += (seconds))
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (!s->stop && !s->q_head && s->n_running == 0) {
@@ -1411,10 +1406,12 @@ static void *engine_main(void *arg)
         pthread_mutex_lock(&s->mu);
         const uint32_t n_pre = s->n_preempted;
         s->n_preempted = 0;
-        s->st.step_seconds += t_step, s->st.schedule_seconds += t_sched;
-        for (int p = 0; p < HR_SCHED_N_PHASES; p++)
+        s->st.step_seconds += t_step;
+        for (int p = 0; p < HR_SCHED_N_PHASES; p++) {
+            s->st.schedule_seconds += t_phase[p];
             s->st.phase_seconds[p] += t_phase[p], t_phase[p] = 0.0;
-        t_step = t_sched = 0.0;
+        }
+        t_step = 0.0;
         sched_unlock(s);
         for (uint32_t i = 0; i < n_pre; i++) {
             struct hr_sched_event ev = {.kind = HR_SCHED_PREEMPTED};
