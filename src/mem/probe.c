@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,10 +222,14 @@ static enum hr_status sys_sample(void *ctx, struct hr_mem_sample *out)
     t[2] = hr_now_seconds();
 
     char cg[1024];
-    if (!read_text(sp, "/proc/self/cgroup", text, sizeof(text)) ||
-        !hr_mem_parse_cgroup_path(text, cg, sizeof(cg)))
-        return HR_OK;
+    const bool in_cgroup = read_text(sp, "/proc/self/cgroup", text, sizeof(text)) &&
+                           hr_mem_parse_cgroup_path(text, cg, sizeof(cg));
     t[3] = hr_now_seconds();
+    if (!in_cgroup) {
+        t[4] = t[5] = t[3];
+        note_slow(t);
+        return HR_OK;
+    }
     uint64_t v;
     int is_max;
     if (read_cgroup_value(sp, cg, "memory.current", &v, &is_max) && !is_max) {
