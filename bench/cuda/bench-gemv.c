@@ -1,7 +1,7 @@
 /*
  * bench-gemv.c - each decode GEMV's achieved bandwidth beside the card's.
  *
- *   bench-gemv [--types f16,q8_0,q4_k,...] [--shapes 8b|0.5b|all] [--iters N]
+ *   bench-gemv [--types f16,q8_0,q4_k,...] [--shapes 8b|0.5b|all|8b_ffn_up,...] [--iters N]
  *
  * For every weight type and matrix shape of the Llama-3-8B and Qwen2.5-0.5B
  * decode (one input row), times the engine's GEMV kernels through their
@@ -229,7 +229,7 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--iters") == 0 && v && atoi(v) > 0)
             iters = atoi(v), i++;
         else {
-            fprintf(stderr, "usage: bench-gemv [--types f16,q8_0,...] [--shapes 8b|0.5b|all] "
+            fprintf(stderr, "usage: bench-gemv [--types f16,q8_0,...] [--shapes 8b|0.5b|all|8b_ffn_up,...] "
                             "[--iters N]\n");
             return 2;
         }
@@ -254,10 +254,11 @@ int main(int argc, char **argv)
         for (int s = 0; s < 2; s++) {
             const struct shape *sv = s ? SHAPES_05B : SHAPES_8B;
             const size_t ns = s ? sizeof(SHAPES_05B) / sizeof(*sv) : sizeof(SHAPES_8B) / sizeof(*sv);
-            if (strcmp(shapes, "all") && !in_list(shapes, s ? "0.5b" : "8b"))
-                continue;
+            const bool group = !strcmp(shapes, "all") || in_list(shapes, s ? "0.5b" : "8b");
             for (size_t i = 0; i < ns; i++) {
                 const struct hr_ggml_type_info *ti = hr_ggml_type_info(type);
+                if (!group && !in_list(shapes, sv[i].name))
+                    continue;
                 if (sv[i].k % ti->block_elems) /* e.g. K-quants on 896: not a file's layout */
                     continue;
                 bench_shape((int)type, &sv[i], iters, prop.name, prop.multiProcessorCount);

@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""trace-summary.py - a decode step's time, kernel by kernel, from kernel-trace.c's records.
+
+    python3 bench/cuda/trace-summary.py TRACE.tsv [--graph ID] [--skip N] [--top N]
+
+The kernels of one CUDA-graph replay share their launch's correlation id:
+that is one engine step. The graph replayed most often is taken (a decode
+step of one batch shape) unless --graph names another; the first --skip
+replays (default 3) are left out as warm-up. Prints, medians over the
+replays:
+  step      first kernel's start to last kernel's end
+  busy      the union of the kernels' intervals (the GPU ran something)
+  idle      step - busy: launch and dependency gaps between kernels
+then each kernel name's time a step (count, median sum, share of the step)
+and the largest gaps before a kernel. Names are demangled with c++filt
+where it exists. Every line says which trace and graph it came from.
+"""
+import argparse
+import collections
+import shutil
+import statistics
+import subprocess
+import sys
+
+
+def demangle(names):
+    if not names or not shutil.which("c++filt"):
+        return {n: n for n in names}
+    res = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True)
+    out = res.stdout.split("\n")
+    return {n: (out[i] if i < len(out) and out[i] else n) for i, n in enumerate(names)}
+
+
+def short(name):
+    """The function's name with its template arguments, without its parameters."""
+    depth = 0
+    for i, c in enumerate(name):
+        if c == "<":
+            depth += 1
+        elif c == ">":
+            depth -= 1
+        elif c == "(" and depth == 0:
+            name = name[:i]
+            break
+    if name.startswith("void "):
+        name = name[5:]
+    return name
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("trace")
+    ap.add_argument("--graph", type=int, default=None)
+    ap.add_argument("--skip", type=int, default=3)
+    ap.add_argument("--top", type=int, default=25)
+    a = ap.parse_args()
+
+    replays = collections.defaultdict(list)  # (graph, correlation) -> kernels
+    n_rec = 0
+    with open(a.trace) as f:
+        for line in f:
+            p = line.rstrip("\n").split("\t")
+            if len(p) < 7:
+                continue
+            n_rec += 1
+            start, end, corr, graph = int(p[0]), int(p[1]), int(p[2]), int(p[3])
+            if graph:
+                replays[(graph, corr)].append((start, end, p[6], p[4]))
+    by_graph = collections.Counter(g for g, _ in replays)
+    if not by_graph:
+        sys.exit(f"trace-summary: {a.trace}: {n_rec} kernels, none in a graph replay")
+    graph = a.graph if a.graph is not None else by_graph.most_common(1)[0][0]
+    steps = sorted((sorted(k) for (g, _), k in replays.items() if g == graph), key=lambda s: s[0][0])
+    steps = steps[a.skip:] if len(steps) > a.skip else steps
+    print(f"trace {a.trace}: {n_rec} kernels; graphs replayed: "
+          + ", ".join(f"{g} x{n}" for g, n in by_graph.most_common(6)))
+    print(f"graph {graph}: {len(steps)} replays summarized ({a.skip} skipped), "
+          f"{len(steps[0])} kernels a step")
+
+    spans, busys, per_name, gaps = [], [], collections.defaultdict(list), collections.defaultdict(list)
+    names = demangle(sorted({k[2] for s in steps for k in s}))
+    for s in steps:
+        spans.append(s[-1][1] - s[0][0])
+        busy, cur_s, cur_e = 0, s[0][0], s[0][1]
+        for st, en, _, _ in s[1:]:
+            if st > cur_e:
+                busy += cur_e - cur_s
+                cur_s, cur_e = st, en
+            else:
+                cur_e = max(cur_e, en)
+        busys.append(busy + cur_e - cur_s)
+        tot = collections.Counter()
+        for st, en, nm, _ in s:
+            tot[short(names[nm])] += en - st
+        for nm, t in tot.items():
+            per_name[nm].append(t)
+        prev_end = s[0][1]
+        for i, (st, en, nm, grid) in enumerate(s[1:], 1):
+            gaps[(i, short(names[nm]), grid)].append(st - prev_end)
+            prev_end = max(prev_end, en)
+
+    med = statistics.median
+    step, busy = med(spans) / 1e3, med(busys) / 1e3
+    print(f"step {step:.1f} us  busy {busy:.1f} us  idle {step - busy:.1f} us "
+          f"({100 * (step - busy) / step:.1f}%)")
+    counts = collections.Counter(short(names[k[2]]) for k in steps[0])
+    rows = sorted(per_name.items(), key=lambda kv: -med(kv[1]))
+    print(f"{'us/step':>9} {'share':>6} {'n':>4} {'us each':>8}  kernel")
+    for nm, ts in rows[: a.top]:
+        t = med(ts) / 1e3
+        print(f"{t:9.1f} {100 * t / step:5.1f}% {counts[nm]:4d} {t / max(counts[nm], 1):8.2f}  {nm[:150]}")
+    gap_tot = collections.defaultdict(float)
+    for (i, nm, grid), g in gaps.items():
+        gap_tot[nm] += max(med(g), 0) / 1e3
+    print("idle before each kernel name, summed over a step (us; overlap counts 0):")
+    for nm, t in sorted(gap_tot.items(), key=lambda kv: -kv[1])[:12]:
+        print(f"{t:9.1f}  {nm[:150]}")
+
+
+if __name__ == "__main__":
+    main()
