@@ -11,8 +11,10 @@ replays:
   step      first kernel's start to last kernel's end
   busy      the union of the kernels' intervals (the GPU ran something)
   idle      step - busy: launch and dependency gaps between kernels
-then each kernel name's time a step (count, median sum, share of the step)
-and the largest gaps before a kernel. Names are demangled with c++filt
+then each (kernel, grid)'s marginal time a step: its end less the latest
+end of the kernels before it (with programmatic dependent launch a kernel
+starts while the one before it runs, so start-to-end double counts), the
+share of the step, launches a step, and its time each. Names are demangled with c++filt
 where it exists. Every line says which trace and graph it came from.
 """
 import argparse
@@ -77,7 +79,9 @@ def main():
     print(f"graph {graph}: {len(steps)} replays summarized ({a.skip} skipped), "
           f"{len(steps[0])} kernels a step")
 
-    spans, busys, per_name, gaps = [], [], collections.defaultdict(list), collections.defaultdict(list)
+    spans, busys = [], []
+    marg = collections.defaultdict(list)  # (name, grid) -> its marginal time in each step
+    durs = collections.defaultdict(list)
     names = demangle(sorted({k[2] for s in steps for k in s}))
     for s in steps:
         spans.append(s[-1][1] - s[0][0])
@@ -89,32 +93,34 @@ def main():
             else:
                 cur_e = max(cur_e, en)
         busys.append(busy + cur_e - cur_s)
-        tot = collections.Counter()
-        for st, en, nm, _ in s:
-            tot[short(names[nm])] += en - st
-        for nm, t in tot.items():
-            per_name[nm].append(t)
-        prev_end = s[0][1]
-        for i, (st, en, nm, grid) in enumerate(s[1:], 1):
-            gaps[(i, short(names[nm]), grid)].append(st - prev_end)
-            prev_end = max(prev_end, en)
+        # A kernel's marginal time: its end less the latest end before it. With
+        # programmatic dependent launch a kernel starts (and waits) while the one
+        # before it runs, so its own start-to-end would count that overlap twice.
+        m_step, d_step = collections.Counter(), collections.Counter()
+        last_end = s[0][0]
+        for st, en, nm, grid in s:
+            key = (short(names[nm]), grid)
+            m_step[key] += max(en - last_end, 0)
+            d_step[key] += en - st
+            last_end = max(last_end, en)
+        for key in m_step:
+            marg[key].append(m_step[key])
+            durs[key].append(d_step[key])
 
     med = statistics.median
     step, busy = med(spans) / 1e3, med(busys) / 1e3
     print(f"step {step:.1f} us  busy {busy:.1f} us  idle {step - busy:.1f} us "
           f"({100 * (step - busy) / step:.1f}%)")
-    counts = collections.Counter(short(names[k[2]]) for k in steps[0])
-    rows = sorted(per_name.items(), key=lambda kv: -med(kv[1]))
-    print(f"{'us/step':>9} {'share':>6} {'n':>4} {'us each':>8}  kernel")
-    for nm, ts in rows[: a.top]:
-        t = med(ts) / 1e3
-        print(f"{t:9.1f} {100 * t / step:5.1f}% {counts[nm]:4d} {t / max(counts[nm], 1):8.2f}  {nm[:150]}")
-    gap_tot = collections.defaultdict(float)
-    for (i, nm, grid), g in gaps.items():
-        gap_tot[nm] += max(med(g), 0) / 1e3
-    print("idle before each kernel name, summed over a step (us; overlap counts 0):")
-    for nm, t in sorted(gap_tot.items(), key=lambda kv: -kv[1])[:12]:
-        print(f"{t:9.1f}  {nm[:150]}")
+    counts = collections.Counter((short(names[k[2]]), k[3]) for k in steps[0])
+    print("by kernel and grid, medians a step: marginal time (end less the latest end before "
+          "it), its share, launches, marginal and start-to-end time each")
+    print(f"{'us/step':>9} {'share':>6} {'n':>4} {'us each':>8} {'dur each':>8}  {'grid':>12}  kernel")
+    rows = sorted(marg.items(), key=lambda kv: -med(kv[1]))
+    for key, ts in rows[: a.top]:
+        t, n = med(ts) / 1e3, max(counts[key], 1)
+        d = med(durs[key]) / 1e3
+        print(f"{t:9.1f} {100 * t / step:5.1f}% {n:4d} {t / n:8.2f} {d / n:8.2f}  {key[1]:>12}  "
+              f"{key[0][:120]}")
 
 
 if __name__ == "__main__":
