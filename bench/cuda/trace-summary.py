@@ -14,8 +14,8 @@ replays:
 then each (kernel, grid)'s marginal time a step: its end less the latest
 end of the kernels before it (with programmatic dependent launch a kernel
 starts while the one before it runs, so start-to-end double counts), the
-share of the step, launches a step, and its time each. Names are demangled with c++filt
-where it exists. Every line says which trace and graph it came from.
+share of the step, launches a step, and its time each. Names are demangled
+with c++filt where it exists. The first lines name the trace and graph.
 """
 import argparse
 import collections
@@ -73,10 +73,11 @@ def main():
         sys.exit(f"trace-summary: {a.trace}: {n_rec} kernels, none in a graph replay")
     graph = a.graph if a.graph is not None else by_graph.most_common(1)[0][0]
     steps = sorted((sorted(k) for (g, _), k in replays.items() if g == graph), key=lambda s: s[0][0])
-    steps = steps[a.skip:] if len(steps) > a.skip else steps
+    skipped = a.skip if len(steps) > a.skip else 0
+    steps = steps[skipped:]
     print(f"trace {a.trace}: {n_rec} kernels; graphs replayed: "
           + ", ".join(f"{g} x{n}" for g, n in by_graph.most_common(6)))
-    print(f"graph {graph}: {len(steps)} replays summarized ({a.skip} skipped), "
+    print(f"graph {graph}: {len(steps)} replays summarized ({skipped} skipped), "
           f"{len(steps[0])} kernels a step")
 
     spans, busys = [], []
