@@ -3,6 +3,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -59,4 +60,10 @@ void hr_mem_touch(void *p, size_t n_bytes)
         b[o] = b[o];
     if (n_bytes)
         b[n_bytes - 1] = b[n_bytes - 1];
+}
+
+int hr_env_on(const char *name)
+{
+    const char *s = getenv(name);
+    return !(s && !strcmp(s, "0"));
 }

@@ -1,7 +1,7 @@
 /*
  * sys.h - small facts about the running process that several commands and
  * benchmarks report: a monotonic clock, CPU time (ours and the machine's)
- * and the peak resident set size.
+ * and the peak resident set size; and on/off switches from the environment.
  * Reentrant; any thread may call them.
  */
 #ifndef HR_BASE_SYS_H
@@ -9,6 +9,10 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" { /* cuda-kernels.cu reads the switches */
+#endif
 
 /* Seconds from CLOCK_MONOTONIC: for intervals, not dates. */
 double hr_now_seconds(void);
@@ -27,7 +31,15 @@ void hr_cpu_times(double *all_s, double *self_s);
  * drop a memset that follows calloc. */
 void hr_mem_touch(void *p, size_t n_bytes);
 
+/* An on/off switch from the environment: 0 when `name` is set to "0", 1
+ * otherwise (unset included). The A/B switches of the benchmarks. */
+int hr_env_on(const char *name);
+
 /* The process's peak RSS (VmHWM in /proc/self/status) in bytes; 0 if unknown. */
 uint64_t hr_peak_rss_bytes(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

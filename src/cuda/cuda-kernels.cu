@@ -9,6 +9,7 @@
  * per token and head for decode). Each is checked against the CPU
  * reference in tests/cuda/test-cuda-kernels.c.
  */
+#include "base/sys.h"
 #include "cuda/cuda-kernels.h"
 #include "cuda/cuda-plan.h"
 #include "engine/moe-weights.h"
@@ -36,7 +37,8 @@ namespace cg = cooperative_groups;
  * end: a decode step is ~15 small launches a layer, and on a GPU the gap
  * between two kernels is microseconds, a large part of a small matrix's
  * time. Inside a CUDA graph the same launches become programmatic edges.
- * Nothing is read before the wait, so results are those of plain launches.
+ * Nothing a step writes is read before the wait (only weights are: see
+ * pdl_prewait), so results are those of plain launches.
  * HR_CUDA_PDL=0 launches plainly (the A/B switch benchmarks use). */
 /* Grids of at most this many blocks let the next kernel be scheduled as
  * soon as they start (set at preload: see pdl_mode). */
@@ -50,6 +52,16 @@ __device__ __forceinline__ void pdl_begin(void)
         asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
 }
+
+/* Weights before the wait (HR_CUDA_PREWAIT=0 turns it off; set at preload):
+ * the decode GEMVs and RMSNorm issue their first weight loads, then
+ * pdl_begin. No kernel of a step writes weights, so reading them early
+ * reads what reading them late would, and the results are the same bit
+ * for bit; but a kernel scheduled early (the kernel before it is a small
+ * grid, see pdl_early_blocks) then streams its first wave's weights while
+ * that kernel still runs. MoE expert rows (o.rx) wait first: which expert
+ * a row reads is the routing kernel's output. */
+__device__ int pdl_prewait;
 
 /* HR_CUDA_PDL: 0 plain launches. Otherwise when the next kernel is
  * scheduled: "early", as soon as this one's blocks start (they then wait
@@ -370,13 +382,14 @@ __device__ __forceinline__ float warp_max(float v)
 
 /* The GEMVs' ends, y[t][j] (+)= the row's sum (+ bias[j]) for t < m. A
  * warp per row: acc[t] summed over the warp, lane 0 stores. */
-__device__ __forceinline__ void gemv_warp_store(const float acc[HR_CUDA_GEMV_MAX_ROWS], uint32_t m,
+template <int MR = HR_CUDA_GEMV_MAX_ROWS>
+__device__ __forceinline__ void gemv_warp_store(const float acc[MR], uint32_t m,
                                                 uint32_t j, float *y, uint32_t ldy,
                                                 const float *bias, int accumulate)
 {
     const uint32_t lane = threadIdx.x & 31;
 #pragma unroll
-    for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
+    for (int t = 0; t < MR; t++) {
         if ((uint32_t)t < m) {
             float a = warp_sum(acc[t]);
             if (lane == 0) {
@@ -391,14 +404,15 @@ __device__ __forceinline__ void gemv_warp_store(const float acc[HR_CUDA_GEMV_MAX
 
 /* A block of 4 warps per row: each warp's sums, then thread t < m adds the
  * 4 warps' in warp order and stores. */
-__device__ __forceinline__ void gemv_block_store(const float acc[HR_CUDA_GEMV_MAX_ROWS],
+template <int MR = HR_CUDA_GEMV_MAX_ROWS>
+__device__ __forceinline__ void gemv_block_store(const float acc[MR],
                                                  uint32_t m, uint32_t j, float *y, uint32_t ldy,
                                                  const float *bias, int accumulate)
 {
-    __shared__ float part[4][HR_CUDA_GEMV_MAX_ROWS];
+    __shared__ float part[4][MR];
     const uint32_t lane = threadIdx.x & 31, wi = threadIdx.x / 32;
 #pragma unroll
-    for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
+    for (int t = 0; t < MR; t++) {
         if ((uint32_t)t < m) {
             const float a = warp_sum(acc[t]);
             if (lane == 0)
@@ -749,7 +763,16 @@ __device__ void q8k_block64x4(float4 o, bool in, uint32_t t64, int8_t *q, float 
 __global__ void rms_norm_kernel(float *x, const float *add, const int32_t *rows, uint32_t n,
                                 const float *w, float eps, float *y, hr_cuda_norm_prep pr)
 {
+    /* A thread's first float4 of the weights, before the wait (pdl_prewait):
+     * the weights left L2 with the step's GEMVs, so their load is a DRAM
+     * round trip after the reduction otherwise. */
+    const bool v4 = n % 4 == 0, g0_in = v4 && threadIdx.x < n / 4;
+    float4 g0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (pdl_prewait && g0_in)
+        g0 = ((const float4 *)w)[threadIdx.x];
     pdl_begin();
+    if (!pdl_prewait && g0_in)
+        g0 = ((const float4 *)w)[threadIdx.x];
     __shared__ double part[32];
     const uint32_t r = blockIdx.x, src = rows ? (uint32_t)rows[r] : r;
     float *xr = x + (size_t)src * n;
@@ -757,7 +780,6 @@ __global__ void rms_norm_kernel(float *x, const float *add, const int32_t *rows,
     /* Rows of a multiple of 4 as float4, one or two per thread (the block
      * is n / 4 threads up to 1024): a scalar loop of 16 dependent-latency
      * iterations made this kernel 14 us on the H200, 65 times a token. */
-    const bool v4 = n % 4 == 0;
     if (v4) {
         for (uint32_t i = threadIdx.x; i < n / 4; i += blockDim.x) {
             float4 v = ((const float4 *)xr)[i];
@@ -801,7 +823,8 @@ __global__ void rms_norm_kernel(float *x, const float *add, const int32_t *rows,
             const bool in = i < n / 4;
             float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             if (in) {
-                const float4 v = ((const float4 *)xr)[i], g = ((const float4 *)w)[i];
+                const float4 v = ((const float4 *)xr)[i];
+                const float4 g = i == threadIdx.x ? g0 : ((const float4 *)w)[i];
                 o = make_float4((v.x * scale) * g.x, (v.y * scale) * g.y, (v.z * scale) * g.z,
                                 (v.w * scale) * g.w);
                 ((float4 *)yr)[i] = o;
@@ -836,7 +859,8 @@ __global__ void rms_norm_kernel(float *x, const float *add, const int32_t *rows,
         }
     } else if (v4) {
         for (uint32_t i = threadIdx.x; i < n / 4; i += blockDim.x) {
-            const float4 v = ((const float4 *)xr)[i], g = ((const float4 *)w)[i];
+            const float4 v = ((const float4 *)xr)[i];
+            const float4 g = i == threadIdx.x ? g0 : ((const float4 *)w)[i];
             ((float4 *)yr)[i] = make_float4((v.x * scale) * g.x, (v.y * scale) * g.y,
                                             (v.z * scale) * g.z, (v.w * scale) * g.w);
         }
@@ -1033,25 +1057,27 @@ __device__ __forceinline__ uint32_t q4k_sbyte(const uint4 hd, uint32_t i)
     return (word >> (8 * (i % 4))) & 0xFF;
 }
 
-/* scale_min_k4 on the header in registers: sub-blocks 2p and 2p + 1. */
+/* scale_min_k4 on the header in registers: sub-blocks 2p and 2p + 1. The
+ * scales of sub-blocks 0-3 are the low 6 bits of header bytes 0-3 (hd.y),
+ * of 4-7 the low nibbles of bytes 8-11 (hd.w) with bytes 0-3's top 2 bits
+ * above them; the mins the same from bytes 4-7 (hd.z) and the high
+ * nibbles. Each is made for 4 sub-blocks at once in one word (ggml's
+ * kmask arithmetic), then the pair's two bytes are shifted out: selecting
+ * bytes on a run-time index cost the decode GEMV about twice its other
+ * instructions. The values are the same integers, so the same floats. */
 __device__ __forceinline__ void q4k_scales(const uint4 hd, uint32_t p, float *d1a, float *m1a,
                                            float *d1b, float *m1b)
 {
     const float d = __half2float(__ushort_as_half((unsigned short)(hd.x & 0xFFFF)));
     const float dmin = __half2float(__ushort_as_half((unsigned short)(hd.x >> 16)));
-    float sc[2], mn[2];
-#pragma unroll
-    for (int e = 0; e < 2; e++) {
-        const uint32_t jj = 2 * p + (uint32_t)e;
-        if (jj < 4) {
-            sc[e] = (float)(q4k_sbyte(hd, jj) & 63);
-            mn[e] = (float)(q4k_sbyte(hd, jj + 4) & 63);
-        } else {
-            sc[e] = (float)((q4k_sbyte(hd, jj + 4) & 0xF) | ((q4k_sbyte(hd, jj - 4) >> 6) << 4));
-            mn[e] = (float)((q4k_sbyte(hd, jj + 4) >> 4) | ((q4k_sbyte(hd, jj) >> 6) << 4));
-        }
-    }
-    *d1a = d * sc[0], *m1a = dmin * mn[0], *d1b = d * sc[1], *m1b = dmin * mn[1];
+    const bool lo = p < 2;
+    const uint32_t sw =
+        lo ? hd.y & 0x3F3F3F3Fu : (hd.w & 0x0F0F0F0Fu) | ((hd.y >> 2) & 0x30303030u);
+    const uint32_t mw =
+        lo ? hd.z & 0x3F3F3F3Fu : ((hd.w >> 4) & 0x0F0F0F0Fu) | ((hd.z >> 2) & 0x30303030u);
+    const uint32_t sh = 16 * (p & 1);
+    *d1a = d * (float)((sw >> sh) & 0xFF), *d1b = d * (float)((sw >> (sh + 8)) & 0xFF);
+    *m1a = dmin * (float)((mw >> sh) & 0xFF), *m1b = dmin * (float)((mw >> (sh + 8)) & 0xFF);
 }
 
 __global__ void __launch_bounds__(128) gemv_q4k_kernel(const uint8_t *w, uint64_t row_bytes,
@@ -1167,12 +1193,33 @@ __global__ void __launch_bounds__(128) gemv_q4k_kernel(const uint8_t *w, uint64_
  * ..., the warps' sums added in warp order (gemv_block_store), for the
  * reason of gemv_raw16_row_kernel: the 8B shape's 4096-row matrices are
  * 1024 blocks with a warp per row, half the H200's resident blocks. */
-template <int ROW>
+/* A lane's NP pieces p0, p0 + NT, ... of a Q4_K row (those below
+ * `pieces`): each piece's super-block header and its 16 quant bytes. NT is
+ * a multiple of 8, so the pieces are the same sub-block pair and half of
+ * super-blocks NT / 8 apart. */
+template <int NP, uint32_t NT>
+__device__ __forceinline__ void q4k_load_pieces(const uint8_t *row, uint32_t p0, uint32_t pieces,
+                                                uint4 hd[NP], uint4 qv[NP])
+{
+    const uint8_t *b = row + (size_t)(p0 / 8) * 144;
+    const uint32_t qo = 16 + 32 * ((p0 / 2) % 4) + 16 * (p0 % 2);
+#pragma unroll
+    for (int i = 0; i < NP; i++) {
+        if (p0 + NT * (uint32_t)i < pieces) {
+            hd[i] = *(const uint4 *)(b + (size_t)i * (NT / 8 * 144));
+            qv[i] = *(const uint4 *)(b + (size_t)i * (NT / 8 * 144) + qo);
+        }
+    }
+}
+
+template <int ROW, int MR>
 __global__ void __launch_bounds__(128) gemv_q4k_q8_kernel(hr_cuda_gemv_out o, uint64_t row_bytes,
                                                           uint32_t k, hr_cuda_q8_act xa,
                                                           uint32_t m, int accumulate)
 {
-    pdl_begin();
+    const bool early = pdl_prewait && !o.rx;
+    if (!early)
+        pdl_begin();
     constexpr uint32_t NT = ROW ? 128 : 32; /* threads sharing a row */
     const uint32_t lane = ROW ? threadIdx.x : threadIdx.x & 31;
     const uint32_t jg = ROW ? blockIdx.x : blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
@@ -1181,28 +1228,26 @@ __global__ void __launch_bounds__(128) gemv_q4k_q8_kernel(hr_cuda_gemv_out o, ui
     const gemv_row R = gemv_part(o, jg, row_bytes);
     gemv_rows_q(o, k, 256, &xa, &m);
     const uint8_t *row = R.w;
-    float acc[HR_CUDA_GEMV_MAX_ROWS];
+    float acc[MR];
 #pragma unroll
-    for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++)
+    for (int t = 0; t < MR; t++)
         acc[t] = 0.0f;
     const uint32_t pieces = k / 256 * 8;
+    uint4 hd[4], qv[4];
+    q4k_load_pieces<4, NT>(row, lane, pieces, hd, qv);
+    if (early)
+        pdl_begin();
+    /* a lane's pieces lane + NT i are sub-block pair p, half h of
+     * super-blocks lane / 8 + (NT / 8) i */
+    const uint32_t p = (lane / 2) % 4, h = lane % 2;
     for (uint32_t p0 = lane; p0 < pieces; p0 += 4 * NT) {
-        uint4 hd[4], qv[4];
+        if (p0 != lane)
+            q4k_load_pieces<4, NT>(row, p0, pieces, hd, qv);
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            const uint32_t pc = p0 + NT * (uint32_t)i;
-            if (pc < pieces) {
-                const uint8_t *b = row + (size_t)(pc / 8) * 144;
-                hd[i] = *(const uint4 *)b;
-                qv[i] = *(const uint4 *)(b + 16 + 32 * ((pc / 2) % 4) + 16 * (pc % 2));
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const uint32_t pc = p0 + NT * (uint32_t)i;
-            if (pc >= pieces)
+            if (p0 + NT * (uint32_t)i >= pieces)
                 break;
-            const uint32_t sb = pc / 8, p = (pc / 2) % 4, h = pc % 2;
+            const uint32_t sb = p0 / 8 + NT / 8 * (uint32_t)i;
             float d1a, m1a, d1b, m1b;
             q4k_scales(hd[i], p, &d1a, &m1a, &d1b, &m1b);
             const uint32_t q[4] = {qv[i].x, qv[i].y, qv[i].z, qv[i].w};
@@ -1214,7 +1259,7 @@ __global__ void __launch_bounds__(128) gemv_q4k_q8_kernel(hr_cuda_gemv_out o, ui
             }
             const uint32_t xo = sb * 256 + 64 * p + 16 * h, so = sb * 16 + 4 * p + h;
 #pragma unroll
-            for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
+            for (int t = 0; t < MR; t++) {
                 if ((uint32_t)t >= m)
                     break;
                 const int8_t *xr = xa.q + (uint64_t)t * k;
@@ -1236,9 +1281,48 @@ __global__ void __launch_bounds__(128) gemv_q4k_q8_kernel(hr_cuda_gemv_out o, ui
         }
     }
     if constexpr (ROW)
-        gemv_block_store(acc, m, R.j, R.y, R.ldy, R.bias, accumulate);
+        gemv_block_store<MR>(acc, m, R.j, R.y, R.ldy, R.bias, accumulate);
     else
-        gemv_warp_store(acc, m, R.j, R.y, R.ldy, R.bias, accumulate);
+        gemv_warp_store<MR>(acc, m, R.j, R.y, R.ldy, R.bias, accumulate);
+}
+
+/* The end of a GEMV of NR weight rows a block of 4 warps: each warp's sums,
+ * then a thread per (row, input row) adds the 4 warps' in warp order and
+ * stores, as gemv_block_store does for one row; rows j0 + r past n are
+ * not stored. */
+template <int NR, int MR>
+__device__ __forceinline__ void gemv_rows_store(const float (&acc)[NR][MR], uint32_t m,
+                                                const gemv_row (&R)[NR], uint32_t j0, uint32_t n,
+                                                int accumulate)
+{
+    __shared__ float part[4][NR][MR];
+    const uint32_t lane = threadIdx.x & 31, wi = threadIdx.x / 32;
+#pragma unroll
+    for (int r = 0; r < NR; r++)
+#pragma unroll
+        for (int t = 0; t < MR; t++) {
+            if ((uint32_t)t < m) {
+                const float a = warp_sum(acc[r][t]);
+                if (lane == 0)
+                    part[wi][r][t] = a;
+            }
+        }
+    __syncthreads();
+    if (threadIdx.x < NR * m) { /* as gemv_block_store, a thread per (row, input row) */
+        const uint32_t r = threadIdx.x / m, t = threadIdx.x % m;
+        if (j0 + r < n) {
+            gemv_row Rr = R[0]; /* R[r], by selects (no local-memory indexing) */
+#pragma unroll
+            for (int i = 1; i < NR; i++)
+                if ((uint32_t)i == r)
+                    Rr = R[i];
+            float a = ((part[0][r][t] + part[1][r][t]) + part[2][r][t]) + part[3][r][t];
+            if (Rr.bias)
+                a += Rr.bias[Rr.j];
+            float *yp = Rr.y + (uint64_t)t * Rr.ldy + Rr.j;
+            *yp = accumulate ? *yp + a : a;
+        }
+    }
 }
 
 /* NR weight rows a block of 128 threads (k >= 2048; HR_CUDA_Q4K=rows2 or
@@ -1247,38 +1331,44 @@ __global__ void __launch_bounds__(128) gemv_q4k_q8_kernel(hr_cuda_gemv_out o, ui
  * in warp order), so the same results bit for bit; but a thread loads its
  * inputs' piece once for NR rows, and NR rows' weights are in flight at once
  * (the block-per-row kernel has one 32-byte load a thread at k = 4096). */
-template <int NR>
+template <int NR, int MR>
 __global__ void __launch_bounds__(128) gemv_q4k_q8_rows_kernel(hr_cuda_gemv_out o,
                                                                uint64_t row_bytes, uint32_t k,
                                                                hr_cuda_q8_act xa, uint32_t m,
                                                                int accumulate)
 {
-    pdl_begin();
+    const bool early = pdl_prewait && !o.rx;
+    if (!early)
+        pdl_begin();
     gemv_rows_q(o, k, 256, &xa, &m);
     const uint32_t j0 = blockIdx.x * NR;
     gemv_row R[NR];
 #pragma unroll
     for (int r = 0; r < NR; r++) /* a row past n reads row n - 1 and is not stored */
         R[r] = gemv_part(o, j0 + r < o.n ? j0 + r : o.n - 1, row_bytes);
-    float acc[NR][HR_CUDA_GEMV_MAX_ROWS];
+    float acc[NR][MR];
 #pragma unroll
     for (int r = 0; r < NR; r++)
 #pragma unroll
-        for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++)
+        for (int t = 0; t < MR; t++)
             acc[r][t] = 0.0f;
     const uint32_t pieces = k / 256 * 8;
+    uint4 hd[NR], qv[NR];
+#pragma unroll
+    for (int r = 0; r < NR; r++)
+        q4k_load_pieces<1, 128>(R[r].w, threadIdx.x, pieces, &hd[r], &qv[r]);
+    if (early)
+        pdl_begin();
     for (uint32_t pc = threadIdx.x; pc < pieces; pc += 128) {
         const uint32_t sb = pc / 8, p = (pc / 2) % 4, h = pc % 2;
-        uint4 hd[NR], qv[NR];
+        if (pc != threadIdx.x) {
 #pragma unroll
-        for (int r = 0; r < NR; r++) {
-            const uint8_t *b = R[r].w + (size_t)sb * 144;
-            hd[r] = *(const uint4 *)b;
-            qv[r] = *(const uint4 *)(b + 16 + 32 * p + 16 * h);
+            for (int r = 0; r < NR; r++)
+                q4k_load_pieces<1, 128>(R[r].w, pc, pieces, &hd[r], &qv[r]);
         }
         const uint32_t xo = sb * 256 + 64 * p + 16 * h, so = sb * 16 + 4 * p + h;
 #pragma unroll
-        for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
+        for (int t = 0; t < MR; t++) {
             if ((uint32_t)t >= m)
                 break;
             const int8_t *xr = xa.q + (uint64_t)t * k;
@@ -1304,34 +1394,7 @@ __global__ void __launch_bounds__(128) gemv_q4k_q8_rows_kernel(hr_cuda_gemv_out 
             }
         }
     }
-    __shared__ float part[4][NR][HR_CUDA_GEMV_MAX_ROWS];
-    const uint32_t lane = threadIdx.x & 31, wi = threadIdx.x / 32;
-#pragma unroll
-    for (int r = 0; r < NR; r++)
-#pragma unroll
-        for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
-            if ((uint32_t)t < m) {
-                const float a = warp_sum(acc[r][t]);
-                if (lane == 0)
-                    part[wi][r][t] = a;
-            }
-        }
-    __syncthreads();
-    if (threadIdx.x < NR * m) { /* as gemv_block_store, a thread per (row, input row) */
-        const uint32_t r = threadIdx.x / m, t = threadIdx.x % m;
-        if (j0 + r < o.n) {
-            gemv_row Rr = R[0]; /* R[r], by selects (no local-memory indexing) */
-#pragma unroll
-            for (int i = 1; i < NR; i++)
-                if ((uint32_t)i == r)
-                    Rr = R[i];
-            float a = ((part[0][r][t] + part[1][r][t]) + part[2][r][t]) + part[3][r][t];
-            if (Rr.bias)
-                a += Rr.bias[Rr.j];
-            float *yp = Rr.y + (uint64_t)t * Rr.ldy + Rr.j;
-            *yp = accumulate ? *yp + a : a;
-        }
-    }
+    gemv_rows_store<NR, MR>(acc, m, R, j0, o.n, accumulate);
 }
 
 /* Q8_K quantization of m rows of k (k % 256 == 0) for the integer GEMV:
@@ -1419,12 +1482,14 @@ __global__ void __launch_bounds__(128) gemv_q80_q8_kernel(hr_cuda_gemv_out o, ui
  * blocks i, i + 128, ..., then thread t < m adds the 4 warps' sums in warp
  * order (the F16 GEMV's reason: whole waves of blocks; see
  * gemv_raw16_row_kernel). Either way a row's order depends on k only. */
-template <int ROW>
+template <int ROW, int MR>
 __global__ void __launch_bounds__(128) gemv_q80s_q8_kernel(hr_cuda_gemv_out o, uint64_t row_bytes,
                                                            uint32_t k, hr_cuda_q8_act xa,
                                                            uint32_t m, int accumulate)
 {
-    pdl_begin();
+    const bool early = pdl_prewait && !o.rx;
+    if (!early)
+        pdl_begin();
     constexpr uint32_t NT = ROW ? 128 : 32; /* threads sharing a row */
     constexpr int NR = (Q80S_VECS + NT - 1) / NT;
     __shared__ uint4 sbuf[ROW ? 1 : 4][Q80S_VECS];
@@ -1440,9 +1505,9 @@ __global__ void __launch_bounds__(128) gemv_q80s_q8_kernel(hr_cuda_gemv_out o, u
     const uint32_t off = (uint32_t)(ra & 15);
     uint4 *sb = sbuf[ROW ? 0 : wi];
     const uint32_t *sw = (const uint32_t *)sb;
-    float acc[HR_CUDA_GEMV_MAX_ROWS];
+    float acc[MR];
 #pragma unroll
-    for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++)
+    for (int t = 0; t < MR; t++)
         acc[t] = 0.0f;
     const uint32_t nb = k / 32;
     for (uint32_t b0 = 0; b0 < nb; b0 += Q80S_BLOCKS) {
@@ -1456,6 +1521,8 @@ __global__ void __launch_bounds__(128) gemv_q80s_q8_kernel(hr_cuda_gemv_out o, u
             if (v < nv)
                 r[i] = base[v0 + v];
         }
+        if (early && b0 == 0)
+            pdl_begin();
         if (ROW) /* the last pass's reads of sb are done */
             __syncthreads();
         else
@@ -1486,7 +1553,7 @@ __global__ void __launch_bounds__(128) gemv_q80s_q8_kernel(hr_cuda_gemv_out o, u
                 q[e] = odd ? wv[e + 1] : __funnelshift_r(wv[e], wv[e + 1], 16);
             const uint32_t b = b0 + bl;
 #pragma unroll
-            for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++) {
+            for (int t = 0; t < MR; t++) {
                 if ((uint32_t)t >= m)
                     break;
                 const int4 *xp = (const int4 *)(xa.q + (uint64_t)t * k + (uint64_t)b * 32);
@@ -1497,20 +1564,147 @@ __global__ void __launch_bounds__(128) gemv_q80s_q8_kernel(hr_cuda_gemv_out o, u
         }
     }
     if constexpr (ROW)
-        gemv_block_store(acc, m, R.j, R.y, R.ldy, R.bias, accumulate);
+        gemv_block_store<MR>(acc, m, R.j, R.y, R.ldy, R.bias, accumulate);
     else
-        gemv_warp_store(acc, m, R.j, R.y, R.ldy, R.bias, accumulate);
+        gemv_warp_store<MR>(acc, m, R.j, R.y, R.ldy, R.bias, accumulate);
 }
 
-/* The Q8_0 GEMV (HR_CUDA_Q80=strided|warp|row; the A/B switch): 2-byte
- * loads (gemv_q80_q8_kernel), or 16-byte loads a warp (ROW 0) or a block
- * (ROW 1, the default) per row. */
+/* The Q8_0 GEMV on NR weight rows a block of 4 warps (HR_CUDA_Q80=rows2,
+ * rows4): each row staged and summed exactly as gemv_q80s_q8_kernel<1>
+ * does it (thread i takes blocks i, i + 128, ..., the 4 warps' sums added
+ * in warp order), so a row's result is that kernel's bit for bit; the
+ * inputs' block is loaded once for the NR rows, and the kernel's fixed
+ * costs (the parts' selects, the staging's barriers, the reduction) are
+ * paid once for NR rows. At k = 4096 a row is one 34-byte block a thread:
+ * ncu counted 262 instructions a warp for it on an H100. */
+template <int NR, int MR>
+__global__ void __launch_bounds__(128) gemv_q80s_rows_kernel(hr_cuda_gemv_out o,
+                                                             uint64_t row_bytes, uint32_t k,
+                                                             hr_cuda_q8_act xa, uint32_t m,
+                                                             int accumulate)
+{
+    const bool early = pdl_prewait && !o.rx;
+    if (!early)
+        pdl_begin();
+    constexpr int NV = (Q80S_VECS + 127) / 128;
+    __shared__ uint4 sbuf[NR][Q80S_VECS];
+    gemv_rows_q(o, k, 32, &xa, &m);
+    const uint32_t j0 = blockIdx.x * NR;
+    gemv_row R[NR];
+    uint32_t off[NR];
+    const uint4 *base[NR];
+#pragma unroll
+    for (int r = 0; r < NR; r++) { /* a row past n reads row n - 1 and is not stored */
+        R[r] = gemv_part(o, j0 + r < o.n ? j0 + r : o.n - 1, row_bytes);
+        base[r] = (const uint4 *)((uintptr_t)R[r].w & ~(uintptr_t)15);
+        off[r] = (uint32_t)((uintptr_t)R[r].w & 15);
+    }
+    float acc[NR][MR];
+#pragma unroll
+    for (int r = 0; r < NR; r++)
+#pragma unroll
+        for (int t = 0; t < MR; t++)
+            acc[r][t] = 0.0f;
+    const uint32_t nb = k / 32;
+    for (uint32_t b0 = 0; b0 < nb; b0 += Q80S_BLOCKS) {
+        const uint32_t nbi = min((uint32_t)Q80S_BLOCKS, nb - b0);
+        uint4 rv[NR][NV];
+#pragma unroll
+        for (int r = 0; r < NR; r++) {
+            const uint32_t g0 = off[r] + b0 * 34, g1 = off[r] + (b0 + nbi) * 34;
+            const uint32_t v0 = g0 / 16, nv = (g1 + 15) / 16 - v0;
+#pragma unroll
+            for (int i = 0; i < NV; i++) {
+                const uint32_t v = threadIdx.x + 128 * (uint32_t)i;
+                if (v < nv)
+                    rv[r][i] = base[r][v0 + v];
+            }
+        }
+        if (early && b0 == 0)
+            pdl_begin();
+        __syncthreads(); /* the last pass's reads of sbuf are done */
+#pragma unroll
+        for (int r = 0; r < NR; r++) {
+            const uint32_t g0 = off[r] + b0 * 34, g1 = off[r] + (b0 + nbi) * 34;
+            const uint32_t nv = (g1 + 15) / 16 - g0 / 16;
+#pragma unroll
+            for (int i = 0; i < NV; i++) {
+                const uint32_t v = threadIdx.x + 128 * (uint32_t)i;
+                if (v < nv)
+                    sbuf[r][v] = rv[r][i];
+            }
+        }
+        __syncthreads();
+        for (uint32_t bl = threadIdx.x; bl < nbi; bl += 128) {
+            const uint32_t b = b0 + bl;
+#pragma unroll
+            for (int r = 0; r < NR; r++) {
+                const uint32_t *sw = (const uint32_t *)sbuf[r];
+                const uint32_t a = (off[r] + b0 * 34) % 16 + 34 * bl, w0 = a / 4;
+                uint32_t wv[9];
+#pragma unroll
+                for (int e = 0; e < 9; e++)
+                    wv[e] = sw[w0 + e];
+                const bool odd = a & 2;
+                const float dw =
+                    __half2float(__ushort_as_half((unsigned short)(odd ? wv[0] >> 16 : wv[0])));
+                uint32_t q[8];
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    q[e] = odd ? wv[e + 1] : __funnelshift_r(wv[e], wv[e + 1], 16);
+#pragma unroll
+                for (int t = 0; t < MR; t++) {
+                    if ((uint32_t)t >= m)
+                        break;
+                    const int4 *xp = (const int4 *)(xa.q + (uint64_t)t * k + (uint64_t)b * 32);
+                    const int4 va = xp[0], vb = xp[1];
+                    const int sum = dot_q8_32(q, va, vb);
+                    acc[r][t] += dw * xa.d[(uint64_t)t * nb + b] * (float)sum;
+                }
+            }
+        }
+    }
+    gemv_rows_store<NR, MR>(acc, m, R, j0, o.n, accumulate);
+}
+
+/* A GEMV kernel instantiated for one input row (MR = 1) or up to
+ * HR_CUDA_GEMV_MAX_ROWS: batch-1 decode and MoE expert rows (one input a
+ * grid row) take the first, whose accumulators and unrolled input loop are
+ * an eighth as large; the Q4_K warp-per-row kernel went from 114 registers
+ * to fewer, so more warps an SM stream weights. Each output is the same
+ * chain of operations in both, so a token's result does not depend on
+ * which one ran (ragged == alone, tested). HR_CUDA_GEMV_MR1=0 launches
+ * the wide one always (A/B). TARGS is the kernel's other template
+ * arguments in parentheses. */
+static bool gemv_mr1_on(void)
+{
+    static int v = -1;
+    if (v < 0)
+        v = hr_env_on("HR_CUDA_GEMV_MR1");
+    return v;
+}
+#define GEMV_UNPAREN(...) __VA_ARGS__
+#define GEMV_MR(KERNEL, TARGS, GRID, ...)                                                          \
+    ((m == 1 || o.rx) && gemv_mr1_on()                                                             \
+         ? hr_launch(KERNEL<GEMV_UNPAREN TARGS, 1>, GRID, 128, 0, s, __VA_ARGS__)                  \
+         : hr_launch(KERNEL<GEMV_UNPAREN TARGS, HR_CUDA_GEMV_MAX_ROWS>, GRID, 128, 0, s, __VA_ARGS__))
+
+/* The Q8_0 GEMV (HR_CUDA_Q80=strided|warp|row|rows2|rows4|auto; the A/B
+ * switch): 2-byte loads (gemv_q80_q8_kernel), or 16-byte loads a warp
+ * (ROW 0) or a block (ROW 1) per row, or a block per 2 or 4 rows
+ * (gemv_q80s_rows_kernel). The default, auto (5): a block per 2 rows from
+ * 2048 values, the 2-byte loads below (as row did). 8B Q8_0 decode step through
+ * HR_BENCH_QUICK=1 bench-cuda on an H100, 2 alternating rounds
+ * (2026-12-07): row 3.863 / 3.870 ms, rows2 3.818 / 3.812, rows4 3.979 /
+ * 3.974. */
 static int q80_variant(void)
 {
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("HR_CUDA_Q80");
-        v = e && !strcmp(e, "strided") ? 0 : e && !strcmp(e, "warp") ? 1 : 2;
+        v = e && !strcmp(e, "strided") ? 0 : e && !strcmp(e, "warp") ? 1
+            : e && !strcmp(e, "row") ? 2 : e && !strcmp(e, "rows2") ? 3
+            : e && !strcmp(e, "rows4") ? 4 : 5;
     }
     return v;
 }
@@ -1634,13 +1828,19 @@ extern "C" cudaError_t hr_cuda_gemv_int_parts(int type, uint64_t row_bytes, uint
      * 2-byte-load kernel, a warp per row: a block per row would leave most
      * of its 128 threads idle (0.5B Q8_0 tg128 on an H200 went 795 -> 727
      * tok/s with it and the split attention together; not measured apart) */
-    const int qv = q80_variant() == 2 && k < 2048 ? 0 : q80_variant();
+    const int qv = q80_variant() == 5 ? (k < 2048 ? 0 : 3)
+                   : q80_variant() == 2 && k < 2048 ? 0 : q80_variant();
     if (type == HR_CUDA_T_Q8_0 && k % 32 == 0 && al % 2 == 0 && qv) {
-        if (qv == 2)
-            hr_launch(gemv_q80s_q8_kernel<1>, dim3(n, gy), 128, 0, s, o, row_bytes, k, *a, m, accumulate);
+        if (qv == 3)
+            GEMV_MR(gemv_q80s_rows_kernel, (2), dim3((n + 1) / 2, gy), o, row_bytes, k, *a, m,
+                    accumulate);
+        else if (qv == 4)
+            GEMV_MR(gemv_q80s_rows_kernel, (4), dim3((n + 3) / 4, gy), o, row_bytes, k, *a, m,
+                    accumulate);
+        else if (qv == 2)
+            GEMV_MR(gemv_q80s_q8_kernel, (1), dim3(n, gy), o, row_bytes, k, *a, m, accumulate);
         else
-            hr_launch(gemv_q80s_q8_kernel<0>, dim3((n + 3) / 4, gy), 128, 0, s, o, row_bytes, k, *a, m,
-                      accumulate);
+            GEMV_MR(gemv_q80s_q8_kernel, (0), dim3((n + 3) / 4, gy), o, row_bytes, k, *a, m, accumulate);
         return cudaGetLastError();
     }
     if (type == HR_CUDA_T_Q8_0 && k % 32 == 0 && al % 2 == 0) {
@@ -1654,16 +1854,13 @@ extern "C" cudaError_t hr_cuda_gemv_int_parts(int type, uint64_t row_bytes, uint
     if (qv4 == 5)
         qv4 = k >= 8192 ? 2 : 0;
     if (qv4 == 2)
-        hr_launch(gemv_q4k_q8_rows_kernel<2>, dim3((n + 1) / 2, gy), 128, 0, s, o, row_bytes, k, *a, m,
-                  accumulate);
+        GEMV_MR(gemv_q4k_q8_rows_kernel, (2), dim3((n + 1) / 2, gy), o, row_bytes, k, *a, m, accumulate);
     else if (qv4 == 4)
-        hr_launch(gemv_q4k_q8_rows_kernel<4>, dim3((n + 3) / 4, gy), 128, 0, s, o, row_bytes, k, *a, m,
-                  accumulate);
+        GEMV_MR(gemv_q4k_q8_rows_kernel, (4), dim3((n + 3) / 4, gy), o, row_bytes, k, *a, m, accumulate);
     else if (qv4 == 1)
-        hr_launch(gemv_q4k_q8_kernel<1>, dim3(n, gy), 128, 0, s, o, row_bytes, k, *a, m, accumulate);
+        GEMV_MR(gemv_q4k_q8_kernel, (1), dim3(n, gy), o, row_bytes, k, *a, m, accumulate);
     else
-        hr_launch(gemv_q4k_q8_kernel<0>, dim3((n + 3) / 4, gy), 128, 0, s, o, row_bytes, k, *a, m,
-                  accumulate);
+        GEMV_MR(gemv_q4k_q8_kernel, (0), dim3((n + 3) / 4, gy), o, row_bytes, k, *a, m, accumulate);
     return cudaGetLastError();
 }
 
@@ -1817,6 +2014,17 @@ __global__ void __launch_bounds__(128) gemv_raw16_kernel(hr_cuda_gemv_out o, uin
     gemv_warp_store(acc, m, R.j, R.y, R.ldy, R.bias, accumulate);
 }
 
+/* A thread's 4 pieces p0, p0 + 128, ... (those below np) of a 16-bit row. */
+__device__ __forceinline__ void raw16_load4(const uint4 *row, uint32_t p0, uint32_t np, uint4 wv[4])
+{
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint32_t pc = p0 + 128 * (uint32_t)i;
+        if (pc < np)
+            wv[i] = ld_weights(row + pc);
+    }
+}
+
 /* The same product, one block of 4 warps per weight row: thread i takes the
  * row's 16-byte pieces i, i + 128, ... (4 in flight), each warp sums its
  * lanes, then thread t < m adds the 4 warps' sums in warp order. With a
@@ -1825,29 +2033,30 @@ __global__ void __launch_bounds__(128) gemv_raw16_kernel(hr_cuda_gemv_out o, uin
  * blocks then ran with few loads in flight. A block per row is 4096
  * blocks, 4.4 waves. The order depends on k only, so a row's result does
  * not depend on m. */
-template <int BF>
+template <int BF, int MR>
 __global__ void __launch_bounds__(128) gemv_raw16_row_kernel(hr_cuda_gemv_out o,
                                                              uint64_t row_bytes, uint32_t k,
                                                              const float *x, uint32_t m,
                                                              int accumulate)
 {
-    pdl_begin();
+    const bool early = pdl_prewait && !o.rx;
+    if (!early)
+        pdl_begin();
     const gemv_row R = gemv_part(o, blockIdx.x, row_bytes);
     gemv_rows_x(o, k, &x, &m);
     const uint4 *row = (const uint4 *)R.w;
-    float acc[HR_CUDA_GEMV_MAX_ROWS];
+    float acc[MR];
 #pragma unroll
-    for (int t = 0; t < HR_CUDA_GEMV_MAX_ROWS; t++)
+    for (int t = 0; t < MR; t++)
         acc[t] = 0.0f;
     const uint32_t np = k / 8;
+    uint4 wv[4];
+    raw16_load4(row, threadIdx.x, np, wv);
+    if (early)
+        pdl_begin();
     for (uint32_t p0 = threadIdx.x; p0 < np; p0 += 4 * 128) {
-        uint4 wv[4];
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const uint32_t pc = p0 + 128 * (uint32_t)i;
-            if (pc < np)
-                wv[i] = ld_weights(row + pc);
-        }
+        if (p0 != threadIdx.x)
+            raw16_load4(row, p0, np, wv);
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const uint32_t pc = p0 + 128 * (uint32_t)i;
@@ -1856,7 +2065,7 @@ __global__ void __launch_bounds__(128) gemv_raw16_row_kernel(hr_cuda_gemv_out o,
             raw16_piece<BF>(wv[i], x, k, pc, m, acc);
         }
     }
-    gemv_block_store(acc, m, R.j, R.y, R.ldy, R.bias, accumulate);
+    gemv_block_store<MR>(acc, m, R.j, R.y, R.ldy, R.bias, accumulate);
 }
 
 /* The F16/BF16 GEMV (HR_CUDA_RAW16=u4|u8|u8nc|row; the A/B switch): a warp
@@ -1909,9 +2118,9 @@ extern "C" cudaError_t hr_cuda_gemv_parts(int type, uint64_t row_bytes, uint32_t
         const int v = raw16_variant(), bf = type == HR_CUDA_T_BF16;
         if (v == 3) {
             if (bf)
-                hr_launch(gemv_raw16_row_kernel<1>, dim3(n, blocks.y), 128, 0, s, o, row_bytes, k, x, m, accumulate);
+                GEMV_MR(gemv_raw16_row_kernel, (1), dim3(n, blocks.y), o, row_bytes, k, x, m, accumulate);
             else
-                hr_launch(gemv_raw16_row_kernel<0>, dim3(n, blocks.y), 128, 0, s, o, row_bytes, k, x, m, accumulate);
+                GEMV_MR(gemv_raw16_row_kernel, (0), dim3(n, blocks.y), o, row_bytes, k, x, m, accumulate);
         } else if (v == 0)
             bf ? L_RAW16(1, 4, 0) : L_RAW16(0, 4, 0);
         else if (v == 1)
@@ -2957,21 +3166,29 @@ __device__ __forceinline__ void attn_prep_out(const hr_cuda_norm_prep &pr, uint6
  * with one warp per head, 32 warps for an 8B model's decode token, each
  * looping over 64 runs, the merge waited on its loads (H100). Every warp
  * computes M and the weights alike; each value's sum is the one chain in
- * run order it always was. */
+ * run order it always was. Making Q8_K inputs for Wo, a block is instead
+ * the 256 / head_dim heads of one super-block (256 threads, thread i its
+ * value i, as q8k_block256 takes them): the separate quant_q8k launch it
+ * replaces was 33 a decode step (57 us of 3,439 on the H200, 8B Q4_K). */
 __global__ void attn_combine_kernel(hr_cuda_attn_args a)
 {
     pdl_begin();
-    const uint32_t t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x & 31, w = threadIdx.x / 32;
-    const uint32_t hd = a.kv.head_dim;
-    /* this warp's 32 values */
+    const uint32_t hd = a.kv.head_dim, lane = threadIdx.x & 31;
+    const uint32_t t = blockIdx.x, h = blockIdx.y * (blockDim.x / hd) + threadIdx.x / hd;
+    const uint32_t w = threadIdx.x % hd / 32; /* the warp's 32 values of its head */
     const uint64_t ob = (uint64_t)t * a.n_head * hd + (uint64_t)h * hd + 32 * w;
     const bool prep = a.prep.kind != HR_CUDA_NORM_PREP_NONE;
+    const uint64_t sb = ob / 256; /* Q8_K: the block's super-block */
+    auto prep_of = [&](float v) {
+        if (a.prep.kind == HR_CUDA_NORM_PREP_Q8_K)
+            q8k_block256(v, a.prep.q.q + sb * 256, a.prep.q.d + sb, a.prep.q.s + sb * 16);
+        else
+            attn_prep_out(a.prep, ob, &v, 1, lane);
+    };
     /* the output another kernel wrote whole: only its prepared inputs here */
     auto prep_written = [&]() {
-        if (!prep)
-            return;
-        const float v = a.out[ob + lane];
-        attn_prep_out(a.prep, ob, &v, 1, lane);
+        if (prep)
+            prep_of(a.out[ob + lane]);
     };
     if (a.seq_fa && a.seq_fa[a.kv.seq_of[t]]) {
         prep_written(); /* the tiled kernel's */
@@ -3023,7 +3240,7 @@ __global__ void attn_combine_kernel(hr_cuda_attn_args a)
     acc *= 1.0f / L;
     a.out[ob + lane] = acc;
     if (prep)
-        attn_prep_out(a.prep, ob, &acc, 1, lane);
+        prep_of(acc);
 }
 
 /* ---- tiled (flash) attention for prefill -------------------------------------
@@ -3586,9 +3803,12 @@ extern "C" cudaError_t hr_cuda_attention(const struct hr_cuda_attn_args *a, cuda
     }
     if (a->part && (a->n_split < 1 || a->n_split > HR_CUDA_ATTN_SPLITS))
         return cudaErrorInvalidValue;
+    /* the merge makes them, a head (Q8_K: a super-block of heads) a block */
+    const bool q8k = a->prep.kind == HR_CUDA_NORM_PREP_Q8_K;
     if (a->prep.kind != HR_CUDA_NORM_PREP_NONE &&
-        (!a->part || a->prep.kind == HR_CUDA_NORM_PREP_Q8_K))
-        return cudaErrorInvalidValue; /* the merge makes them, a head at a time */
+        (!a->part || (q8k && (a->kv.head_dim > 256 || 256 % a->kv.head_dim ||
+                              a->n_head * a->kv.head_dim % 256))))
+        return cudaErrorInvalidValue;
     const uint32_t group = a->n_head / a->kv.n_head_kv;
     if (a->gqa == 2 && fad_ok(a->kv.head_dim, a->kv.f16, group)) {
         dim3 grid(a->n_tokens, a->kv.n_head_kv, a->part ? a->n_split : 1);
@@ -3616,7 +3836,9 @@ extern "C" cudaError_t hr_cuda_attention(const struct hr_cuda_attn_args *a, cuda
         const cudaError_t ce = cudaGetLastError();
         if (ce != cudaSuccess)
             return ce;
-        hr_launch(attn_combine_kernel, dim3(a->n_tokens, a->n_head), a->kv.head_dim, 0, s, *a);
+        const uint32_t g = q8k ? 256 / a->kv.head_dim : 1; /* heads a block */
+        hr_launch(attn_combine_kernel, dim3(a->n_tokens, a->n_head / g), g * a->kv.head_dim, 0, s,
+                  *a);
     }
     return cudaGetLastError();
 }
@@ -4205,6 +4427,10 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
     const unsigned early = pdl_mode() == 2 ? 0xFFFFFFFFu : pdl_mode() == 3 ? (unsigned)sms : 0;
     if ((ce = cudaMemcpyToSymbol(pdl_early_blocks, &early, sizeof(early))) != cudaSuccess)
         return ce;
+    const char *pw = getenv("HR_CUDA_PREWAIT");
+    const int prewait = !(pw && !strcmp(pw, "0"));
+    if ((ce = cudaMemcpyToSymbol(pdl_prewait, &prewait, sizeof(prewait))) != cudaSuccess)
+        return ce;
     if ((ce = preload_type<HR_CUDA_T_F32>()) != cudaSuccess ||
         (ce = preload_type<HR_CUDA_T_F16>()) != cudaSuccess ||
         (ce = preload_type<HR_CUDA_T_BF16>()) != cudaSuccess ||
@@ -4222,12 +4448,16 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
         (ce = preload_type<HR_CUDA_T_Q3_K>()) != cudaSuccess ||
         (ce = preload_type<HR_CUDA_T_IQ4_XS>()) != cudaSuccess)
         return ce;
-    const void *k[] = {(const void *)gemv_q4k_kernel, (const void *)gemv_q4k_q8_kernel<0>,
-                       (const void *)gemv_q4k_q8_kernel<1>,
-                       (const void *)gemv_q4k_q8_rows_kernel<2>,
-                       (const void *)gemv_q4k_q8_rows_kernel<4>,
-                       (const void *)gemv_q80_q8_kernel, (const void *)gemv_q80s_q8_kernel<0>,
-                       (const void *)gemv_q80s_q8_kernel<1>,
+    const void *k[] = {(const void *)gemv_q4k_kernel, (const void *)gemv_q4k_q8_kernel<0, 1>, (const void *)gemv_q4k_q8_kernel<0, HR_CUDA_GEMV_MAX_ROWS>,
+                       (const void *)gemv_q4k_q8_kernel<1, 1>, (const void *)gemv_q4k_q8_kernel<1, HR_CUDA_GEMV_MAX_ROWS>,
+                       (const void *)gemv_q4k_q8_rows_kernel<2, 1>, (const void *)gemv_q4k_q8_rows_kernel<2, HR_CUDA_GEMV_MAX_ROWS>,
+                       (const void *)gemv_q4k_q8_rows_kernel<4, 1>, (const void *)gemv_q4k_q8_rows_kernel<4, HR_CUDA_GEMV_MAX_ROWS>,
+                       (const void *)gemv_q80_q8_kernel, (const void *)gemv_q80s_q8_kernel<0, 1>, (const void *)gemv_q80s_q8_kernel<0, HR_CUDA_GEMV_MAX_ROWS>,
+                       (const void *)gemv_q80s_q8_kernel<1, 1>, (const void *)gemv_q80s_q8_kernel<1, HR_CUDA_GEMV_MAX_ROWS>,
+                       (const void *)gemv_q80s_rows_kernel<2, 1>,
+                       (const void *)gemv_q80s_rows_kernel<2, HR_CUDA_GEMV_MAX_ROWS>,
+                       (const void *)gemv_q80s_rows_kernel<4, 1>,
+                       (const void *)gemv_q80s_rows_kernel<4, HR_CUDA_GEMV_MAX_ROWS>,
                        (const void *)quant_q80_kernel,
                        (const void *)gemv_raw16_kernel<0, 4, 0>,
                        (const void *)gemv_raw16_kernel<1, 4, 0>,
@@ -4235,8 +4465,8 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
                        (const void *)gemv_raw16_kernel<1, 8, 0>,
                        (const void *)gemv_raw16_kernel<0, 8, 1>,
                        (const void *)gemv_raw16_kernel<1, 8, 1>,
-                       (const void *)gemv_raw16_row_kernel<0>,
-                       (const void *)gemv_raw16_row_kernel<1>,
+                       (const void *)gemv_raw16_row_kernel<0, 1>, (const void *)gemv_raw16_row_kernel<0, HR_CUDA_GEMV_MAX_ROWS>,
+                       (const void *)gemv_raw16_row_kernel<1, 1>, (const void *)gemv_raw16_row_kernel<1, HR_CUDA_GEMV_MAX_ROWS>,
                        (const void *)gemm_mq_kernel<HR_CUDA_T_Q8_0>,
                        (const void *)gemm_mq_kernel<HR_CUDA_T_Q4_0>,
                        (const void *)gemm_mq_kernel<HR_CUDA_T_Q5_0>,

@@ -90,6 +90,12 @@ for v in row rows2 rows4; do
   echo "test-cuda-kernels, HR_CUDA_Q4K=$v:"
   HR_CUDA_Q4K=$v "$build/tests/cuda/test-cuda-kernels" | grep -E "Q4_K +integer|passed" || rc=1
 done
+# The Q8_0 integer GEMV's others than the default (a block per 2 rows): a
+# warp and a block per row, a block per 4 rows.
+for v in warp row rows4; do
+  echo "test-cuda-kernels, HR_CUDA_Q80=$v:"
+  HR_CUDA_Q80=$v "$build/tests/cuda/test-cuda-kernels" | grep -E "Q8_0 +integer|passed" || rc=1
+done
 "$build/tests/cuda/test-cuda-engine" "${files[@]}" || rc=1
 # Dense models multiply Q8_0 / Q4_0 / Q5_0 / IQ4_NL / MXFP4 in prefill on
 # cuBLASLt by default and MoE models on the integer GEMM; the integer GEMM

@@ -953,9 +953,31 @@ static void test_attention(uint32_t hd, uint32_t window, int sinks, uint32_t nh)
         CT_CUDA(hr_cuda_attention(&b, 0));
         from_dev(got, da, sizeof(float) * T * qd);
         same &= memcmp(ref, got, sizeof(float) * T * qd) == 0;
+        const int q8k = qd % 256 == 0; /* Q8_K: a block of 256 / hd heads */
+        if (q8k) {
+            struct hr_cuda_q8_act k0 = {0}, k1 = {0};
+            CT_CUDA(cudaMalloc((void **)&k0.q, (size_t)T * qd));
+            CT_CUDA(cudaMalloc((void **)&k1.q, (size_t)T * qd));
+            CT_CUDA(cudaMalloc((void **)&k0.d, sizeof(float) * T * qd / 256));
+            CT_CUDA(cudaMalloc((void **)&k1.d, sizeof(float) * T * qd / 256));
+            CT_CUDA(cudaMalloc((void **)&k0.s, sizeof(int16_t) * T * qd / 16));
+            CT_CUDA(cudaMalloc((void **)&k1.s, sizeof(int16_t) * T * qd / 16));
+            from_dev(ref, a.out, sizeof(float) * T * qd);
+            CT_CUDA(hr_cuda_quant_act(HR_CUDA_ACT_Q8_K, a.out, T, qd, &k0, 0));
+            CT_CUDA(cudaMemset(a.out, 0, sizeof(float) * T * qd));
+            b.prep = (hr_cuda_norm_prep){.kind = HR_CUDA_NORM_PREP_Q8_K, .q = k1};
+            CT_CUDA(hr_cuda_attention(&b, 0));
+            from_dev(got, a.out, sizeof(float) * T * qd);
+            same &= memcmp(ref, got, sizeof(float) * T * qd) == 0 &&
+                    same_dev(k0.q, k1.q, (size_t)T * qd) &&
+                    same_dev(k0.d, k1.d, sizeof(float) * T * qd / 256) &&
+                    same_dev(k0.s, k1.s, sizeof(int16_t) * T * qd / 16);
+            cudaFree(k0.q), cudaFree(k1.q), cudaFree(k0.d), cudaFree(k1.d), cudaFree(k0.s),
+                cudaFree(k1.s);
+        }
         CT_CHECK(same, "attention head_dim %u%s, gqa %u: Wo's inputs made by the merge (Q8_0; "
-                 "f16) for tiled, one-run and split tokens == the separate kernels', bit for bit",
-                 hd, window ? ", windowed" : "", gqa);
+                 "f16%s) for tiled, one-run and split tokens == the separate kernels', bit for bit",
+                 hd, window ? ", windowed" : "", gqa, q8k ? "; Q8_K" : "");
         free(ref), free(got), free(x0), free(x1);
         cudaFree(da), cudaFree(q0.q), cudaFree(q1.q), cudaFree(q0.d), cudaFree(q1.d);
     }
@@ -1001,9 +1023,15 @@ static void test_int_rows(enum hr_ggml_type t, uint32_t k)
     CT_CUDA(hr_cuda_quant_act(act, dx, M, k, &qa, 0));
     from_dev(xr, dxr, sizeof(float) * k * M);
     double worst = 0.0;
+    float *y1 = malloc(sizeof(float) * n);
+    bool same = true; /* row 0 at m = 1 (the one-row instantiation) == at m = 2..M */
     for (uint32_t m = 1; m <= M; m++) {
         CT_CUDA(hr_cuda_gemv_int((int)t, dw, rb, k, n, &qa, m, dy, n, NULL, 0, 0));
         from_dev(y, dy, sizeof(float) * n * m);
+        if (m == 1)
+            memcpy(y1, y, sizeof(float) * n);
+        else
+            same = same && !memcmp(y1, y, sizeof(float) * n);
         for (uint32_t r = 0; r < m; r++)
             for (uint32_t j = 0; j < n; j++) {
                 double ref = 0.0, mag = 0.0;
@@ -1017,6 +1045,9 @@ static void test_int_rows(enum hr_ggml_type t, uint32_t k)
     }
     CT_CHECK(worst < 1e-6, "%-5s integer GEMV on %u inputs (%zu-byte rows), m = 1..%u: worst "
              "error %.2e of sum |terms| (< 1e-6)", hr_ggml_type_name(t), k, rb, M, worst);
+    CT_CHECK(same, "%-5s integer GEMV on %u inputs: a row's result at m = 1 (its one-row kernel) "
+             "is the same at m = 2..%u, bit for bit", hr_ggml_type_name(t), k, M);
+    free(y1);
     {
         float *bias = malloc(sizeof(float) * n), *dbias;
         for (uint32_t j = 0; j < n; j++)
