@@ -15,6 +15,16 @@
 #   LLAMA_BENCH=LLAMA_BIN_DIR/llama-bench HR_BENCH_CUDA=.../bench-cuda HR_VS_TESTS=0 \
 #     bench/cuda/vs-llama.sh run [ROUNDS]
 #
+# Or batch-1 decode alone, what a short device call affords (about 2
+# minutes for 2 rounds, the files included):
+#
+#   bench/cuda/vs-llama.sh tg BIN_DIR LLAMA_BIN_DIR [ROUNDS]
+#
+# the 8B shape's Q8_0 file and its Q4_K made from it (llama-quantize
+# --allow-requantize: no 16 GB F16 file to write), then per round and type
+# ours (HR_BENCH_QUICK=1 bench-cuda: the decode rows alone) and
+# llama-bench's tg128, alternating; the same medians and ratios.
+#
 # SRC_TGZ: llama.cpp's source as a tarball (made on a machine with the npm
 # tree: git clone tests/oracle/node_modules/node-llama-cpp/llama/
 # gitRelease.bundle, then git archive without models/ and docs/). BIN_DIR
@@ -33,7 +43,7 @@
 # GB/s beside a read-only kernel's (bench-gemv).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-phase=${1:?usage: vs-llama.sh build SRC_TGZ BIN_DIR | models BIN_DIR LLAMA_BIN_DIR | run [ROUNDS]}
+phase=${1:?usage: vs-llama.sh build SRC_TGZ BIN_DIR | models BIN_DIR LLAMA_BIN_DIR | run [ROUNDS] | tg BIN_DIR LLAMA_BIN_DIR [ROUNDS]}
 W=build-vsllama
 mkdir -p "$W"
 # The files llama-bench reads: the shapes bench-cuda builds in memory
@@ -58,6 +68,23 @@ gen_models() { # BIN_DIR LLAMA_QUANTIZE
     >"$W/quantize.log" 2>&1
   echo "models: exit $? after $(($(date +%s) - t0)) s"
 }
+if [[ $phase == tg ]]; then # the files only where missing
+  tg_bin=${2:?usage: vs-llama.sh tg BIN_DIR LLAMA_BIN_DIR [ROUNDS]}
+  tg_llama=${3:?usage: vs-llama.sh tg BIN_DIR LLAMA_BIN_DIR [ROUNDS]}
+  export LD_LIBRARY_PATH=$tg_llama${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  if [[ ! -f $W/llama-3-8b-q4_k.gguf ]]; then
+    t0=$(date +%s)
+    "$tg_bin/gen-model" --arch llama --n-embd 4096 --n-layer 32 --n-head 32 --n-head-kv 8 \
+      --head-dim 128 --n-ff 14336 --vocab builtin --vocab-size 128256 --untied \
+      --rope-base 500000 --row-streams --type q8_0 --out "$W/llama-3-8b-q8_0.gguf" >/dev/null &&
+      "$tg_llama/llama-quantize" --allow-requantize --pure "$W/llama-3-8b-q8_0.gguf" \
+        "$W/llama-3-8b-q4_k.gguf" Q4_K "$(nproc)" >"$W/quantize.log" 2>&1
+    echo "models: exit $? after $(($(date +%s) - t0)) s"
+  fi
+  LLAMA_BENCH=$tg_llama/llama-bench
+  HR_BENCH_CUDA=$tg_bin/bench-cuda
+  set -- tg "${4:-2}"
+fi
 if [[ $phase == models ]]; then
   gen_models "${2:?}" "${3:?}/llama-quantize"
   ls -la "$W"/*.gguf
@@ -98,16 +125,28 @@ out="$W/rows.txt"
 # HR_VS_APPEND=1 adds to the rows of an earlier run on this machine (rounds
 # split over two device calls); the medians take them all.
 [[ ${HR_VS_APPEND:-0} == 1 ]] || : >"$out"
+if [[ $phase == tg ]]; then
+  for r in $(seq "$rounds"); do
+    for t in q4_k q8_0; do
+      # the quick run's other rows are zeros: dropped, not medians
+      HR_BENCH_QUICK=1 timeout 60 "$B" --shape llama-3-8b --type $t 2>/dev/null |
+        grep '^bench-cuda' | sed -E 's/ (pp512|pp4096|tg128_d16384)_tok_s=[0-9.]+//g; s/^/ours /' \
+        >>"$out"
+      timeout 120 "$LB" -m "$W/llama-3-8b-$t.gguf" -ngl 99 -fa 1 -r 3 -p 0 -n 128 2>&1 |
+        grep -E '^\|' | sed "s/^/llama 8b-$t /" >>"$out"
+    done
+  done
+fi
 ours() { # shape type [env]
   env "${@:3}" timeout 200 "$B" --shape "$1" --type "$2" 2>/dev/null | grep '^bench-cuda' |
     sed "s/^/ours /" >>"$out"
 }
-if [[ ${HR_VS_TESTS:-1} != 0 ]]; then
+if [[ $phase != tg && ${HR_VS_TESTS:-1} != 0 ]]; then
   tests/cuda/run.sh build-gpu "${MODELS:-build/cuda-models}" >"$W/tests.log" 2>&1
   echo "GPU tests: exit $?; $(grep -cE '^  ok' "$W/tests.log") ok, $(grep -cE 'FAIL' "$W/tests.log") FAIL"
   grep -E 'FAIL' "$W/tests.log" | head
 fi
-for r in $(seq "$rounds"); do
+for r in $([[ $phase == tg ]] || seq "$rounds"); do # tg: its rounds above
   for t in ${HR_VS_TYPES:-f16 q8_0 q4_k}; do
     ours llama-3-8b $t
     "$LB" -m "$W/llama-3-8b-$t.gguf" -ngl 99 -fa 1 -r 3 -p 512,4096 -n 128 2>&1 | grep -E '^\|' |
@@ -129,7 +168,9 @@ cat "$out"
 # tokens); needs a full build of headroom (HR_SERVE_BIN; the engine-only
 # tree has no server).
 srv=${HR_SERVE_BIN:-build/headroom}
-if [[ -x $srv && -f $W/llama-3-8b-q4_k.gguf ]]; then
+if [[ $phase == tg ]]; then
+  : # decode alone
+elif [[ -x $srv && -f $W/llama-3-8b-q4_k.gguf ]]; then
   timeout 900 python3 bench/cuda/serve-batch.py "$srv" "$W/llama-3-8b-q4_k.gguf" 1 8 32
 else
   echo "serve-batch: skipped ($srv or the 8B Q4_K file is missing)"
@@ -137,7 +178,9 @@ fi
 # Each decode GEMV's GB/s beside a read-only kernel and a device copy of
 # the same bytes (issue 21's first item; bench/cuda/bench-gemv.c).
 G=${HR_BENCH_GEMV:-$(dirname "$B")/bench-gemv}
-if [[ -x $G ]]; then
+if [[ $phase == tg ]]; then
+  : # decode alone
+elif [[ -x $G ]]; then
   timeout 120 "$G" --types q4_k,q8_0,f16 --shapes 8b | sed 's/ gpu="[^"]*"//'
 else
   echo "bench-gemv: skipped ($G is not built)"
