@@ -51,11 +51,11 @@ mkdir -p "$W"
 # its own stream on every core: --row-streams, 4.5 minutes -> seconds; its
 # Q4_K comes from the F16 file through llama-quantize --pure on all
 # threads, a minute, where gen-model's one-threaded Q4_K search took over 15).
+l8=(--arch llama --n-embd 4096 --n-layer 32 --n-head 32 --n-head-kv 8 --head-dim 128
+  --n-ff 14336 --vocab builtin --vocab-size 128256 --untied --rope-base 500000) # the 8B shape
 gen_models() { # BIN_DIR LLAMA_QUANTIZE
   local bin=$1 quant=$2 t0
   t0=$(date +%s)
-  l8=(--arch llama --n-embd 4096 --n-layer 32 --n-head 32 --n-head-kv 8 --head-dim 128
-    --n-ff 14336 --vocab builtin --vocab-size 128256 --untied --rope-base 500000)
   for t in f16 q8_0; do
     "$bin/gen-model" "${l8[@]}" --row-streams --type $t --out "$W/llama-3-8b-$t.gguf" >/dev/null &
   done
@@ -74,9 +74,8 @@ if [[ $phase == tg ]]; then # the files only where missing
   export LD_LIBRARY_PATH=$tg_llama${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   if [[ ! -f $W/llama-3-8b-q4_k.gguf ]]; then
     t0=$(date +%s)
-    "$tg_bin/gen-model" --arch llama --n-embd 4096 --n-layer 32 --n-head 32 --n-head-kv 8 \
-      --head-dim 128 --n-ff 14336 --vocab builtin --vocab-size 128256 --untied \
-      --rope-base 500000 --row-streams --type q8_0 --out "$W/llama-3-8b-q8_0.gguf" >/dev/null &&
+    "$tg_bin/gen-model" "${l8[@]}" --row-streams --type q8_0 --out "$W/llama-3-8b-q8_0.gguf" \
+      >/dev/null &&
       "$tg_llama/llama-quantize" --allow-requantize --pure "$W/llama-3-8b-q8_0.gguf" \
         "$W/llama-3-8b-q4_k.gguf" Q4_K "$(nproc)" >"$W/quantize.log" 2>&1
     echo "models: exit $? after $(($(date +%s) - t0)) s"

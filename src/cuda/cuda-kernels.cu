@@ -4427,8 +4427,7 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
     const unsigned early = pdl_mode() == 2 ? 0xFFFFFFFFu : pdl_mode() == 3 ? (unsigned)sms : 0;
     if ((ce = cudaMemcpyToSymbol(pdl_early_blocks, &early, sizeof(early))) != cudaSuccess)
         return ce;
-    const char *pw = getenv("HR_CUDA_PREWAIT");
-    const int prewait = !(pw && !strcmp(pw, "0"));
+    const int prewait = hr_env_on("HR_CUDA_PREWAIT");
     if ((ce = cudaMemcpyToSymbol(pdl_prewait, &prewait, sizeof(prewait))) != cudaSuccess)
         return ce;
     if ((ce = preload_type<HR_CUDA_T_F32>()) != cudaSuccess ||
