@@ -1286,6 +1286,108 @@ __global__ void __launch_bounds__(128) gemv_q4k_q8_kernel(hr_cuda_gemv_out o, ui
         gemv_warp_store<MR>(acc, m, R.j, R.y, R.ldy, R.bias, accumulate);
 }
 
+/* A warp per row as gemv_q4k_q8_kernel<0>, but lane l takes sub-block
+ * pairs c = l, l + 32, ... whole: both halves' 32 quant bytes under one
+ * header load and one scale decode, each sub-block's 32 products in one
+ * integer sum (as ggml's dot sums them), its two 16-sums of the inputs in
+ * one 8-byte load. Per 64 weights that is about 30 instructions fewer than
+ * two pieces (a header load, 3 sum loads, a scale load, a scale decode,
+ * the float arithmetic of one piece); the quantized GEMVs were bound by
+ * instructions (ncu, docs/architecture.md). A lane's pairs are summed in
+ * order, then the warp: an output's order depends on k only, but it is
+ * not the piece kernel's order (HR_CUDA_Q4K=pair; results within the
+ * float rounding of the others). NP pairs' loads in flight (2: all of a
+ * lane's at k = 4096). */
+template <int NP, int MR>
+__global__ void __launch_bounds__(128) gemv_q4k_q8_pair_kernel(hr_cuda_gemv_out o,
+                                                               uint64_t row_bytes, uint32_t k,
+                                                               hr_cuda_q8_act xa, uint32_t m,
+                                                               int accumulate)
+{
+    const bool early = pdl_prewait && !o.rx;
+    if (!early)
+        pdl_begin();
+    const uint32_t lane = threadIdx.x & 31, jg = blockIdx.x * 4 + threadIdx.x / 32;
+    if (jg >= o.n)
+        return;
+    const gemv_row R = gemv_part(o, jg, row_bytes);
+    gemv_rows_q(o, k, 256, &xa, &m);
+    float acc[MR];
+#pragma unroll
+    for (int t = 0; t < MR; t++)
+        acc[t] = 0.0f;
+    const uint32_t pairs = k / 256 * 4;
+    uint4 hd[NP], q0[NP], q1[NP];
+    auto load = [&](uint32_t c0) {
+#pragma unroll
+        for (int i = 0; i < NP; i++) {
+            const uint32_t c = c0 + 32 * (uint32_t)i;
+            if (c < pairs) {
+                const uint8_t *b = R.w + (size_t)(c / 4) * 144;
+                const uint4 *qp = (const uint4 *)(b + 16 + 32 * (c % 4));
+                hd[i] = *(const uint4 *)b, q0[i] = qp[0], q1[i] = qp[1];
+            }
+        }
+    };
+    load(lane);
+    if (early)
+        pdl_begin();
+    const uint32_t p = lane % 4; /* every pair of this lane is sub-block pair p */
+    for (uint32_t c0 = lane; c0 < pairs; c0 += 32 * NP) {
+        if (c0 != lane)
+            load(c0);
+#pragma unroll
+        for (int i = 0; i < NP; i++) {
+            const uint32_t c = c0 + 32 * (uint32_t)i;
+            if (c >= pairs)
+                break;
+            const uint32_t sb = c / 4;
+            float d1a, m1a, d1b, m1b;
+            q4k_scales(hd[i], p, &d1a, &m1a, &d1b, &m1b);
+            const uint32_t q[8] = {q0[i].x, q0[i].y, q0[i].z, q0[i].w,
+                                   q1[i].x, q1[i].y, q1[i].z, q1[i].w};
+            int lo[8], hi[8];
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                lo[e] = (int)(q[e] & 0x0F0F0F0Fu);
+                hi[e] = (int)((q[e] >> 4) & 0x0F0F0F0Fu);
+            }
+            const uint32_t xo = sb * 256 + 64 * p, so = sb * 16 + 4 * p;
+#pragma unroll
+            for (int t = 0; t < MR; t++) {
+                if ((uint32_t)t >= m)
+                    break;
+                /* values 0..31 of the pair's first sub-block (low nibbles),
+                 * then 0..31 of its second (high nibbles) */
+                const int4 *xp = (const int4 *)(xa.q + (uint64_t)t * k + xo);
+                const int4 v0 = xp[0], v1 = xp[1], v2 = xp[2], v3 = xp[3];
+                int sa = 0, sbb = 0;
+                sa = __dp4a(lo[0], v0.x, sa);
+                sa = __dp4a(lo[1], v0.y, sa);
+                sa = __dp4a(lo[2], v0.z, sa);
+                sa = __dp4a(lo[3], v0.w, sa);
+                sa = __dp4a(lo[4], v1.x, sa);
+                sa = __dp4a(lo[5], v1.y, sa);
+                sa = __dp4a(lo[6], v1.z, sa);
+                sa = __dp4a(lo[7], v1.w, sa);
+                sbb = __dp4a(hi[0], v2.x, sbb);
+                sbb = __dp4a(hi[1], v2.y, sbb);
+                sbb = __dp4a(hi[2], v2.z, sbb);
+                sbb = __dp4a(hi[3], v2.w, sbb);
+                sbb = __dp4a(hi[4], v3.x, sbb);
+                sbb = __dp4a(hi[5], v3.y, sbb);
+                sbb = __dp4a(hi[6], v3.z, sbb);
+                sbb = __dp4a(hi[7], v3.w, sbb);
+                const short4 s4 = *(const short4 *)(xa.s + (uint64_t)t * (k / 16) + so);
+                const float dx = xa.d[(uint64_t)t * (k / 256) + sb];
+                acc[t] += dx * ((d1a * (float)sa - m1a * (float)(s4.x + s4.y)) +
+                                (d1b * (float)sbb - m1b * (float)(s4.z + s4.w)));
+            }
+        }
+    }
+    gemv_warp_store<MR>(acc, m, R.j, R.y, R.ldy, R.bias, accumulate);
+}
+
 /* The end of a GEMV of NR weight rows a block of 4 warps: each warp's sums,
  * then a thread per (row, input row) adds the 4 warps' in warp order and
  * stores, as gemv_block_store does for one row; rows j0 + r past n are
@@ -1710,8 +1812,9 @@ static int q80_variant(void)
 }
 
 /* The Q4_K integer GEMV for rows of 2048 values and more
- * (HR_CUDA_Q4K=warp|row|rows2|rows4|auto; the A/B switch): a warp per row
- * (0), a block per row (1), a block per 2 or 4 rows (2, 4). The default,
+ * (HR_CUDA_Q4K=warp|row|rows2|rows4|pair|auto; the A/B switch): a warp per
+ * row (0), a block per row (1), a block per 2 or 4 rows (2, 4), auto with
+ * gemv_q4k_q8_pair_kernel for its warp per row (6, pair). The default,
  * auto (5): a warp per row, and a block per 2 rows from 8192 values (the
  * 8B shape's ffn_down). bench-gemv on an H100, 2026-12-07, share of a
  * read-only kernel's GB/s (warp / row / rows2): attn_q 67/51/68%, ffn_up
@@ -1723,7 +1826,7 @@ static int q4k_variant(void)
     if (v < 0) {
         const char *e = getenv("HR_CUDA_Q4K");
         v = !e ? 5 : !strcmp(e, "warp") ? 0 : !strcmp(e, "row") ? 1 : !strcmp(e, "rows2") ? 2
-                   : !strcmp(e, "rows4") ? 4 : 5;
+                   : !strcmp(e, "rows4") ? 4 : !strcmp(e, "pair") ? 6 : 5;
     }
     return v;
 }
@@ -1851,9 +1954,11 @@ extern "C" cudaError_t hr_cuda_gemv_int_parts(int type, uint64_t row_bytes, uint
         return cudaErrorInvalidValue;
     /* a block per row from 2048 values (8 super-blocks: 64 pieces) up */
     int qv4 = k >= 2048 ? q4k_variant() : 0;
-    if (qv4 == 5)
-        qv4 = k >= 8192 ? 2 : 0;
-    if (qv4 == 2)
+    if (qv4 == 5 || qv4 == 6)
+        qv4 = k >= 8192 ? 2 : qv4 == 6 ? 6 : 0;
+    if (qv4 == 6)
+        GEMV_MR(gemv_q4k_q8_pair_kernel, (2), dim3((n + 3) / 4, gy), o, row_bytes, k, *a, m, accumulate);
+    else if (qv4 == 2)
         GEMV_MR(gemv_q4k_q8_rows_kernel, (2), dim3((n + 1) / 2, gy), o, row_bytes, k, *a, m, accumulate);
     else if (qv4 == 4)
         GEMV_MR(gemv_q4k_q8_rows_kernel, (4), dim3((n + 3) / 4, gy), o, row_bytes, k, *a, m, accumulate);
@@ -4451,6 +4556,7 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
                        (const void *)gemv_q4k_q8_kernel<1, 1>, (const void *)gemv_q4k_q8_kernel<1, HR_CUDA_GEMV_MAX_ROWS>,
                        (const void *)gemv_q4k_q8_rows_kernel<2, 1>, (const void *)gemv_q4k_q8_rows_kernel<2, HR_CUDA_GEMV_MAX_ROWS>,
                        (const void *)gemv_q4k_q8_rows_kernel<4, 1>, (const void *)gemv_q4k_q8_rows_kernel<4, HR_CUDA_GEMV_MAX_ROWS>,
+                       (const void *)gemv_q4k_q8_pair_kernel<2, 1>, (const void *)gemv_q4k_q8_pair_kernel<2, HR_CUDA_GEMV_MAX_ROWS>,
                        (const void *)gemv_q80_q8_kernel, (const void *)gemv_q80s_q8_kernel<0, 1>, (const void *)gemv_q80s_q8_kernel<0, HR_CUDA_GEMV_MAX_ROWS>,
                        (const void *)gemv_q80s_q8_kernel<1, 1>, (const void *)gemv_q80s_q8_kernel<1, HR_CUDA_GEMV_MAX_ROWS>,
                        (const void *)gemv_q80s_rows_kernel<2, 1>,

@@ -85,8 +85,8 @@ rc=0
 if ((rc == 77)); then exit 77; fi
 # The Q4_K integer GEMV's variants the default (auto: warp, rows2 from 8192
 # inputs) leaves out of the kernel tests' 2304-input rows: a block per row,
-# per 2 and per 4 rows.
-for v in row rows2 rows4; do
+# per 2 and per 4 rows, a warp per row on whole sub-block pairs.
+for v in row rows2 rows4 pair; do
   echo "test-cuda-kernels, HR_CUDA_Q4K=$v:"
   HR_CUDA_Q4K=$v "$build/tests/cuda/test-cuda-kernels" | grep -E "Q4_K +integer|passed" || rc=1
 done
