@@ -1286,6 +1286,45 @@ __global__ void __launch_bounds__(128) gemv_q4k_q8_kernel(hr_cuda_gemv_out o, ui
         gemv_warp_store<MR>(acc, m, R.j, R.y, R.ldy, R.bias, accumulate);
 }
 
+/* One sub-block pair's contribution to a Q4_K row's sum on Q8_K inputs
+ * (gemv_q4k_q8_pair_kernel's arithmetic, shared so the two kernels give
+ * the same bits): the header, the pair's 32 quant bytes, and the inputs'
+ * 64 int8 values (v0..v3), their per-16 sums and the super-block's scale. */
+__device__ __forceinline__ float q4k_pair_dot(const uint4 hd, const uint4 q0, const uint4 q1,
+                                              uint32_t p, const int4 v0, const int4 v1,
+                                              const int4 v2, const int4 v3, const short4 s4,
+                                              float dx)
+{
+    float d1a, m1a, d1b, m1b;
+    q4k_scales(hd, p, &d1a, &m1a, &d1b, &m1b);
+    const uint32_t q[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+    int lo[8], hi[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        lo[e] = (int)(q[e] & 0x0F0F0F0Fu);
+        hi[e] = (int)((q[e] >> 4) & 0x0F0F0F0Fu);
+    }
+    int sa = 0, sbb = 0;
+    sa = __dp4a(lo[0], v0.x, sa);
+    sa = __dp4a(lo[1], v0.y, sa);
+    sa = __dp4a(lo[2], v0.z, sa);
+    sa = __dp4a(lo[3], v0.w, sa);
+    sa = __dp4a(lo[4], v1.x, sa);
+    sa = __dp4a(lo[5], v1.y, sa);
+    sa = __dp4a(lo[6], v1.z, sa);
+    sa = __dp4a(lo[7], v1.w, sa);
+    sbb = __dp4a(hi[0], v2.x, sbb);
+    sbb = __dp4a(hi[1], v2.y, sbb);
+    sbb = __dp4a(hi[2], v2.z, sbb);
+    sbb = __dp4a(hi[3], v2.w, sbb);
+    sbb = __dp4a(hi[4], v3.x, sbb);
+    sbb = __dp4a(hi[5], v3.y, sbb);
+    sbb = __dp4a(hi[6], v3.z, sbb);
+    sbb = __dp4a(hi[7], v3.w, sbb);
+    return dx * ((d1a * (float)sa - m1a * (float)(s4.x + s4.y)) +
+                 (d1b * (float)sbb - m1b * (float)(s4.z + s4.w)));
+}
+
 /* A warp per row as gemv_q4k_q8_kernel<0>, but lane l takes sub-block
  * pairs c = l, l + 32, ... whole: both halves' 32 quant bytes under one
  * header load and one scale decode, each sub-block's 32 products in one
@@ -1341,18 +1380,7 @@ __global__ void __launch_bounds__(128) gemv_q4k_q8_pair_kernel(hr_cuda_gemv_out 
             const uint32_t c = c0 + 32 * (uint32_t)i;
             if (c >= pairs)
                 break;
-            const uint32_t sb = c / 4;
-            float d1a, m1a, d1b, m1b;
-            q4k_scales(hd[i], p, &d1a, &m1a, &d1b, &m1b);
-            const uint32_t q[8] = {q0[i].x, q0[i].y, q0[i].z, q0[i].w,
-                                   q1[i].x, q1[i].y, q1[i].z, q1[i].w};
-            int lo[8], hi[8];
-#pragma unroll
-            for (int e = 0; e < 8; e++) {
-                lo[e] = (int)(q[e] & 0x0F0F0F0Fu);
-                hi[e] = (int)((q[e] >> 4) & 0x0F0F0F0Fu);
-            }
-            const uint32_t xo = sb * 256 + 64 * p, so = sb * 16 + 4 * p;
+            const uint32_t sb = c / 4, xo = sb * 256 + 64 * p, so = sb * 16 + 4 * p;
 #pragma unroll
             for (int t = 0; t < MR; t++) {
                 if ((uint32_t)t >= m)
@@ -1360,32 +1388,80 @@ __global__ void __launch_bounds__(128) gemv_q4k_q8_pair_kernel(hr_cuda_gemv_out 
                 /* values 0..31 of the pair's first sub-block (low nibbles),
                  * then 0..31 of its second (high nibbles) */
                 const int4 *xp = (const int4 *)(xa.q + (uint64_t)t * k + xo);
-                const int4 v0 = xp[0], v1 = xp[1], v2 = xp[2], v3 = xp[3];
-                int sa = 0, sbb = 0;
-                sa = __dp4a(lo[0], v0.x, sa);
-                sa = __dp4a(lo[1], v0.y, sa);
-                sa = __dp4a(lo[2], v0.z, sa);
-                sa = __dp4a(lo[3], v0.w, sa);
-                sa = __dp4a(lo[4], v1.x, sa);
-                sa = __dp4a(lo[5], v1.y, sa);
-                sa = __dp4a(lo[6], v1.z, sa);
-                sa = __dp4a(lo[7], v1.w, sa);
-                sbb = __dp4a(hi[0], v2.x, sbb);
-                sbb = __dp4a(hi[1], v2.y, sbb);
-                sbb = __dp4a(hi[2], v2.z, sbb);
-                sbb = __dp4a(hi[3], v2.w, sbb);
-                sbb = __dp4a(hi[4], v3.x, sbb);
-                sbb = __dp4a(hi[5], v3.y, sbb);
-                sbb = __dp4a(hi[6], v3.z, sbb);
-                sbb = __dp4a(hi[7], v3.w, sbb);
-                const short4 s4 = *(const short4 *)(xa.s + (uint64_t)t * (k / 16) + so);
-                const float dx = xa.d[(uint64_t)t * (k / 256) + sb];
-                acc[t] += dx * ((d1a * (float)sa - m1a * (float)(s4.x + s4.y)) +
-                                (d1b * (float)sbb - m1b * (float)(s4.z + s4.w)));
+                acc[t] += q4k_pair_dot(hd[i], q0[i], q1[i], p, xp[0], xp[1], xp[2], xp[3],
+                                       *(const short4 *)(xa.s + (uint64_t)t * (k / 16) + so),
+                                       xa.d[(uint64_t)t * (k / 256) + sb]);
             }
         }
     }
     gemv_warp_store<MR>(acc, m, R.j, R.y, R.ldy, R.bias, accumulate);
+}
+
+/* HR_CUDA_Q4K=pipe: one input row on rows of at most 4096 values (64
+ * sub-block pairs: two a lane), a grid of resident blocks whose warps walk
+ * the rows (w, w + warps, ...) with the next row's 96 bytes a lane loaded
+ * while this row is multiplied, so every warp has its loads in flight all
+ * the time instead of loading, computing and exiting (the pair kernel's
+ * warps idle DRAM while they compute, and a wave's tail and the next
+ * blocks' start cost the rest). The inputs are the same for every row:
+ * each lane keeps its 2 x 64 int8 values, sums and scales in registers.
+ * Each row's sum is gemv_q4k_q8_pair_kernel's at m = 1, bit for bit (the
+ * same pairs in the same order, q4k_pair_dot, then the warp). */
+__global__ void __launch_bounds__(128, 4) gemv_q4k_q8_pipe_kernel(hr_cuda_gemv_out o,
+                                                                 uint64_t row_bytes, uint32_t k,
+                                                                 hr_cuda_q8_act xa, int accumulate)
+{
+    const uint32_t lane = threadIdx.x & 31, nw = gridDim.x * 4;
+    const uint32_t pairs = k / 256 * 4, p = lane % 4;
+    uint32_t j = blockIdx.x * 4 + threadIdx.x / 32;
+    uint4 hd[2], q0[2], q1[2];
+    auto load = [&](uint32_t jr) {
+        const uint8_t *w = gemv_part(o, jr, row_bytes).w;
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const uint32_t c = lane + 32 * (uint32_t)i;
+            if (c < pairs) {
+                const uint8_t *b = w + (size_t)(c / 4) * 144;
+                const uint4 *qp = (const uint4 *)(b + 16 + 32 * (c % 4));
+                hd[i] = *(const uint4 *)b, q0[i] = qp[0], q1[i] = qp[1];
+            }
+        }
+    };
+    if (pdl_prewait && j < o.n)
+        load(j);
+    pdl_begin();
+    if (j >= o.n)
+        return;
+    if (!pdl_prewait)
+        load(j);
+    int4 xv[2][4];
+    short4 xs[2];
+    float xd[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const uint32_t c = lane + 32 * (uint32_t)i;
+        if (c < pairs) {
+            const int4 *xp = (const int4 *)(xa.q + (c / 4) * 256 + 64 * p);
+            xv[i][0] = xp[0], xv[i][1] = xp[1], xv[i][2] = xp[2], xv[i][3] = xp[3];
+            xs[i] = *(const short4 *)(xa.s + (c / 4) * 16 + 4 * p);
+            xd[i] = xa.d[c / 4];
+        }
+    }
+    for (; j < o.n; j += nw) {
+        const uint4 ch[2] = {hd[0], hd[1]}, c0[2] = {q0[0], q0[1]}, c1[2] = {q1[0], q1[1]};
+        if (j + nw < o.n)
+            load(j + nw);
+        float acc = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            if (lane + 32 * (uint32_t)i >= pairs)
+                break;
+            acc += q4k_pair_dot(ch[i], c0[i], c1[i], p, xv[i][0], xv[i][1], xv[i][2], xv[i][3],
+                                xs[i], xd[i]);
+        }
+        const gemv_row R = gemv_part(o, j, row_bytes);
+        gemv_warp_store<1>(&acc, 1, R.j, R.y, R.ldy, R.bias, accumulate);
+    }
 }
 
 /* The end of a GEMV of NR weight rows a block of 4 warps: each warp's sums,
@@ -1824,14 +1900,19 @@ static int q80_variant(void)
  * warp 271.3, auto-warp 275.9 tok/s. The pairs, 8B Q4_K decode step on an
  * H100 (two alternating rounds, HR_BENCH_QUICK=1): 2.776 / 2.779 ms against
  * auto-warp's 2.800 / 2.799; with the merge's Q8_K 2.749 / 2.747 against
- * 2.770 / 2.770. */
+ * 2.770 / 2.770. pipe (7): auto, but one input row on rows of up to 4096
+ * values takes gemv_q4k_q8_pipe_kernel (the same bits). */
+/* gemv_q4k_q8_pipe_kernel's grid: its resident blocks (set at preload). */
+static unsigned pipe_blocks = 1;
+
 static int q4k_variant(void)
 {
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("HR_CUDA_Q4K");
         v = !e ? 6 : !strcmp(e, "warp") ? 0 : !strcmp(e, "row") ? 1 : !strcmp(e, "rows2") ? 2
-                   : !strcmp(e, "rows4") ? 4 : !strcmp(e, "auto-warp") ? 5 : 6;
+                   : !strcmp(e, "rows4") ? 4 : !strcmp(e, "auto-warp") ? 5
+                   : !strcmp(e, "pipe") ? 7 : 6;
     }
     return v;
 }
@@ -1959,9 +2040,14 @@ extern "C" cudaError_t hr_cuda_gemv_int_parts(int type, uint64_t row_bytes, uint
         return cudaErrorInvalidValue;
     /* a block per row from 2048 values (8 super-blocks: 64 pieces) up */
     int qv4 = k >= 2048 ? q4k_variant() : 0;
+    if (qv4 == 7 && (m != 1 || o.rx || k > 4096))
+        qv4 = 6; /* pipe: one input row, up to 4096 values, else auto */
     if (qv4 == 5 || qv4 == 6)
         qv4 = k >= 8192 ? 2 : qv4 == 6 ? 6 : 0;
-    if (qv4 == 6)
+    if (qv4 == 7) {
+        const unsigned nb = (n + 3) / 4 < pipe_blocks ? (n + 3) / 4 : pipe_blocks;
+        hr_launch(gemv_q4k_q8_pipe_kernel, nb, 128, 0, s, o, row_bytes, k, *a, accumulate);
+    } else if (qv4 == 6)
         GEMV_MR(gemv_q4k_q8_pair_kernel, (2), dim3((n + 3) / 4, gy), o, row_bytes, k, *a, m, accumulate);
     else if (qv4 == 2)
         GEMV_MR(gemv_q4k_q8_rows_kernel, (2), dim3((n + 1) / 2, gy), o, row_bytes, k, *a, m, accumulate);
@@ -4534,6 +4620,11 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
     if ((ce = cudaGetDevice(&dev)) != cudaSuccess ||
         (ce = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
         return ce;
+    int pipe_per_sm = 0;
+    if ((ce = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&pipe_per_sm, gemv_q4k_q8_pipe_kernel,
+                                                            128, 0)) != cudaSuccess)
+        return ce;
+    pipe_blocks = (unsigned)(sms * (pipe_per_sm > 0 ? pipe_per_sm : 1));
     const unsigned early = pdl_mode() == 2 ? 0xFFFFFFFFu : pdl_mode() == 3 ? (unsigned)sms : 0;
     if ((ce = cudaMemcpyToSymbol(pdl_early_blocks, &early, sizeof(early))) != cudaSuccess)
         return ce;
@@ -4562,6 +4653,7 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
                        (const void *)gemv_q4k_q8_rows_kernel<2, 1>, (const void *)gemv_q4k_q8_rows_kernel<2, HR_CUDA_GEMV_MAX_ROWS>,
                        (const void *)gemv_q4k_q8_rows_kernel<4, 1>, (const void *)gemv_q4k_q8_rows_kernel<4, HR_CUDA_GEMV_MAX_ROWS>,
                        (const void *)gemv_q4k_q8_pair_kernel<2, 1>, (const void *)gemv_q4k_q8_pair_kernel<2, HR_CUDA_GEMV_MAX_ROWS>,
+                       (const void *)gemv_q4k_q8_pipe_kernel,
                        (const void *)gemv_q80_q8_kernel, (const void *)gemv_q80s_q8_kernel<0, 1>, (const void *)gemv_q80s_q8_kernel<0, HR_CUDA_GEMV_MAX_ROWS>,
                        (const void *)gemv_q80s_q8_kernel<1, 1>, (const void *)gemv_q80s_q8_kernel<1, HR_CUDA_GEMV_MAX_ROWS>,
                        (const void *)gemv_q80s_rows_kernel<2, 1>,
