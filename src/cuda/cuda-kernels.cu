@@ -1336,7 +1336,8 @@ __device__ __forceinline__ float q4k_pair_dot(const uint4 hd, const uint4 q0, co
  * order, then the warp: an output's order depends on k only, but it is
  * not the piece kernel's order (results within the float rounding of the
  * others). NP pairs' loads in flight (2: all of a lane's at k = 4096). The
- * default's warp per row since 2026-12-07 (q4k_variant). */
+ * default's warp per row since 2026-12-07 (q4k_variant) where the
+ * pipelined kernel below does not take the rows. */
 template <int NP, int MR>
 __global__ void __launch_bounds__(128) gemv_q4k_q8_pair_kernel(hr_cuda_gemv_out o,
                                                                uint64_t row_bytes, uint32_t k,
@@ -1397,7 +1398,7 @@ __global__ void __launch_bounds__(128) gemv_q4k_q8_pair_kernel(hr_cuda_gemv_out 
     gemv_warp_store<MR>(acc, m, R.j, R.y, R.ldy, R.bias, accumulate);
 }
 
-/* HR_CUDA_Q4K=pipe: one input row on rows of at most 4096 values (64
+/* The default for one input row on rows of at most 4096 values (64
  * sub-block pairs: two a lane), a grid of resident blocks whose warps walk
  * the rows (w, w + warps, ...) with the next row's 96 bytes a lane loaded
  * while this row is multiplied, so every warp has its loads in flight all
@@ -1888,20 +1889,22 @@ static int q80_variant(void)
 }
 
 /* The Q4_K integer GEMV for rows of 2048 values and more
- * (HR_CUDA_Q4K=warp|row|rows2|rows4|auto|auto-warp; the A/B switch): a
- * warp per row (0), a block per row (1), a block per 2 or 4 rows (2, 4).
- * The default, auto (6; also "pair"): a warp per row on whole sub-block
- * pairs (gemv_q4k_q8_pair_kernel), and a block per 2 rows from 8192
- * values (the 8B shape's ffn_down); auto-warp (5) the same with the
- * piece kernel's warp per row, the default until 2026-12-07. bench-gemv on
- * an H100, 2026-12-07, share of a read-only kernel's GB/s (warp / row /
- * rows2): attn_q 67/51/68%, ffn_up 66/38/56%, ffn_down 58/65/69%, output
+ * (HR_CUDA_Q4K=warp|row|rows2|rows4|pair|auto-warp|auto; the A/B switch):
+ * a warp per row (0), a block per row (1), a block per 2 or 4 rows (2, 4).
+ * pair (6): a warp per row on whole sub-block pairs
+ * (gemv_q4k_q8_pair_kernel), and a block per 2 rows from 8192 values (the
+ * 8B shape's ffn_down); auto-warp (5) the same with the piece kernel's warp
+ * per row, the default until 2026-12-07. The default, auto (7): pair, but
+ * one input row on rows of up to 4096 values takes the pipelined kernel
+ * (gemv_q4k_q8_pipe_kernel, the same bits). bench-gemv on an H100,
+ * 2026-12-07, share of a read-only kernel's GB/s (warp / row / rows2):
+ * attn_q 67/51/68%, ffn_up 66/38/56%, ffn_down 58/65/69%, output
  * 65/32/49%; 8B Q4_K tg128 through bench-cuda: row 192.7, rows2 252.7,
- * warp 271.3, auto-warp 275.9 tok/s. The pairs, 8B Q4_K decode step on an
- * H100 (two alternating rounds, HR_BENCH_QUICK=1): 2.776 / 2.779 ms against
- * auto-warp's 2.800 / 2.799; with the merge's Q8_K 2.749 / 2.747 against
- * 2.770 / 2.770. pipe (7): auto, but one input row on rows of up to 4096
- * values takes gemv_q4k_q8_pipe_kernel (the same bits). */
+ * warp 271.3, auto-warp 275.9 tok/s. 8B Q4_K decode step on an H100 (two
+ * alternating rounds, HR_BENCH_QUICK=1, 2026-12-07): pair 2.776 / 2.779
+ * ms against auto-warp's 2.800 / 2.799 (with the merge's Q8_K 2.749 /
+ * 2.747 against 2.770 / 2.770); in a later call pipe 2.659 / 2.655 against
+ * pair's 2.742 / 2.810 (tg128 382.2 / 382.5 against 360.6 / 358.4). */
 /* gemv_q4k_q8_pipe_kernel's grid: its resident blocks (set at preload). */
 static unsigned pipe_blocks = 1;
 
@@ -1910,9 +1913,9 @@ static int q4k_variant(void)
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("HR_CUDA_Q4K");
-        v = !e ? 6 : !strcmp(e, "warp") ? 0 : !strcmp(e, "row") ? 1 : !strcmp(e, "rows2") ? 2
+        v = !e ? 7 : !strcmp(e, "warp") ? 0 : !strcmp(e, "row") ? 1 : !strcmp(e, "rows2") ? 2
                    : !strcmp(e, "rows4") ? 4 : !strcmp(e, "auto-warp") ? 5
-                   : !strcmp(e, "pipe") ? 7 : 6;
+                   : !strcmp(e, "pair") ? 6 : 7;
     }
     return v;
 }
@@ -2041,7 +2044,7 @@ extern "C" cudaError_t hr_cuda_gemv_int_parts(int type, uint64_t row_bytes, uint
     /* a block per row from 2048 values (8 super-blocks: 64 pieces) up */
     int qv4 = k >= 2048 ? q4k_variant() : 0;
     if (qv4 == 7 && (m != 1 || o.rx || k > 4096))
-        qv4 = 6; /* pipe: one input row, up to 4096 values, else auto */
+        qv4 = 6; /* the pipelined kernel: one input row, up to 4096 values */
     if (qv4 == 5 || qv4 == 6)
         qv4 = k >= 8192 ? 2 : qv4 == 6 ? 6 : 0;
     if (qv4 == 7) {

@@ -83,12 +83,13 @@ done
 rc=0
 "$build/tests/cuda/test-cuda-kernels" || rc=$?
 if ((rc == 77)); then exit 77; fi
-# The Q4_K integer GEMV's variants the default (auto: a warp per row on
-# whole sub-block pairs, rows2 from 8192 inputs) leaves out of the kernel
-# tests' 2304-input rows: a warp per row on pieces, a block per row, per 2
-# and per 4 rows, and one input row on the pipelined kernel (pipe; its
-# m = 1 rows checked against the pair kernel's m = 2..3 bit for bit).
-for v in warp row rows2 rows4 pipe; do
+# The Q4_K integer GEMV's variants the default (auto: one input row on the
+# pipelined kernel, its rows checked against the pair kernel's m = 2..3 bit
+# for bit; more rows a warp per row on whole sub-block pairs, rows2 from
+# 8192 inputs) leaves out of the kernel tests' 2304-input rows: the pair
+# kernel at m = 1 too, a warp per row on pieces, a block per row, per 2 and
+# per 4 rows.
+for v in pair warp row rows2 rows4; do
   echo "test-cuda-kernels, HR_CUDA_Q4K=$v:"
   HR_CUDA_Q4K=$v "$build/tests/cuda/test-cuda-kernels" | grep -E "Q4_K +integer|passed" || rc=1
 done
