@@ -31,6 +31,10 @@ mkdir -p "$models"
 
 shape=(--n-embd 256 --n-layer 2 --n-head 4 --n-head-kv 2 --head-dim 64 --n-ff 512 --vocab builtin)
 hybrid="--n-layer 4 --ssm-k-heads 2 --ssm-v-heads 4 --ssm-head-dim 128"
+# rows of 2048 and 8192 values: the decode GEMVs the 256-wide models never
+# take (Q4_K's pipelined and 2-row kernels, Q8_0's 2-row one, F16's block a
+# row) against the CPU engine too, not only in the kernel tests
+wide="--n-embd 2048 --n-head 16 --n-head-kv 8 --head-dim 128 --n-ff 8192 --row-streams"
 specs=(
   "qwen3-q4_k   --arch qwen3 --type q4_k"
   "qwen3-f32    --arch qwen3 --type f32"
@@ -65,6 +69,12 @@ specs=(
   "qwen35moe-q8_0 --arch qwen35moe --type q8_0 $hybrid --n-expert 8 --n-expert-used 2 --n-ff-exp 256 --n-ff-shexp 512"
   "qwen3next-f32 --arch qwen3next --type f32 $hybrid --n-expert 8 --n-expert-used 2 --n-ff-exp 256 --n-ff-shexp 512"
 )
+n_small=${#specs[@]} # the wide ones below go to the engine test alone
+specs+=(
+  "llama-wide-q4_k --arch llama --type q4_k --untied $wide"
+  "llama-wide-q8_0 --arch llama --type q8_0 --untied $wide"
+  "llama-wide-f16 --arch llama --type f16 --untied $wide"
+)
 files=()
 for spec in "${specs[@]}"; do
   read -r name args <<<"$spec"
@@ -79,6 +89,8 @@ for spec in "${specs[@]}"; do
   fi
   files+=("$f")
 done
+wide_files=("${files[@]:n_small}")
+files=("${files[@]:0:n_small}")
 
 rc=0
 "$build/tests/cuda/test-cuda-kernels" || rc=$?
@@ -100,6 +112,7 @@ for v in warp row rows4; do
   HR_CUDA_Q80=$v "$build/tests/cuda/test-cuda-kernels" | grep -E "Q8_0 +integer|passed" || rc=1
 done
 "$build/tests/cuda/test-cuda-engine" "${files[@]}" || rc=1
+"$build/tests/cuda/test-cuda-engine" "${wide_files[@]}" || rc=1
 # Dense models multiply Q8_0 / Q4_0 / Q5_0 / IQ4_NL / MXFP4 in prefill on
 # cuBLASLt by default and MoE models on the integer GEMM; the integer GEMM
 # on the dense ones too, so both paths stay covered for every such type.
