@@ -1286,43 +1286,55 @@ __global__ void __launch_bounds__(128) gemv_q4k_q8_kernel(hr_cuda_gemv_out o, ui
         gemv_warp_store<MR>(acc, m, R.j, R.y, R.ldy, R.bias, accumulate);
 }
 
-/* One sub-block pair's contribution to a Q4_K row's sum on Q8_K inputs
- * (gemv_q4k_q8_pair_kernel's arithmetic, shared so the two kernels give
- * the same bits): the header, the pair's 32 quant bytes, and the inputs'
- * 64 int8 values (v0..v3), their per-16 sums and the super-block's scale. */
-__device__ __forceinline__ float q4k_pair_dot(const uint4 hd, const uint4 q0, const uint4 q1,
-                                              uint32_t p, const int4 v0, const int4 v1,
+/* One sub-block pair of a Q4_K row, decoded for the integer dot: its two
+ * scales and mins times the super-block's d and dmin, and its 32 quant
+ * bytes as the low (first sub-block) and high (second) nibbles. */
+struct q4k_pair {
+    float d1a, m1a, d1b, m1b;
+    int lo[8], hi[8];
+};
+
+__device__ __forceinline__ q4k_pair q4k_pair_decode(const uint4 hd, const uint4 q0,
+                                                    const uint4 q1, uint32_t p)
+{
+    q4k_pair w;
+    q4k_scales(hd, p, &w.d1a, &w.m1a, &w.d1b, &w.m1b);
+    const uint32_t q[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        w.lo[e] = (int)(q[e] & 0x0F0F0F0Fu);
+        w.hi[e] = (int)((q[e] >> 4) & 0x0F0F0F0Fu);
+    }
+    return w;
+}
+
+/* The pair's contribution to the row's sum on Q8_K inputs: their 64 int8
+ * values (v0..v3: the first sub-block's 32, then the second's), their
+ * per-16 sums and the super-block's scale dx. gemv_q4k_q8_pair_kernel and
+ * gemv_q4k_q8_pipe_kernel share it, so the two give the same bits. */
+__device__ __forceinline__ float q4k_pair_dot(const q4k_pair &w, const int4 v0, const int4 v1,
                                               const int4 v2, const int4 v3, const short4 s4,
                                               float dx)
 {
-    float d1a, m1a, d1b, m1b;
-    q4k_scales(hd, p, &d1a, &m1a, &d1b, &m1b);
-    const uint32_t q[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
-    int lo[8], hi[8];
-#pragma unroll
-    for (int e = 0; e < 8; e++) {
-        lo[e] = (int)(q[e] & 0x0F0F0F0Fu);
-        hi[e] = (int)((q[e] >> 4) & 0x0F0F0F0Fu);
-    }
     int sa = 0, sbb = 0;
-    sa = __dp4a(lo[0], v0.x, sa);
-    sa = __dp4a(lo[1], v0.y, sa);
-    sa = __dp4a(lo[2], v0.z, sa);
-    sa = __dp4a(lo[3], v0.w, sa);
-    sa = __dp4a(lo[4], v1.x, sa);
-    sa = __dp4a(lo[5], v1.y, sa);
-    sa = __dp4a(lo[6], v1.z, sa);
-    sa = __dp4a(lo[7], v1.w, sa);
-    sbb = __dp4a(hi[0], v2.x, sbb);
-    sbb = __dp4a(hi[1], v2.y, sbb);
-    sbb = __dp4a(hi[2], v2.z, sbb);
-    sbb = __dp4a(hi[3], v2.w, sbb);
-    sbb = __dp4a(hi[4], v3.x, sbb);
-    sbb = __dp4a(hi[5], v3.y, sbb);
-    sbb = __dp4a(hi[6], v3.z, sbb);
-    sbb = __dp4a(hi[7], v3.w, sbb);
-    return dx * ((d1a * (float)sa - m1a * (float)(s4.x + s4.y)) +
-                 (d1b * (float)sbb - m1b * (float)(s4.z + s4.w)));
+    sa = __dp4a(w.lo[0], v0.x, sa);
+    sa = __dp4a(w.lo[1], v0.y, sa);
+    sa = __dp4a(w.lo[2], v0.z, sa);
+    sa = __dp4a(w.lo[3], v0.w, sa);
+    sa = __dp4a(w.lo[4], v1.x, sa);
+    sa = __dp4a(w.lo[5], v1.y, sa);
+    sa = __dp4a(w.lo[6], v1.z, sa);
+    sa = __dp4a(w.lo[7], v1.w, sa);
+    sbb = __dp4a(w.hi[0], v2.x, sbb);
+    sbb = __dp4a(w.hi[1], v2.y, sbb);
+    sbb = __dp4a(w.hi[2], v2.z, sbb);
+    sbb = __dp4a(w.hi[3], v2.w, sbb);
+    sbb = __dp4a(w.hi[4], v3.x, sbb);
+    sbb = __dp4a(w.hi[5], v3.y, sbb);
+    sbb = __dp4a(w.hi[6], v3.z, sbb);
+    sbb = __dp4a(w.hi[7], v3.w, sbb);
+    return dx * ((w.d1a * (float)sa - w.m1a * (float)(s4.x + s4.y)) +
+                 (w.d1b * (float)sbb - w.m1b * (float)(s4.z + s4.w)));
 }
 
 /* A warp per row as gemv_q4k_q8_kernel<0>, but lane l takes sub-block
@@ -1382,14 +1394,13 @@ __global__ void __launch_bounds__(128) gemv_q4k_q8_pair_kernel(hr_cuda_gemv_out 
             if (c >= pairs)
                 break;
             const uint32_t sb = c / 4, xo = sb * 256 + 64 * p, so = sb * 16 + 4 * p;
+            const q4k_pair w = q4k_pair_decode(hd[i], q0[i], q1[i], p);
 #pragma unroll
             for (int t = 0; t < MR; t++) {
                 if ((uint32_t)t >= m)
                     break;
-                /* values 0..31 of the pair's first sub-block (low nibbles),
-                 * then 0..31 of its second (high nibbles) */
                 const int4 *xp = (const int4 *)(xa.q + (uint64_t)t * k + xo);
-                acc[t] += q4k_pair_dot(hd[i], q0[i], q1[i], p, xp[0], xp[1], xp[2], xp[3],
+                acc[t] += q4k_pair_dot(w, xp[0], xp[1], xp[2], xp[3],
                                        *(const short4 *)(xa.s + (uint64_t)t * (k / 16) + so),
                                        xa.d[(uint64_t)t * (k / 256) + sb]);
             }
@@ -1457,8 +1468,8 @@ __global__ void __launch_bounds__(128, 4) gemv_q4k_q8_pipe_kernel(hr_cuda_gemv_o
         for (int i = 0; i < 2; i++) {
             if (lane + 32 * (uint32_t)i >= pairs)
                 break;
-            acc += q4k_pair_dot(ch[i], c0[i], c1[i], p, xv[i][0], xv[i][1], xv[i][2], xv[i][3],
-                                xs[i], xd[i]);
+            acc += q4k_pair_dot(q4k_pair_decode(ch[i], c0[i], c1[i], p), xv[i][0], xv[i][1],
+                                xv[i][2], xv[i][3], xs[i], xd[i]);
         }
         const gemv_row R = gemv_part(o, j, row_bytes);
         gemv_warp_store<1>(&acc, 1, R.j, R.y, R.ldy, R.bias, accumulate);
