@@ -1337,6 +1337,23 @@ __device__ __forceinline__ float q4k_pair_dot(const q4k_pair &w, const int4 v0, 
                  (w.d1b * (float)sbb - w.m1b * (float)(s4.z + s4.w)));
 }
 
+/* A lane's NP sub-block pairs c0, c0 + 32, ... of a Q4_K row (those below
+ * `pairs`): each pair's super-block header and its 32 quant bytes. */
+template <int NP>
+__device__ __forceinline__ void q4k_load_pairs(const uint8_t *row, uint32_t c0, uint32_t pairs,
+                                               uint4 hd[NP], uint4 q0[NP], uint4 q1[NP])
+{
+#pragma unroll
+    for (int i = 0; i < NP; i++) {
+        const uint32_t c = c0 + 32 * (uint32_t)i;
+        if (c < pairs) {
+            const uint8_t *b = row + (size_t)(c / 4) * 144;
+            const uint4 *qp = (const uint4 *)(b + 16 + 32 * (c % 4));
+            hd[i] = *(const uint4 *)b, q0[i] = qp[0], q1[i] = qp[1];
+        }
+    }
+}
+
 /* A warp per row as gemv_q4k_q8_kernel<0>, but lane l takes sub-block
  * pairs c = l, l + 32, ... whole: both halves' 32 quant bytes under one
  * header load and one scale decode, each sub-block's 32 products in one
@@ -1370,24 +1387,13 @@ __global__ void __launch_bounds__(128) gemv_q4k_q8_pair_kernel(hr_cuda_gemv_out 
         acc[t] = 0.0f;
     const uint32_t pairs = k / 256 * 4;
     uint4 hd[NP], q0[NP], q1[NP];
-    auto load = [&](uint32_t c0) {
-#pragma unroll
-        for (int i = 0; i < NP; i++) {
-            const uint32_t c = c0 + 32 * (uint32_t)i;
-            if (c < pairs) {
-                const uint8_t *b = R.w + (size_t)(c / 4) * 144;
-                const uint4 *qp = (const uint4 *)(b + 16 + 32 * (c % 4));
-                hd[i] = *(const uint4 *)b, q0[i] = qp[0], q1[i] = qp[1];
-            }
-        }
-    };
-    load(lane);
+    q4k_load_pairs<NP>(R.w, lane, pairs, hd, q0, q1);
     if (early)
         pdl_begin();
     const uint32_t p = lane % 4; /* every pair of this lane is sub-block pair p */
     for (uint32_t c0 = lane; c0 < pairs; c0 += 32 * NP) {
         if (c0 != lane)
-            load(c0);
+            q4k_load_pairs<NP>(R.w, c0, pairs, hd, q0, q1);
 #pragma unroll
         for (int i = 0; i < NP; i++) {
             const uint32_t c = c0 + 32 * (uint32_t)i;
@@ -1428,16 +1434,7 @@ __global__ void __launch_bounds__(128, 4) gemv_q4k_q8_pipe_kernel(hr_cuda_gemv_o
     uint32_t j = blockIdx.x * 4 + threadIdx.x / 32;
     uint4 hd[2], q0[2], q1[2];
     auto load = [&](uint32_t jr) {
-        const uint8_t *w = gemv_part(o, jr, row_bytes).w;
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const uint32_t c = lane + 32 * (uint32_t)i;
-            if (c < pairs) {
-                const uint8_t *b = w + (size_t)(c / 4) * 144;
-                const uint4 *qp = (const uint4 *)(b + 16 + 32 * (c % 4));
-                hd[i] = *(const uint4 *)b, q0[i] = qp[0], q1[i] = qp[1];
-            }
-        }
+        q4k_load_pairs<2>(gemv_part(o, jr, row_bytes).w, lane, pairs, hd, q0, q1);
     };
     if (pdl_prewait && j < o.n)
         load(j);
