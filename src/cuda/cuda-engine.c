@@ -277,6 +277,14 @@ struct hr_cuda_engine {
     uint32_t prep_m, prep_k;
     enum hr_cuda_act prep_act;
     int prep_kind;
+    /* a decode step's RMSNorm left to the Q4_K GEMV after it (norm_for,
+     * HR_CUDA_NORM_FUSE=1): its inputs, until matmul_parts takes it or
+     * norm_flush launches it */
+    bool norm_pending;
+    const float *norm_x, *norm_w;
+    float *norm_xn;
+    float norm_eps;
+    const struct dweight *norm_next;
     /* a form a fused norm made (norm_for): good for the next request only */
     bool prime_valid;
     const float *prime_x;
@@ -1805,6 +1813,9 @@ static enum hr_status gemv_run(struct hr_cuda_engine *e, const struct fwd *f,
 
 /* y (+)= round(x) W^T (+ bias) over m rows, on the GEMV kernels when the
  * step has at most gemv_max_tokens rows (step_rows), else the GEMM. */
+static enum hr_status norm_flush(struct hr_cuda_engine *e, const struct fwd *f,
+                                 struct hr_err *err);
+
 static enum hr_status matmul_in_step(struct hr_cuda_engine *e, const struct fwd *f,
                                      const struct dweight *w, const float *x, uint32_t m,
                                      uint32_t step_rows, float *y, uint32_t ldy,
@@ -1814,6 +1825,8 @@ static enum hr_status matmul_in_step(struct hr_cuda_engine *e, const struct fwd 
     const uint32_t k = (uint32_t)w->ne0, n = (uint32_t)w->ne1;
     const float *b = bias && bias->d ? (const float *)bias->d : NULL;
     HR_ASSERT(m <= step_rows);
+    if (e->norm_pending)
+        TRY(norm_flush(e, f, err));
     if (step_rows <= e->dims.gemv_max_tokens) {
         hr_cuda_gemv_out o;
         gemv_out_init(&o);
@@ -1898,6 +1911,17 @@ static enum hr_status matmul_parts(struct hr_cuda_engine *e, const struct fwd *f
     gemv_out_init(&o);
     for (uint32_t p = 0; p < n_parts; p++)
         gemv_out_add(&o, w[p], y[p], ldy[p], NULL);
+    /* the one launch is xn's one reader: it may do the deferred norm */
+    if (e->norm_pending && x == e->norm_xn && m == 1 && w[0]->type == HR_GGML_Q4_K &&
+        w[0]->ne0 == e->dims.n_embd) {
+        e->norm_pending = false;
+        prep_forget(e); /* neither xn nor the quantized inputs are written */
+        CU(hr_cuda_gemv_q4k_normed(w[0]->row_bytes, (uint32_t)w[0]->ne0, &o, e->norm_x,
+                                   e->norm_w, e->norm_eps, 0, e->stream),
+           "the integer GEMV with its norm");
+        return HR_OK;
+    }
+    TRY(norm_flush(e, f, err));
     return gemv_run(e, f, w[0], &o, x, m, 0, err);
 }
 
@@ -1951,6 +1975,38 @@ static void prep_prime(struct hr_cuda_engine *e, const float *x, uint32_t m, uin
 {
     e->prime_valid = true, e->prime_x = x, e->prime_m = m, e->prime_k = k;
     e->prime_act = next->act, e->prime_kind = (int)kind;
+}
+
+/* HR_CUDA_NORM_FUSE=1: in a one-token step, the RMSNorm before Q/K/V and
+ * before gate/up is done inside their Q4_K GEMV (hr_cuda_gemv_q4k_normed:
+ * the same bits, a launch and a dependency wait less). Off until measured
+ * on a GPU. */
+static bool norm_fuse_on(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *s = getenv("HR_CUDA_NORM_FUSE");
+        v = s && !strcmp(s, "1");
+    }
+    return v;
+}
+
+/* The deferred norm launched after all (its reader is not the GEMV that
+ * takes it), exactly as norm_for would have. */
+static enum hr_status norm_flush(struct hr_cuda_engine *e, const struct fwd *f,
+                                 struct hr_err *err)
+{
+    if (!e->norm_pending)
+        return HR_OK;
+    e->norm_pending = false;
+    hr_cuda_norm_prep pr;
+    memset(&pr, 0, sizeof(pr));
+    pr.kind = HR_CUDA_NORM_PREP_Q8_K, pr.q = f->actq;
+    const uint32_t E = e->dims.n_embd;
+    CU(hr_cuda_rms_norm_prep((float *)e->norm_x, 1, E, e->norm_w, e->norm_eps, e->norm_xn, &pr,
+                             e->stream), "a norm with the next matmul's inputs");
+    prep_prime(e, e->norm_xn, 1, E, e->norm_next, PREP_INT);
+    return HR_OK;
 }
 
 /* gate = silu(gate) * up (T x F), with wd's inputs made too where a fused
@@ -2252,6 +2308,14 @@ static enum hr_status norm_for(struct hr_cuda_engine *e, const struct fwd *f,
     enum prep_kind kind;
     const hr_cuda_norm_prep pr = prep_for(e, f, next, T, E, true, &kind);
     e->prime_valid = false;
+    TRY(norm_flush(e, f, err));
+    if (pr.kind == HR_CUDA_NORM_PREP_Q8_K && T == 1 && norm_fuse_on() &&
+        next->type == HR_GGML_Q4_K && hr_cuda_gemv_q4k_normed_ok(E)) {
+        /* left to the GEMV (matmul_parts), or launched by norm_flush */
+        e->norm_pending = true, e->norm_x = f->x, e->norm_w = (const float *)w->d;
+        e->norm_xn = f->xn, e->norm_eps = eps, e->norm_next = next;
+        return HR_OK;
+    }
     if (pr.kind == HR_CUDA_NORM_PREP_NONE) {
         CU(hr_cuda_rms_norm(f->x, NULL, NULL, T, E, (const float *)w->d, eps, f->xn, e->stream),
            "a norm");
@@ -2272,6 +2336,7 @@ static enum hr_status forward(struct hr_cuda_engine *e, const struct fwd *f, uin
     cudaStream_t s = e->stream;
 
     prep_forget(e);
+    e->norm_pending = false; /* none outlives a step, even one that failed */
     CU(hr_cuda_embed((int)e->tok_embd.type, e->tok_embd.d, e->tok_embd.row_bytes, E, f->tokens,
                      T, f->x, s), "the embedding lookup");
     CU(hr_cuda_rope_table(f->pos, T, hp->n_rot, &e->rope,
@@ -2294,6 +2359,7 @@ static enum hr_status forward(struct hr_cuda_engine *e, const struct fwd *f, uin
         else
             TRY(dense_ffn(e, f, &D->w_gate, &D->w_up, &D->w_down, T, f->x, 1, err));
     }
+    TRY(norm_flush(e, f, err)); /* none is left by then; so nothing is lost if one were */
     if (!L)
         return HR_OK;
     CU(hr_cuda_rms_norm(f->x, NULL, f->rows, L, E, (const float *)e->output_norm.d, hp->rms_eps,

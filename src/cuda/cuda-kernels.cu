@@ -1425,9 +1425,24 @@ __global__ void __launch_bounds__(128) gemv_q4k_q8_pair_kernel(hr_cuda_gemv_out 
  * each lane keeps its 2 x 64 int8 values, sums and scales in registers.
  * Each row's sum is gemv_q4k_q8_pair_kernel's at m = 1, bit for bit (the
  * same pairs in the same order, q4k_pair_dot, then the warp). */
+/* NORM (hr_cuda_gemv_q4k_normed): the kernel also does the RMSNorm before
+ * it. Each block computes the whole row's Q8_K inputs into shared memory
+ * from the residual x and the norm's weights, exactly as rms_norm_kernel
+ * with its Q8_K prep does (the same double sums per 32 float4s, added in
+ * the same order; the same q8k_block64x4 passes), while its first rows'
+ * weights are in flight; the warps then take their inputs from there. A
+ * launch and a dependency wait less a norm; the normalized floats (xn) are
+ * not written, so only a matmul that is xn's one reader may take it. */
+struct q4k_norm_in {
+    const float *x, *w;
+    float eps;
+};
+
+template <bool NORM>
 __global__ void __launch_bounds__(128, 4) gemv_q4k_q8_pipe_kernel(hr_cuda_gemv_out o,
                                                                  uint64_t row_bytes, uint32_t k,
-                                                                 hr_cuda_q8_act xa, int accumulate)
+                                                                 hr_cuda_q8_act xa, q4k_norm_in nx,
+                                                                 int accumulate)
 {
     const uint32_t lane = threadIdx.x & 31, nw = gridDim.x * 4;
     const uint32_t pairs = k / 256 * 4, p = lane % 4;
@@ -1439,6 +1454,46 @@ __global__ void __launch_bounds__(128, 4) gemv_q4k_q8_pipe_kernel(hr_cuda_gemv_o
     if (pdl_prewait && j < o.n)
         load(j);
     pdl_begin();
+    if constexpr (NORM) { /* every thread, before any returns (barriers) */
+        __shared__ __align__(16) int8_t s_q[4096];
+        __shared__ float s_d[16];
+        __shared__ __align__(8) int16_t s_s[256];
+        __shared__ double s_part[32], s_tot;
+        const uint32_t n4 = k / 4, nvw = n4 / 32, wi = threadIdx.x / 32;
+        /* rms_norm_kernel's thread t (n / 4 of them) sums float4 t: its
+         * warps here, 4 at a time */
+        for (uint32_t vw = wi; vw < nvw; vw += 4) {
+            const float4 v = ((const float4 *)nx.x)[vw * 32 + lane];
+            double sum = 0.0;
+            sum += (double)(v.x * v.x) + (double)(v.y * v.y) + (double)(v.z * v.z) +
+                   (double)(v.w * v.w);
+            sum = warp_sum_d(sum);
+            if (lane == 0)
+                s_part[vw] = sum;
+        }
+        __syncthreads();
+        if (wi == 0) {
+            double t = lane < nvw ? s_part[lane] : 0.0;
+            t = warp_sum_d(t);
+            if (lane == 0)
+                s_tot = t;
+        }
+        __syncthreads();
+        const float mean = (float)(s_tot / k);
+        const float scale = 1.0f / sqrtf(mean + nx.eps);
+        for (uint32_t i0 = 0; i0 < n4; i0 += 128) { /* every thread every pass */
+            const uint32_t i = i0 + threadIdx.x;
+            const bool in = i < n4;
+            float4 ov = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (in) {
+                const float4 v = ((const float4 *)nx.x)[i], g = ((const float4 *)nx.w)[i];
+                ov = make_float4((v.x * scale) * g.x, (v.y * scale) * g.y, (v.z * scale) * g.z,
+                                 (v.w * scale) * g.w);
+            }
+            q8k_block64x4(ov, in, i % 64, s_q + (i / 64) * 256, s_d + i / 64, s_s + (i / 64) * 16);
+        }
+        xa.q = s_q, xa.d = s_d, xa.s = s_s; /* q8k_block64x4 ends with a barrier */
+    }
     if (j >= o.n)
         return;
     if (!pdl_prewait)
@@ -2057,7 +2112,9 @@ extern "C" cudaError_t hr_cuda_gemv_int_parts(int type, uint64_t row_bytes, uint
         qv4 = k >= 8192 ? 2 : qv4 == 6 ? 6 : 0;
     if (qv4 == 7) {
         const unsigned nb = (n + 3) / 4 < pipe_blocks ? (n + 3) / 4 : pipe_blocks;
-        hr_launch(gemv_q4k_q8_pipe_kernel, nb, 128, 0, s, o, row_bytes, k, *a, accumulate);
+        const q4k_norm_in none = {NULL, NULL, 0.0f};
+        hr_launch(gemv_q4k_q8_pipe_kernel<false>, nb, 128, 0, s, o, row_bytes, k, *a, none,
+                  accumulate);
     } else if (qv4 == 6)
         GEMV_MR(gemv_q4k_q8_pair_kernel, (2), dim3((n + 3) / 4, gy), o, row_bytes, k, *a, m, accumulate);
     else if (qv4 == 2)
@@ -2068,6 +2125,30 @@ extern "C" cudaError_t hr_cuda_gemv_int_parts(int type, uint64_t row_bytes, uint
         GEMV_MR(gemv_q4k_q8_kernel, (1), dim3(n, gy), o, row_bytes, k, *a, m, accumulate);
     else
         GEMV_MR(gemv_q4k_q8_kernel, (0), dim3((n + 3) / 4, gy), o, row_bytes, k, *a, m, accumulate);
+    return cudaGetLastError();
+}
+
+extern "C" int hr_cuda_gemv_q4k_normed_ok(uint32_t k)
+{
+    return q4k_variant() == 7 && k >= 2048 && k <= 4096 && k % 256 == 0 && !gemv_float_only();
+}
+
+extern "C" cudaError_t hr_cuda_gemv_q4k_normed(uint64_t row_bytes, uint32_t k,
+                                               const hr_cuda_gemv_out *op, const float *x,
+                                               const float *w, float eps, int accumulate,
+                                               cudaStream_t s)
+{
+    const hr_cuda_gemv_out &o = *op;
+    if (!o.n)
+        return cudaSuccess;
+    if (!hr_cuda_gemv_q4k_normed_ok(k) || o.rx || !o.n_parts || o.n_parts > HR_CUDA_GEMV_PARTS ||
+        parts_align(o, row_bytes) % 16)
+        return cudaErrorInvalidValue;
+    const unsigned nb = (o.n + 3) / 4 < pipe_blocks ? (o.n + 3) / 4 : pipe_blocks;
+    hr_cuda_q8_act none;
+    memset(&none, 0, sizeof(none));
+    const q4k_norm_in nx = {x, w, eps};
+    hr_launch(gemv_q4k_q8_pipe_kernel<true>, nb, 128, 0, s, o, row_bytes, k, none, nx, accumulate);
     return cudaGetLastError();
 }
 
@@ -4632,8 +4713,8 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
         (ce = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
         return ce;
     int pipe_per_sm = 0;
-    if ((ce = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&pipe_per_sm, gemv_q4k_q8_pipe_kernel,
-                                                            128, 0)) != cudaSuccess)
+    if ((ce = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+             &pipe_per_sm, gemv_q4k_q8_pipe_kernel<false>, 128, 0)) != cudaSuccess)
         return ce;
     pipe_blocks = (unsigned)(sms * (pipe_per_sm > 0 ? pipe_per_sm : 1));
     const unsigned early = pdl_mode() == 2 ? 0xFFFFFFFFu : pdl_mode() == 3 ? (unsigned)sms : 0;
@@ -4664,7 +4745,8 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
                        (const void *)gemv_q4k_q8_rows_kernel<2, 1>, (const void *)gemv_q4k_q8_rows_kernel<2, HR_CUDA_GEMV_MAX_ROWS>,
                        (const void *)gemv_q4k_q8_rows_kernel<4, 1>, (const void *)gemv_q4k_q8_rows_kernel<4, HR_CUDA_GEMV_MAX_ROWS>,
                        (const void *)gemv_q4k_q8_pair_kernel<2, 1>, (const void *)gemv_q4k_q8_pair_kernel<2, HR_CUDA_GEMV_MAX_ROWS>,
-                       (const void *)gemv_q4k_q8_pipe_kernel,
+                       (const void *)gemv_q4k_q8_pipe_kernel<false>,
+                       (const void *)gemv_q4k_q8_pipe_kernel<true>,
                        (const void *)gemv_q80_q8_kernel, (const void *)gemv_q80s_q8_kernel<0, 1>, (const void *)gemv_q80s_q8_kernel<0, HR_CUDA_GEMV_MAX_ROWS>,
                        (const void *)gemv_q80s_q8_kernel<1, 1>, (const void *)gemv_q80s_q8_kernel<1, HR_CUDA_GEMV_MAX_ROWS>,
                        (const void *)gemv_q80s_rows_kernel<2, 1>,

@@ -189,6 +189,16 @@ cudaError_t hr_cuda_gemv_int_parts(int type, uint64_t row_bytes, uint32_t k,
                                    const hr_cuda_gemv_out *o, const struct hr_cuda_q8_act *a,
                                    uint32_t m, int accumulate, cudaStream_t s);
 
+/* One input row of Q4_K weights on x's RMSNorm (x: the k-wide residual,
+ * w: the norm's weights), the norm done inside the GEMV (its pipelined
+ * kernel): the results of hr_cuda_rms_norm_prep (Q8_K) then
+ * hr_cuda_gemv_int_parts, bit for bit, less a launch; the normalized
+ * floats are not written. Only where hr_cuda_gemv_q4k_normed_ok(k). */
+int hr_cuda_gemv_q4k_normed_ok(uint32_t k);
+cudaError_t hr_cuda_gemv_q4k_normed(uint64_t row_bytes, uint32_t k, const hr_cuda_gemv_out *o,
+                                    const float *x, const float *w, float eps, int accumulate,
+                                    cudaStream_t s);
+
 /* Whether weights of `type` whose inputs round to `act` have an integer
  * GEMM for m > HR_CUDA_GEMV_MAX_ROWS (Q8_0, Q4_0, Q5_0, IQ4_NL and MXFP4 on
  * Q8_0 inputs; which models use it: cuda-engine.c's int_gemm_model). */

@@ -113,6 +113,10 @@ for v in warp row rows4; do
 done
 "$build/tests/cuda/test-cuda-engine" "${files[@]}" || rc=1
 "$build/tests/cuda/test-cuda-engine" "${wide_files[@]}" || rc=1
+# The RMSNorm inside the Q4_K GEMV after it (one-token steps; off by
+# default): its ragged == alone checks hold it to the separate norm's bits.
+echo "test-cuda-engine, HR_CUDA_NORM_FUSE=1 (the norm inside the Q4_K GEMV):"
+HR_CUDA_NORM_FUSE=1 "$build/tests/cuda/test-cuda-engine" "${wide_files[0]}" || rc=1
 # Dense models multiply Q8_0 / Q4_0 / Q5_0 / IQ4_NL / MXFP4 in prefill on
 # cuBLASLt by default and MoE models on the integer GEMM; the integer GEMM
 # on the dense ones too, so both paths stay covered for every such type.

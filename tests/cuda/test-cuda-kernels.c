@@ -567,6 +567,72 @@ static void test_norm_prep(void)
              "n = 160, 896, 4096, 8192: the separate kernels' bytes, bit for bit");
 }
 
+/* The Q4_K GEMV that does the RMSNorm before it (hr_cuda_gemv_q4k_normed):
+ * against the norm with its Q8_K inputs (hr_cuda_rms_norm_prep) then the
+ * integer GEMV on them, bit for bit: one input row, k = 2304 and 4096,
+ * 99 rows as three parts with their own strides and biases. Only where the
+ * default Q4_K GEMV is on (HR_CUDA_Q4K unset or auto). */
+static void test_q4k_normed(void)
+{
+    if (!hr_cuda_gemv_q4k_normed_ok(4096)) {
+        printf("  skip  Q4_K GEMV with its norm: HR_CUDA_Q4K is not auto\n");
+        return;
+    }
+    int same = 1;
+    const uint32_t ks[2] = {2304, 4096}, n = 99, cut[4] = {0, 39, 69, 99};
+    for (int ki = 0; ki < 2; ki++) {
+        const uint32_t k = ks[ki];
+        const size_t rb = hr_row_bytes(HR_GGML_Q4_K, k);
+        float *wf = malloc(sizeof(float) * k * n), *x = malloc(sizeof(float) * k);
+        float *g = malloc(sizeof(float) * k), *bias = malloc(sizeof(float) * n);
+        uint8_t *wq = malloc(rb * n);
+        for (size_t i = 0; i < (size_t)k * n; i++)
+            wf[i] = frand();
+        for (uint32_t r = 0; r < n; r++)
+            hr_quantize_row(HR_GGML_Q4_K, wf + (size_t)r * k, wq + r * rb, k);
+        for (uint32_t i = 0; i < k; i++)
+            x[i] = frand() * 3.0f, g[i] = 0.5f + frand();
+        for (uint32_t j = 0; j < n; j++)
+            bias[j] = frand();
+        uint8_t *dw = to_dev(wq, rb * n);
+        float *dx = to_dev(x, sizeof(float) * k), *dg = to_dev(g, sizeof(float) * k);
+        float *db = to_dev(bias, sizeof(float) * n), *dxn;
+        struct hr_cuda_q8_act qa = {0};
+        CT_CUDA(cudaMalloc((void **)&dxn, sizeof(float) * k));
+        CT_CUDA(cudaMalloc((void **)&qa.q, k));
+        CT_CUDA(cudaMalloc((void **)&qa.d, sizeof(float) * (k / 256)));
+        CT_CUDA(cudaMalloc((void **)&qa.s, sizeof(int16_t) * (k / 16)));
+        float *dy[2][3];
+        hr_cuda_gemv_out o[2];
+        for (int v = 0; v < 2; v++) {
+            memset(&o[v], 0, sizeof(o[v]));
+            for (int p = 0; p < 3; p++) {
+                const uint32_t ld = cut[p + 1] - cut[p] + 3 + (uint32_t)p;
+                CT_CUDA(cudaMalloc((void **)&dy[v][p], sizeof(float) * ld));
+                CT_CUDA(cudaMemset(dy[v][p], 0, sizeof(float) * ld));
+                o[v].w[p] = dw + (size_t)cut[p] * rb, o[v].y[p] = dy[v][p];
+                o[v].bias[p] = p == 1 ? NULL : db + cut[p], o[v].ldy[p] = ld;
+                o[v].end[p] = cut[p + 1];
+            }
+            o[v].n = n, o[v].n_parts = 3;
+        }
+        hr_cuda_norm_prep pr = {.kind = HR_CUDA_NORM_PREP_Q8_K, .q = qa};
+        CT_CUDA(hr_cuda_rms_norm_prep(dx, 1, k, dg, 1e-5f, dxn, &pr, 0));
+        CT_CUDA(hr_cuda_gemv_int_parts(HR_CUDA_T_Q4_K, rb, k, &o[0], &qa, 1, 0, 0));
+        CT_CUDA(hr_cuda_gemv_q4k_normed(rb, k, &o[1], dx, dg, 1e-5f, 0, 0));
+        for (int p = 0; p < 3; p++)
+            same &= same_dev(dy[0][p], dy[1][p], sizeof(float) * (cut[p + 1] - cut[p] + 3 + p));
+        for (int v = 0; v < 2; v++)
+            for (int p = 0; p < 3; p++)
+                cudaFree(dy[v][p]);
+        cudaFree(dw), cudaFree(dx), cudaFree(dg), cudaFree(db), cudaFree(dxn);
+        cudaFree(qa.q), cudaFree(qa.d), cudaFree(qa.s);
+        free(wf), free(x), free(g), free(bias), free(wq);
+    }
+    CT_CHECK(same, "Q4_K GEMV with its RMSNorm (k = 2304, 4096; one input row; 3 parts, own "
+             "strides and biases) == the norm's Q8_K inputs then the GEMV, bit for bit");
+}
+
 /* SwiGLU that also prepares the down matmul's inputs, the same way. */
 static void test_swiglu_prep(void)
 {
@@ -1072,6 +1138,7 @@ int main(int argc, char **argv)
     test_small();
     test_norm_prep();
     test_swiglu_prep();
+    test_q4k_normed();
     test_int_rows(HR_GGML_Q8_0, 2080);
     test_int_rows(HR_GGML_Q4_K, 2304);
     test_gemm_small(100, 2304);
