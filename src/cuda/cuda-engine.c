@@ -1674,6 +1674,7 @@ struct fwd {
     float *qg, *qgate, *dn_qkv, *dn_z, *dn_beta, *dn_g, *dn_conv, *dn_o;
     float *attn_part; /* decode steps: the split attention's runs; else NULL */
     int32_t *seq_tok, *seq_slot;
+    uint32_t *ctr; /* GEMV steps of int_gemv models: the fused SwiGLU's counters; else NULL */
     void *act16, *wdq; /* NULL in steps without tensor-core GEMMs */
     struct hr_cuda_q8_act actq; /* q NULL in models without integer GEMVs */
     struct hr_cuda_q8_act actq16; /* the integer GEMM's inputs in act16; q NULL without */
@@ -1917,7 +1918,7 @@ static enum hr_status matmul_parts(struct hr_cuda_engine *e, const struct fwd *f
         e->norm_pending = false;
         prep_forget(e); /* neither xn nor the quantized inputs are written */
         CU(hr_cuda_gemv_q4k_normed(w[0]->row_bytes, (uint32_t)w[0]->ne0, &o, e->norm_x,
-                                   e->norm_w, e->norm_eps, 0, e->stream),
+                                   e->norm_w, e->norm_eps, NULL, 0, e->stream),
            "the integer GEMV with its norm");
         return HR_OK;
     }
@@ -2028,6 +2029,54 @@ static enum hr_status swiglu_for(struct hr_cuda_engine *e, const struct fwd *f,
     return HR_OK;
 }
 
+/* HR_CUDA_SWIGLU_FUSE=1 (with HR_CUDA_NORM_FUSE=1): in a one-token step
+ * the SwiGLU and down's Q8_K inputs are made inside the gate/up GEMV that
+ * also does the norm (hr_cuda_gemv_q4k_normed with hr_cuda_swiglu_q8k):
+ * the same bits, another launch less. Off until measured on a GPU. */
+static bool swiglu_fuse_on(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *s = getenv("HR_CUDA_SWIGLU_FUSE");
+        v = s && !strcmp(s, "1");
+    }
+    return v;
+}
+
+/* Gate/up, the SwiGLU and down's inputs in one launch where the pending
+ * norm is xn's and everything the fused kernel needs holds (swiglu_fuse_on);
+ * *done false: nothing was launched. */
+static enum hr_status swiglu_fused(struct hr_cuda_engine *e, const struct fwd *f,
+                                   const struct dweight *wg, const struct dweight *wu,
+                                   const struct dweight *wd, uint32_t T, bool *done,
+                                   struct hr_err *err)
+{
+    const uint32_t F = (uint32_t)wg->ne1, E = e->dims.n_embd;
+    *done = false;
+    if (!swiglu_fuse_on() || !e->norm_pending || e->norm_xn != f->xn || T != 1 || !f->ctr ||
+        F % 256 || F > e->dims.n_ff || wg->type != HR_GGML_Q4_K || wu->type != HR_GGML_Q4_K ||
+        wu->ne1 != F || wg->ne0 != E || wu->ne0 != E || wu->row_bytes != wg->row_bytes ||
+        !hr_cuda_gemv_q4k_normed_ok(E))
+        return HR_OK;
+    enum prep_kind kind;
+    const hr_cuda_norm_prep pr = prep_for(e, f, wd, T, F, true, &kind);
+    if (pr.kind != HR_CUDA_NORM_PREP_Q8_K)
+        return HR_OK;
+    hr_cuda_gemv_out o;
+    gemv_out_init(&o);
+    gemv_out_add(&o, wg, f->gate, F, NULL);
+    gemv_out_add(&o, wu, f->up, F, NULL);
+    const hr_cuda_swiglu_q8k sw = {.q = pr.q, .ctr = f->ctr};
+    e->norm_pending = false;
+    prep_forget(e);
+    e->prime_valid = false;
+    CU(hr_cuda_gemv_q4k_normed(wg->row_bytes, E, &o, e->norm_x, e->norm_w, e->norm_eps, &sw, 0,
+                               e->stream), "the integer GEMV with its norm and SwiGLU");
+    prep_prime(e, f->gate, T, F, wd, kind);
+    *done = true;
+    return HR_OK;
+}
+
 /* gate (T x F) = silu(xn Wg^T) * (xn Wu^T); y (+)= gate Wd^T. */
 static enum hr_status dense_ffn(struct hr_cuda_engine *e, const struct fwd *f,
                                 const struct dweight *wg, const struct dweight *wu,
@@ -2036,11 +2085,15 @@ static enum hr_status dense_ffn(struct hr_cuda_engine *e, const struct fwd *f,
 {
     const uint32_t F = (uint32_t)wg->ne1, E = e->dims.n_embd;
     prep_forget(e);
-    const struct dweight *gu[2] = {wg, wu};
-    float *const gy[2] = {f->gate, f->up};
-    const uint32_t gl[2] = {F, F};
-    TRY(matmul_parts(e, f, gu, gy, gl, 2, f->xn, T, err));
-    TRY(swiglu_for(e, f, wd, T, F, err));
+    bool fused;
+    TRY(swiglu_fused(e, f, wg, wu, wd, T, &fused, err));
+    if (!fused) {
+        const struct dweight *gu[2] = {wg, wu};
+        float *const gy[2] = {f->gate, f->up};
+        const uint32_t gl[2] = {F, F};
+        TRY(matmul_parts(e, f, gu, gy, gl, 2, f->xn, T, err));
+        TRY(swiglu_for(e, f, wd, T, F, err));
+    }
     prep_forget(e);
     TRY(matmul(e, f, wd, f->gate, T, y, E, NULL, accumulate, err));
     prep_forget(e);
@@ -2554,6 +2607,8 @@ enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *ste
         f.dn_conv = view(e, p.off_dn_conv, T * CD * fz);
         f.dn_o = view(e, p.off_dn_o, T * VD * fz);
     }
+    const uint64_t ctr_bytes = hr_cuda_plan_ctr_bytes(&e->dims, T);
+    f.ctr = ctr_bytes ? view(e, p.off_ctr, ctr_bytes) : NULL;
     const uint64_t R = T > L ? T : L;
     memset(&f.actq, 0, sizeof(f.actq));
     if (e->dims.int_gemv) {
@@ -2579,6 +2634,7 @@ enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *ste
 
     /* The metadata, in the staging copy of the arena's first meta_bytes. */
     uint8_t *h = e->h_stage;
+    memset(h + p.off_ctr, 0, ctr_bytes); /* every launch adds 256 to each: a multiple */
     int32_t *tokens = (int32_t *)(h + p.off_tokens), *pos = (int32_t *)(h + p.off_pos);
     int32_t *seq_of = (int32_t *)(h + p.off_seq_of), *rows = (int32_t *)(h + p.off_rows);
     int32_t *tab_off = (int32_t *)(h + p.off_tab_off), *tables = (int32_t *)(h + p.off_tables);

@@ -1433,26 +1433,73 @@ __global__ void __launch_bounds__(128) gemv_q4k_q8_pair_kernel(hr_cuda_gemv_out 
  * weights are in flight; the warps then take their inputs from there. A
  * launch and a dependency wait less a norm; the normalized floats (xn) are
  * not written, so only a matmul that is xn's one reader may take it. */
+/* SWI (with NORM; hr_cuda_swiglu_q8k): the launch is gate/up, two parts
+ * of F rows, and the kernel also does the SwiGLU after it, as
+ * swiglu_prep_kernel with Q8_K inputs for down: a warp takes gate row i
+ * then up row i, stores u and h = silu(g) u (in g's place), then counts
+ * the pair done in its super-block's counter; the warp that makes it 256
+ * (a multiple: counters are never reset) reads the super-block's h back
+ * from L2 and quantizes it (q8k_warp256). NORM is required: the inputs
+ * come from shared memory, so writing the Q8_K output races no reader. */
 struct q4k_norm_in {
     const float *x, *w;
     float eps;
 };
 
-template <bool NORM>
+/* A Q8_K super-block by one warp, 8 values a lane (lane l: values 8 l ..
+ * 8 l + 7, read from L2: other warps wrote them): the bytes q8k_block256
+ * makes of the same values (the first value of largest magnitude, then
+ * the same integer arithmetic). */
+__device__ __forceinline__ void q8k_warp256(const float *v256, int8_t *q, float *d, int16_t *s)
+{
+    const uint32_t lane = threadIdx.x & 31;
+    const float4 a = __ldcg((const float4 *)v256 + 2 * lane);
+    const float4 b = __ldcg((const float4 *)v256 + 2 * lane + 1);
+    const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    float ax = fabsf(v[0]), bv = v[0];
+    int ix = (int)(8 * lane);
+#pragma unroll
+    for (int j = 1; j < 8; j++)
+        q8k_best(ax, ix, bv, fabsf(v[j]), (int)(8 * lane) + j, v[j]);
+    q8k_warp_best(ax, ix, bv);
+    const float mx = ax == 0.0f ? 0.0f : bv;
+    int qv[8], sum = 0;
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        qv[j] = q8k_q(mx, v[j]), sum += qv[j];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    ((char4 *)q)[2 * lane] = make_char4((signed char)qv[0], (signed char)qv[1],
+                                        (signed char)qv[2], (signed char)qv[3]);
+    ((char4 *)q)[2 * lane + 1] = make_char4((signed char)qv[4], (signed char)qv[5],
+                                            (signed char)qv[6], (signed char)qv[7]);
+    if (lane == 0)
+        *d = q8k_d(mx);
+    if (lane % 2 == 0)
+        s[lane / 2] = (int16_t)sum;
+}
+
+template <bool NORM, bool SWI>
 __global__ void __launch_bounds__(128, 4) gemv_q4k_q8_pipe_kernel(hr_cuda_gemv_out o,
                                                                  uint64_t row_bytes, uint32_t k,
                                                                  hr_cuda_q8_act xa, q4k_norm_in nx,
+                                                                 hr_cuda_swiglu_q8k sw,
                                                                  int accumulate)
 {
+    static_assert(NORM || !SWI, "the fused SwiGLU writes the inputs' buffer");
     const uint32_t lane = threadIdx.x & 31, nw = gridDim.x * 4;
     const uint32_t pairs = k / 256 * 4, p = lane % 4;
+    const uint32_t F = o.end[0], end = SWI ? F : o.n;
+    /* the warp's launch rows: j = its first warp index, then + nw each;
+     * with SWI (j, up) walks gate row j, up row j (launch row F + j), then
+     * the same at j + nw */
     uint32_t j = blockIdx.x * 4 + threadIdx.x / 32;
+    bool up = false;
     uint4 hd[2], q0[2], q1[2];
-    auto load = [&](uint32_t jr) {
-        q4k_load_pairs<2>(gemv_part(o, jr, row_bytes).w, lane, pairs, hd, q0, q1);
+    auto load = [&](uint32_t jr, bool u) {
+        q4k_load_pairs<2>(gemv_part(o, jr + (u ? F : 0), row_bytes).w, lane, pairs, hd, q0, q1);
     };
-    if (pdl_prewait && j < o.n)
-        load(j);
+    if (pdl_prewait && j < end)
+        load(j, false);
     pdl_begin();
     if constexpr (NORM) { /* every thread, before any returns (barriers) */
         __shared__ __align__(16) int8_t s_q[4096];
@@ -1494,10 +1541,10 @@ __global__ void __launch_bounds__(128, 4) gemv_q4k_q8_pipe_kernel(hr_cuda_gemv_o
         }
         xa.q = s_q, xa.d = s_d, xa.s = s_s; /* q8k_block64x4 ends with a barrier */
     }
-    if (j >= o.n)
+    if (j >= end)
         return;
     if (!pdl_prewait)
-        load(j);
+        load(j, false);
     int4 xv[2][4];
     short4 xs[2];
     float xd[2];
@@ -1511,10 +1558,13 @@ __global__ void __launch_bounds__(128, 4) gemv_q4k_q8_pipe_kernel(hr_cuda_gemv_o
             xd[i] = xa.d[c / 4];
         }
     }
-    for (; j < o.n; j += nw) {
+    float g = 0.0f; /* SWI: the gate row's sum until its up row's */
+    while (j < end) {
         const uint4 ch[2] = {hd[0], hd[1]}, c0[2] = {q0[0], q0[1]}, c1[2] = {q1[0], q1[1]};
-        if (j + nw < o.n)
-            load(j + nw);
+        const bool up_next = SWI && !up;
+        const uint32_t j_next = up_next ? j : j + nw;
+        if (j_next < end)
+            load(j_next, up_next);
         float acc = 0.0f;
 #pragma unroll
         for (int i = 0; i < 2; i++) {
@@ -1523,8 +1573,28 @@ __global__ void __launch_bounds__(128, 4) gemv_q4k_q8_pipe_kernel(hr_cuda_gemv_o
             acc += q4k_pair_dot(q4k_pair_decode(ch[i], c0[i], c1[i], p), xv[i][0], xv[i][1],
                                 xv[i][2], xv[i][3], xs[i], xd[i]);
         }
-        const gemv_row R = gemv_part(o, j, row_bytes);
-        gemv_warp_store<1>(&acc, 1, R.j, R.y, R.ldy, R.bias, accumulate);
+        if constexpr (!SWI) {
+            const gemv_row R = gemv_part(o, j, row_bytes);
+            gemv_warp_store<1>(&acc, 1, R.j, R.y, R.ldy, R.bias, accumulate);
+        } else if (!up) {
+            g = warp_sum(acc); /* gemv_warp_store's sum */
+        } else {
+            const float u = warp_sum(acc);
+            const uint32_t sb = j / 256;
+            uint32_t done = 0;
+            if (lane == 0) {
+                o.y[1][j] = u;
+                o.y[0][j] = g / (1.0f + expf(-g)) * u; /* swiglu_prep_kernel's */
+                __threadfence();
+                done = atomicAdd(sw.ctr + sb, 1u);
+            }
+            if (__shfl_sync(0xffffffffu, done, 0) % 256 == 255) {
+                __threadfence();
+                q8k_warp256(o.y[0] + (size_t)sb * 256, sw.q.q + (size_t)sb * 256, sw.q.d + sb,
+                            sw.q.s + (size_t)sb * 16);
+            }
+        }
+        j = j_next, up = up_next;
     }
 }
 
@@ -2113,8 +2183,8 @@ extern "C" cudaError_t hr_cuda_gemv_int_parts(int type, uint64_t row_bytes, uint
     if (qv4 == 7) {
         const unsigned nb = (n + 3) / 4 < pipe_blocks ? (n + 3) / 4 : pipe_blocks;
         const q4k_norm_in none = {NULL, NULL, 0.0f};
-        hr_launch(gemv_q4k_q8_pipe_kernel<false>, nb, 128, 0, s, o, row_bytes, k, *a, none,
-                  accumulate);
+        hr_launch(gemv_q4k_q8_pipe_kernel<false, false>, nb, 128, 0, s, o, row_bytes, k, *a,
+                  none, hr_cuda_swiglu_q8k{}, accumulate);
     } else if (qv4 == 6)
         GEMV_MR(gemv_q4k_q8_pair_kernel, (2), dim3((n + 3) / 4, gy), o, row_bytes, k, *a, m, accumulate);
     else if (qv4 == 2)
@@ -2135,7 +2205,8 @@ extern "C" int hr_cuda_gemv_q4k_normed_ok(uint32_t k)
 
 extern "C" cudaError_t hr_cuda_gemv_q4k_normed(uint64_t row_bytes, uint32_t k,
                                                const hr_cuda_gemv_out *op, const float *x,
-                                               const float *w, float eps, int accumulate,
+                                               const float *w, float eps,
+                                               const hr_cuda_swiglu_q8k *sw, int accumulate,
                                                cudaStream_t s)
 {
     const hr_cuda_gemv_out &o = *op;
@@ -2144,11 +2215,21 @@ extern "C" cudaError_t hr_cuda_gemv_q4k_normed(uint64_t row_bytes, uint32_t k,
     if (!hr_cuda_gemv_q4k_normed_ok(k) || o.rx || !o.n_parts || o.n_parts > HR_CUDA_GEMV_PARTS ||
         parts_align(o, row_bytes) % 16)
         return cudaErrorInvalidValue;
-    const unsigned nb = (o.n + 3) / 4 < pipe_blocks ? (o.n + 3) / 4 : pipe_blocks;
+    const uint32_t F = o.end[0];
+    if (sw && (o.n_parts != 2 || o.n != 2 * F || F % 256 || o.bias[0] || o.bias[1] ||
+               accumulate || !sw->ctr || !sw->q.q || !sw->q.d || !sw->q.s))
+        return cudaErrorInvalidValue;
+    const uint32_t warps = sw ? F : o.n;
+    const unsigned nb = (warps + 3) / 4 < pipe_blocks ? (warps + 3) / 4 : pipe_blocks;
     hr_cuda_q8_act none;
     memset(&none, 0, sizeof(none));
     const q4k_norm_in nx = {x, w, eps};
-    hr_launch(gemv_q4k_q8_pipe_kernel<true>, nb, 128, 0, s, o, row_bytes, k, none, nx, accumulate);
+    if (sw)
+        hr_launch(gemv_q4k_q8_pipe_kernel<true, true>, nb, 128, 0, s, o, row_bytes, k, none, nx,
+                  *sw, 0);
+    else
+        hr_launch(gemv_q4k_q8_pipe_kernel<true, false>, nb, 128, 0, s, o, row_bytes, k, none, nx,
+                  hr_cuda_swiglu_q8k{}, accumulate);
     return cudaGetLastError();
 }
 
@@ -4714,7 +4795,7 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
         return ce;
     int pipe_per_sm = 0;
     if ((ce = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-             &pipe_per_sm, gemv_q4k_q8_pipe_kernel<false>, 128, 0)) != cudaSuccess)
+             &pipe_per_sm, gemv_q4k_q8_pipe_kernel<false, false>, 128, 0)) != cudaSuccess)
         return ce;
     pipe_blocks = (unsigned)(sms * (pipe_per_sm > 0 ? pipe_per_sm : 1));
     const unsigned early = pdl_mode() == 2 ? 0xFFFFFFFFu : pdl_mode() == 3 ? (unsigned)sms : 0;
@@ -4745,8 +4826,9 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
                        (const void *)gemv_q4k_q8_rows_kernel<2, 1>, (const void *)gemv_q4k_q8_rows_kernel<2, HR_CUDA_GEMV_MAX_ROWS>,
                        (const void *)gemv_q4k_q8_rows_kernel<4, 1>, (const void *)gemv_q4k_q8_rows_kernel<4, HR_CUDA_GEMV_MAX_ROWS>,
                        (const void *)gemv_q4k_q8_pair_kernel<2, 1>, (const void *)gemv_q4k_q8_pair_kernel<2, HR_CUDA_GEMV_MAX_ROWS>,
-                       (const void *)gemv_q4k_q8_pipe_kernel<false>,
-                       (const void *)gemv_q4k_q8_pipe_kernel<true>,
+                       (const void *)gemv_q4k_q8_pipe_kernel<false, false>,
+                       (const void *)gemv_q4k_q8_pipe_kernel<true, false>,
+                       (const void *)gemv_q4k_q8_pipe_kernel<true, true>,
                        (const void *)gemv_q80_q8_kernel, (const void *)gemv_q80s_q8_kernel<0, 1>, (const void *)gemv_q80s_q8_kernel<0, HR_CUDA_GEMV_MAX_ROWS>,
                        (const void *)gemv_q80s_q8_kernel<1, 1>, (const void *)gemv_q80s_q8_kernel<1, HR_CUDA_GEMV_MAX_ROWS>,
                        (const void *)gemv_q80s_rows_kernel<2, 1>,

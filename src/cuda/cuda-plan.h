@@ -21,6 +21,8 @@
  *   tiles    [T/64 + S][2] i32  its query tiles: first token, rows (at most 64)
  *   seq_tok  [S][2] i32       hybrid models: each sequence's first token and count
  *   seq_slot [S] i32          hybrid models: its recurrent state slot
+ *   ctr      [n_ff / 256] u32 GEMV steps of int_gemv models: the fused SwiGLU's
+ *            counters (hr_cuda_swiglu_q8k), staged as zeros every step
  *   -- device-only --
  *   rope     [T][n_rot] f32   cos/sin pairs per token
  *   x        [T][n_embd] f32  the residual stream
@@ -116,7 +118,7 @@ struct hr_cuda_step_shape {
 
 struct hr_cuda_plan {
     uint64_t off_tokens, off_pos, off_seq_of, off_rows, off_tab_off, off_tables, off_wtables;
-    uint64_t off_seq_fa, off_tiles, off_seq_tok, off_seq_slot;
+    uint64_t off_seq_fa, off_tiles, off_seq_tok, off_seq_slot, off_ctr;
     uint64_t meta_bytes;   /* the staged prefix: one host-to-device copy */
     uint64_t off_rope, off_x, off_xn, off_act, off_actq, off_act16, off_wdq;
     uint64_t off_q, off_k, off_v, off_attn, off_qg, off_qgate, off_attn_part, off_gate, off_up;
@@ -128,6 +130,13 @@ struct hr_cuda_plan {
     uint64_t kv_bytes;     /* new_blocks x block bytes */
     uint64_t total_bytes;  /* arena + kv: what the step adds to device memory */
 };
+
+/* ctr's bytes: a counter per 256 FFN rows in GEMV steps of models with an
+ * integer GEMV (the fused SwiGLU, cuda-engine.c's swiglu_fused). */
+static inline uint64_t hr_cuda_plan_ctr_bytes(const struct hr_cuda_plan_dims *d, uint64_t T)
+{
+    return d->int_gemv && T <= d->gemv_max_tokens ? (d->n_ff + 255) / 256 * 4 : 0;
+}
 
 /* The widest input any matmul of the step reads: act's row length. */
 static inline uint64_t hr_cuda_plan_max_in(const struct hr_cuda_plan_dims *d)

@@ -619,7 +619,7 @@ static void test_q4k_normed(void)
         hr_cuda_norm_prep pr = {.kind = HR_CUDA_NORM_PREP_Q8_K, .q = qa};
         CT_CUDA(hr_cuda_rms_norm_prep(dx, 1, k, dg, 1e-5f, dxn, &pr, 0));
         CT_CUDA(hr_cuda_gemv_int_parts(HR_CUDA_T_Q4_K, rb, k, &o[0], &qa, 1, 0, 0));
-        CT_CUDA(hr_cuda_gemv_q4k_normed(rb, k, &o[1], dx, dg, 1e-5f, 0, 0));
+        CT_CUDA(hr_cuda_gemv_q4k_normed(rb, k, &o[1], dx, dg, 1e-5f, NULL, 0, 0));
         for (int p = 0; p < 3; p++)
             same &= same_dev(dy[0][p], dy[1][p], sizeof(float) * (cut[p + 1] - cut[p] + 3 + p));
         for (int v = 0; v < 2; v++)
@@ -631,6 +631,85 @@ static void test_q4k_normed(void)
     }
     CT_CHECK(same, "Q4_K GEMV with its RMSNorm (k = 2304, 4096; one input row; 3 parts, own "
              "strides and biases) == the norm's Q8_K inputs then the GEMV, bit for bit");
+}
+
+/* Gate/up with its norm and the SwiGLU after it in one launch
+ * (hr_cuda_gemv_q4k_normed with hr_cuda_swiglu_q8k): against the norm's
+ * Q8_K inputs, the GEMV of both parts, then SwiGLU with down's Q8_K inputs
+ * (hr_cuda_swiglu_prep), bit for bit: h in gate's place, up, and the Q8_K
+ * bytes, scales and sums; F = 768 (3 counters) at k = 4096 and F = 256 at
+ * k = 2304, each launched three times on the same counters (they count on
+ * from 256 and 512). */
+static void test_q4k_swiglu(void)
+{
+    if (!hr_cuda_gemv_q4k_normed_ok(4096)) {
+        printf("  skip  Q4_K gate/up with its norm and SwiGLU: HR_CUDA_Q4K is not auto\n");
+        return;
+    }
+    int same = 1;
+    const uint32_t ks[2] = {4096, 2304}, fs[2] = {768, 256};
+    for (int ki = 0; ki < 2; ki++) {
+        const uint32_t k = ks[ki], F = fs[ki], n = 2 * F;
+        const size_t rb = hr_row_bytes(HR_GGML_Q4_K, k);
+        float *wf = malloc(sizeof(float) * k * n), *x = malloc(sizeof(float) * k);
+        float *g = malloc(sizeof(float) * k);
+        uint8_t *wq = malloc(rb * n);
+        for (size_t i = 0; i < (size_t)k * n; i++)
+            wf[i] = frand();
+        for (uint32_t r = 0; r < n; r++)
+            hr_quantize_row(HR_GGML_Q4_K, wf + (size_t)r * k, wq + r * rb, k);
+        for (uint32_t i = 0; i < k; i++)
+            x[i] = frand() * 3.0f, g[i] = 0.5f + frand();
+        uint8_t *dw = to_dev(wq, rb * n);
+        float *dx = to_dev(x, sizeof(float) * k), *dg = to_dev(g, sizeof(float) * k), *dxn;
+        uint32_t *ctr;
+        CT_CUDA(cudaMalloc((void **)&dxn, sizeof(float) * k));
+        CT_CUDA(cudaMalloc((void **)&ctr, sizeof(uint32_t) * (F / 256)));
+        CT_CUDA(cudaMemset(ctr, 0, sizeof(uint32_t) * (F / 256)));
+        struct hr_cuda_q8_act qa = {0}, qh[2] = {{0}, {0}};
+        CT_CUDA(cudaMalloc((void **)&qa.q, k));
+        CT_CUDA(cudaMalloc((void **)&qa.d, sizeof(float) * (k / 256)));
+        CT_CUDA(cudaMalloc((void **)&qa.s, sizeof(int16_t) * (k / 16)));
+        float *gy[2], *uy[2];
+        hr_cuda_gemv_out o[2];
+        for (int v = 0; v < 2; v++) {
+            CT_CUDA(cudaMalloc((void **)&qh[v].q, F));
+            CT_CUDA(cudaMalloc((void **)&qh[v].d, sizeof(float) * (F / 256)));
+            CT_CUDA(cudaMalloc((void **)&qh[v].s, sizeof(int16_t) * (F / 16)));
+            CT_CUDA(cudaMalloc((void **)&gy[v], sizeof(float) * F));
+            CT_CUDA(cudaMalloc((void **)&uy[v], sizeof(float) * F));
+            memset(&o[v], 0, sizeof(o[v]));
+            o[v].w[0] = dw, o[v].w[1] = dw + (size_t)F * rb;
+            o[v].y[0] = gy[v], o[v].y[1] = uy[v], o[v].ldy[0] = o[v].ldy[1] = F;
+            o[v].end[0] = F, o[v].end[1] = o[v].end[2] = n;
+            o[v].n = n, o[v].n_parts = 2;
+        }
+        hr_cuda_norm_prep pr = {.kind = HR_CUDA_NORM_PREP_Q8_K, .q = qa};
+        CT_CUDA(hr_cuda_rms_norm_prep(dx, 1, k, dg, 1e-5f, dxn, &pr, 0));
+        CT_CUDA(hr_cuda_gemv_int_parts(HR_CUDA_T_Q4_K, rb, k, &o[0], &qa, 1, 0, 0));
+        pr = (hr_cuda_norm_prep){.kind = HR_CUDA_NORM_PREP_Q8_K, .q = qh[0]};
+        CT_CUDA(hr_cuda_swiglu_prep(gy[0], uy[0], F, &pr, 0));
+        const hr_cuda_swiglu_q8k sw = {.q = qh[1], .ctr = ctr};
+        for (int rep = 0; rep < 3; rep++) {
+            CT_CUDA(cudaMemset(gy[1], 0, sizeof(float) * F));
+            CT_CUDA(cudaMemset(qh[1].q, 0, F));
+            CT_CUDA(hr_cuda_gemv_q4k_normed(rb, k, &o[1], dx, dg, 1e-5f, &sw, 0, 0));
+            same &= same_dev(gy[0], gy[1], sizeof(float) * F) &&
+                    same_dev(uy[0], uy[1], sizeof(float) * F) && same_dev(qh[0].q, qh[1].q, F) &&
+                    same_dev(qh[0].d, qh[1].d, sizeof(float) * (F / 256)) &&
+                    same_dev(qh[0].s, qh[1].s, sizeof(int16_t) * (F / 16));
+        }
+        for (int v = 0; v < 2; v++) {
+            cudaFree(gy[v]), cudaFree(uy[v]);
+            cudaFree(qh[v].q), cudaFree(qh[v].d), cudaFree(qh[v].s);
+        }
+        cudaFree(dw), cudaFree(dx), cudaFree(dg), cudaFree(dxn), cudaFree(ctr);
+        cudaFree(qa.q), cudaFree(qa.d), cudaFree(qa.s);
+        free(wf), free(x), free(g), free(wq);
+    }
+    CT_CHECK(same, "Q4_K gate/up with its RMSNorm and SwiGLU (k = 4096, F = 768; k = 2304, "
+             "F = 256; 3 launches on the same counters) == norm, GEMV, SwiGLU with Q8_K "
+             "inputs, bit for bit");
 }
 
 /* SwiGLU that also prepares the down matmul's inputs, the same way. */
@@ -1139,6 +1218,7 @@ int main(int argc, char **argv)
     test_norm_prep();
     test_swiglu_prep();
     test_q4k_normed();
+    test_q4k_swiglu();
     test_int_rows(HR_GGML_Q8_0, 2080);
     test_int_rows(HR_GGML_Q4_K, 2304);
     test_gemm_small(100, 2304);

@@ -80,6 +80,7 @@ static void check_plan(const struct hr_cuda_plan_dims *d, const struct hr_cuda_s
         {p.off_tiles, (T / HR_CUDA_FA_TILE + s->n_seqs) * 8, 0},
         {p.off_seq_tok, d->dn_conv_dim ? (uint64_t)s->n_seqs * 8 : 0, 0},
         {p.off_seq_slot, d->dn_conv_dim ? (uint64_t)s->n_seqs * 4 : 0, 0},
+        {p.off_ctr, d->int_gemv && T <= d->gemv_max_tokens ? (d->n_ff + 255) / 256 * 4 : 0, 0},
         {p.off_rope, T * d->n_rot * f, 0},
         {p.off_x, T * d->n_embd * f, 0}, {p.off_xn, T * d->n_embd * f, 0},
         {p.off_act, A * max_in * f, 0},
@@ -107,7 +108,7 @@ static void check_plan(const struct hr_cuda_plan_dims *d, const struct hr_cuda_s
         assert_int_equal(b[i].off % HR_CUDA_ARENA_ALIGN, 0);
         if (b[i].bytes && b[i].off + b[i].bytes > end)
             end = b[i].off + b[i].bytes;
-        if (i < 11 && b[i].bytes && b[i].off + b[i].bytes > meta_end)
+        if (i < 12 && b[i].bytes && b[i].off + b[i].bytes > meta_end)
             meta_end = b[i].off + b[i].bytes;
         for (size_t j = 0; j < i; j++) {
             if (!b[i].bytes || !b[j].bytes)
