@@ -2029,6 +2029,19 @@ static enum hr_status swiglu_for(struct hr_cuda_engine *e, const struct fwd *f,
     return HR_OK;
 }
 
+/* HR_CUDA_ATTN_FUSE=1: a decode step's attention merges its key runs and
+ * makes Wo's inputs in its own last blocks (hr_cuda_attn_args.ctr): the
+ * same bits, the merge launch less. Off until measured on a GPU. */
+static bool attn_fuse_on(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *s = getenv("HR_CUDA_ATTN_FUSE");
+        v = s && !strcmp(s, "1");
+    }
+    return v;
+}
+
 /* HR_CUDA_SWIGLU_FUSE=1 (with HR_CUDA_NORM_FUSE=1): in a one-token step
  * the SwiGLU and down's Q8_K inputs are made inside the gate/up GEMV that
  * also does the norm (hr_cuda_gemv_q4k_normed with hr_cuda_swiglu_q8k):
@@ -2054,7 +2067,7 @@ static enum hr_status swiglu_fused(struct hr_cuda_engine *e, const struct fwd *f
     const uint32_t F = (uint32_t)wg->ne1, E = e->dims.n_embd;
     *done = false;
     if (!swiglu_fuse_on() || !e->norm_pending || e->norm_xn != f->xn || T != 1 || !f->ctr ||
-        F % 256 || F > e->dims.n_ff || wg->type != HR_GGML_Q4_K || wu->type != HR_GGML_Q4_K ||
+        !e->dims.int_gemv || F % 256 || F > e->dims.n_ff || wg->type != HR_GGML_Q4_K || wu->type != HR_GGML_Q4_K ||
         wu->ne1 != F || wg->ne0 != E || wu->ne0 != E || wu->row_bytes != wg->row_bytes ||
         !hr_cuda_gemv_q4k_normed_ok(E))
         return HR_OK;
@@ -2066,7 +2079,8 @@ static enum hr_status swiglu_fused(struct hr_cuda_engine *e, const struct fwd *f
     gemv_out_init(&o);
     gemv_out_add(&o, wg, f->gate, F, NULL);
     gemv_out_add(&o, wu, f->up, F, NULL);
-    const hr_cuda_swiglu_q8k sw = {.q = pr.q, .ctr = f->ctr};
+    /* the attention's counters first (hr_cuda_plan_ctr_bytes) */
+    const hr_cuda_swiglu_q8k sw = {.q = pr.q, .ctr = f->ctr + T * e->dims.n_head_kv};
     e->norm_pending = false;
     prep_forget(e);
     e->prime_valid = false;
@@ -2291,6 +2305,13 @@ static enum hr_status attention_mixer(struct hr_cuda_engine *e, const struct fwd
     enum prep_kind wo_kind = PREP_F32;
     if (f->attn_part && !m->attn_gated)
         aa.prep = prep_for(e, f, &D->wo, T, q_dim, merge_q8k_on() && 256 % hd == 0, &wo_kind);
+    /* HR_CUDA_ATTN_FUSE=1: the merge in the attention kernel (its counters
+     * first in the step's ctr) */
+    if (attn_fuse_on() && f->ctr) {
+        aa.ctr = f->ctr;
+        if (!hr_cuda_attention_merged_ok(&aa))
+            aa.ctr = NULL;
+    }
     e->prime_valid = false;
     CU(hr_cuda_attention(&aa, s), "attention");
     if (aa.prep.kind != HR_CUDA_NORM_PREP_NONE)

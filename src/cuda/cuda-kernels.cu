@@ -3531,6 +3531,52 @@ __device__ __forceinline__ void attn_prep_out(const hr_cuda_norm_prep &pr, uint6
     }
 }
 
+/* The merge of token t's head h's ns runs (attn_part) for its values
+ * 32 w + lane, by one warp. Lane s holds run s's m and l (runs 32 + s, ...
+ * in later rounds): the maximum and the weights come from loads all in
+ * flight at once, not one run's after another's (the serial version took
+ * half as long as the attention kernel itself at 16K positions: 42 of
+ * 125 us, ncu, H100). The sums go in run order. Loads from L2 (__ldcg):
+ * fa_decode_kernel's last block merges runs other blocks of its own launch
+ * wrote. */
+__device__ __forceinline__ float attn_merge32(const hr_cuda_attn_args &a, uint32_t t, uint32_t h,
+                                              uint32_t w, int32_t ns)
+{
+    const uint32_t hd = a.kv.head_dim, lane = threadIdx.x & 31;
+    const float *pp = a.part + ((uint64_t)t * a.n_head + h) * a.n_split * (hd + 2);
+    float M = a.sinks ? a.sinks[h] : -INFINITY;
+    float ms[HR_CUDA_ATTN_SPLITS / 32], ls[HR_CUDA_ATTN_SPLITS / 32];
+#pragma unroll
+    for (int r = 0; r < HR_CUDA_ATTN_SPLITS / 32; r++) {
+        const int32_t sr = 32 * r + (int32_t)lane;
+        ms[r] = sr < ns ? __ldcg(pp + (uint64_t)sr * (hd + 2)) : -INFINITY;
+        ls[r] = sr < ns ? __ldcg(pp + (uint64_t)sr * (hd + 2) + 1) : 0.0f;
+        M = fmaxf(M, warp_max(ms[r]));
+    }
+    float L = a.sinks ? expf(a.sinks[h] - M) : 0.0f, acc = 0.0f;
+    pp += 2 + 32 * w + lane;
+#pragma unroll
+    for (int r = 0; r < HR_CUDA_ATTN_SPLITS / 32; r++) {
+        const float wr = expf(ms[r] - M), lw = ls[r] * wr;
+        const int32_t n_r = min(32, ns - 32 * r);
+        /* the round's values first, all loads in flight (a loop that
+         * loaded each just before its FMA waited on them one by one: 22 us
+         * for 64 runs at 16K positions, ncu, H100) */
+        float x[32];
+#pragma unroll
+        for (int32_t j = 0; j < 32; j++)
+            x[j] = j < n_r ? __ldcg(pp + (uint64_t)(32 * r + j) * (hd + 2)) : 0.0f;
+#pragma unroll
+        for (int32_t j = 0; j < 32; j++) {
+            if (j >= n_r)
+                break;
+            L += __shfl_sync(0xffffffffu, lw, j);
+            acc = fmaf(__shfl_sync(0xffffffffu, wr, j), x[j], acc);
+        }
+    }
+    return acc * (1.0f / L);
+}
+
 /* A block per (token, head), a warp per 32 of its values (lane + 32 w):
  * with one warp per head, 32 warps for an 8B model's decode token, each
  * looping over 64 runs, the merge waited on its loads (H100). Every warp
@@ -3570,43 +3616,7 @@ __global__ void attn_combine_kernel(hr_cuda_attn_args a)
         prep_written(); /* one run: the attention kernel wrote the output itself */
         return;
     }
-    /* Lane s holds run s's m and l (runs 32 + s, ... in later rounds): the
-     * maximum and the weights come from loads all in flight at once, not
-     * one run's after another's (the serial version took half as long as
-     * the attention kernel itself at 16K positions: 42 of 125 us, ncu,
-     * H100). The sums still go in run order, as before. */
-    const float *pp = a.part + ((uint64_t)t * a.n_head + h) * a.n_split * (hd + 2);
-    float M = a.sinks ? a.sinks[h] : -INFINITY;
-    float ms[HR_CUDA_ATTN_SPLITS / 32], ls[HR_CUDA_ATTN_SPLITS / 32];
-#pragma unroll
-    for (int r = 0; r < HR_CUDA_ATTN_SPLITS / 32; r++) {
-        const int32_t sr = 32 * r + (int32_t)lane;
-        ms[r] = sr < ns ? pp[(uint64_t)sr * (hd + 2)] : -INFINITY;
-        ls[r] = sr < ns ? pp[(uint64_t)sr * (hd + 2) + 1] : 0.0f;
-        M = fmaxf(M, warp_max(ms[r]));
-    }
-    float L = a.sinks ? expf(a.sinks[h] - M) : 0.0f, acc = 0.0f;
-    pp += 2 + 32 * w + lane;
-#pragma unroll
-    for (int r = 0; r < HR_CUDA_ATTN_SPLITS / 32; r++) {
-        const float wr = expf(ms[r] - M), lw = ls[r] * wr;
-        const int32_t n_r = min(32, ns - 32 * r);
-        /* the round's values first, all loads in flight (a loop that
-         * loaded each just before its FMA waited on them one by one: 22 us
-         * for 64 runs at 16K positions, ncu, H100) */
-        float x[32];
-#pragma unroll
-        for (int32_t j = 0; j < 32; j++)
-            x[j] = j < n_r ? pp[(uint64_t)(32 * r + j) * (hd + 2)] : 0.0f;
-#pragma unroll
-        for (int32_t j = 0; j < 32; j++) {
-            if (j >= n_r)
-                break;
-            L += __shfl_sync(0xffffffffu, lw, j);
-            acc = fmaf(__shfl_sync(0xffffffffu, wr, j), x[j], acc);
-        }
-    }
-    acc *= 1.0f / L;
+    const float acc = attn_merge32(a, t, h, w, ns);
     a.out[ob + lane] = acc;
     if (prep)
         prep_of(acc);
@@ -3915,6 +3925,60 @@ __host__ __device__ constexpr bool fad_ok(uint32_t hd, int f16, uint32_t group)
     return f16 && (hd == 64 || hd == 128) && group >= 1 && group <= 16;
 }
 
+/* The merge kernel's work done by fa_decode_kernel (hr_cuda_attn_args.ctr):
+ * the last of a (token, KV head)'s ns blocks to finish (a counter per
+ * pair, put back to 0 by that block) merges the group's heads' runs as
+ * attn_combine_kernel does (attn_merge32, a warp per 32 values); with one
+ * run the block's own output stands. Then Wo's inputs: Q8_0 or f16 per 32
+ * values as attn_prep_out, Q8_K a super-block a warp (q8k_warp256; the
+ * group's values are whole super-blocks), the merge kernel's bits. */
+template <int HD>
+__device__ __forceinline__ void fad_merge(const hr_cuda_attn_args &a, uint32_t t, uint32_t hk,
+                                       uint32_t group, bool split, int32_t ns)
+{
+    __shared__ int s_last;
+    const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    const uint64_t q_dim = (uint64_t)a.n_head * HD, o0 = t * q_dim + (uint64_t)hk * group * HD;
+    const bool q8k = a.prep.kind == HR_CUDA_NORM_PREP_Q8_K;
+    const bool prep32 = a.prep.kind != HR_CUDA_NORM_PREP_NONE && !q8k;
+    __threadfence(); /* this block's runs or output, before the count or the reads */
+    __syncthreads();
+    if (split) {
+        if (threadIdx.x == 0) {
+            uint32_t *c = a.ctr + (uint64_t)t * a.kv.n_head_kv + hk;
+            s_last = atomicAdd(c, 1u) == (uint32_t)ns - 1;
+            if (s_last)
+                *c = 0; /* every block of the pair has counted */
+        }
+        __syncthreads();
+        if (!s_last)
+            return;
+        __threadfence();
+    }
+    for (uint32_t u = warp; u < group * HD / 32; u += 4) {
+        const uint64_t ob = o0 + 32 * (uint64_t)u;
+        float v;
+        if (split) {
+            v = attn_merge32(a, t, hk * group + u / (HD / 32), u % (HD / 32), ns);
+            a.out[ob + lane] = v;
+        } else if (prep32) {
+            v = a.out[ob + lane];
+        } else {
+            break;
+        }
+        if (prep32)
+            attn_prep_out(a.prep, ob, &v, 1, lane);
+    }
+    if (q8k) {
+        __threadfence();
+        __syncthreads();
+        for (uint32_t b = warp; b < group * HD / 256; b += 4) {
+            const uint64_t ob = o0 + 256 * (uint64_t)b;
+            q8k_warp256(a.out + ob, a.prep.q.q + ob, a.prep.q.d + ob / 256, a.prep.q.s + ob / 16);
+        }
+    }
+}
+
 template <int HD>
 __global__ void __launch_bounds__(128) fa_decode_kernel(hr_cuda_attn_args a)
 {
@@ -4138,6 +4202,8 @@ __global__ void __launch_bounds__(128) fa_decode_kernel(hr_cuda_attn_args a)
             a.out[(uint64_t)t * q_dim + (uint64_t)h * HD + d] = O / L;
         }
     }
+    if (a.ctr)
+        fad_merge<HD>(a, t, hk, group, split, ns);
 }
 
 extern "C" int hr_cuda_attention_tiled_ok(uint32_t head_dim, int kv_f16)
@@ -4149,6 +4215,14 @@ extern "C" int hr_cuda_attention_tiled_ok(uint32_t head_dim, int kv_f16)
         off = e && !strcmp(e, "warp");
     }
     return !off && kv_f16 && (head_dim == 64 || head_dim == 128);
+}
+
+extern "C" int hr_cuda_attention_merged_ok(const struct hr_cuda_attn_args *a)
+{
+    const uint32_t hd = a->kv.head_dim, group = a->n_head / a->kv.n_head_kv;
+    return a->part && !a->n_tiles && a->gqa == 2 && a->n_head % a->kv.n_head_kv == 0 &&
+           fad_ok(hd, a->kv.f16, group) &&
+           (a->prep.kind != HR_CUDA_NORM_PREP_Q8_K || group * hd % 256 == 0);
 }
 
 extern "C" cudaError_t hr_cuda_attention(const struct hr_cuda_attn_args *a, cudaStream_t s)
@@ -4171,6 +4245,8 @@ extern "C" cudaError_t hr_cuda_attention(const struct hr_cuda_attn_args *a, cuda
             return ce;
     }
     if (a->part && (a->n_split < 1 || a->n_split > HR_CUDA_ATTN_SPLITS))
+        return cudaErrorInvalidValue;
+    if (a->ctr && !hr_cuda_attention_merged_ok(a))
         return cudaErrorInvalidValue;
     /* the merge makes them, a head (Q8_K: a super-block of heads) a block */
     const bool q8k = a->prep.kind == HR_CUDA_NORM_PREP_Q8_K;
@@ -4201,7 +4277,7 @@ extern "C" cudaError_t hr_cuda_attention(const struct hr_cuda_attn_args *a, cuda
         else
             hr_launch(attention_kernel<0, 0>, grid, 32, smem, s, *a);
     }
-    if (a->part) {
+    if (a->part && !a->ctr) {
         const cudaError_t ce = cudaGetLastError();
         if (ce != cudaSuccess)
             return ce;

@@ -304,11 +304,21 @@ struct hr_cuda_attn_args {
     /* The output also made into Wo's inputs (as hr_cuda_rms_norm_prep; by
      * the merge, so only with part set; kind NONE: not). */
     hr_cuda_norm_prep prep;
+    /* Non-NULL: the merge (and prep) done by the attention kernel's last
+     * block of each (token, KV head), no merge kernel: T x n_head_kv
+     * counters, zero when the launch starts and left so (only where
+     * hr_cuda_attention_merged_ok); the same results, bit for bit. */
+    uint32_t *ctr;
 };
 
 /* Whether the tiled attention runs this head size and KV type. */
 int hr_cuda_attention_tiled_ok(uint32_t head_dim, int kv_f16);
 cudaError_t hr_cuda_attention(const struct hr_cuda_attn_args *a, cudaStream_t s);
+/* Whether a's shape can merge its runs in the attention kernel (ctr): split
+ * decode tokens only (part set, no tiles), on tensor cores (gqa 2, an f16
+ * cache, head_dim 64 or 128, up to 16 heads a KV head), Q8_K inputs only
+ * where a KV head's heads are whole super-blocks. */
+int hr_cuda_attention_merged_ok(const struct hr_cuda_attn_args *a);
 
 /* gate[i] = silu(gate[i]) * up[i]. */
 cudaError_t hr_cuda_swiglu(float *gate, const float *up, uint64_t n, cudaStream_t s);

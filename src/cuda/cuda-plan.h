@@ -21,8 +21,10 @@
  *   tiles    [T/64 + S][2] i32  its query tiles: first token, rows (at most 64)
  *   seq_tok  [S][2] i32       hybrid models: each sequence's first token and count
  *   seq_slot [S] i32          hybrid models: its recurrent state slot
- *   ctr      [n_ff / 256] u32 GEMV steps of int_gemv models: the fused SwiGLU's
- *            counters (hr_cuda_swiglu_q8k), staged as zeros every step
+ *   ctr      [T n_head_kv + n_ff / 256] u32  GEMV steps: the fused kernels'
+ *            counters, staged as zeros every step: the attention's merge
+ *            (hr_cuda_attn_args.ctr), then (int_gemv models) the SwiGLU's
+ *            (hr_cuda_swiglu_q8k)
  *   -- device-only --
  *   rope     [T][n_rot] f32   cos/sin pairs per token
  *   x        [T][n_embd] f32  the residual stream
@@ -131,11 +133,14 @@ struct hr_cuda_plan {
     uint64_t total_bytes;  /* arena + kv: what the step adds to device memory */
 };
 
-/* ctr's bytes: a counter per 256 FFN rows in GEMV steps of models with an
- * integer GEMV (the fused SwiGLU, cuda-engine.c's swiglu_fused). */
+/* ctr's bytes in GEMV steps: a counter per (token, KV head) for the
+ * attention's merge, then one per 256 FFN rows in models with an integer
+ * GEMV (the fused SwiGLU, cuda-engine.c's swiglu_fused). */
 static inline uint64_t hr_cuda_plan_ctr_bytes(const struct hr_cuda_plan_dims *d, uint64_t T)
 {
-    return d->int_gemv && T <= d->gemv_max_tokens ? (d->n_ff + 255) / 256 * 4 : 0;
+    if (T > d->gemv_max_tokens)
+        return 0;
+    return (T * d->n_head_kv + (d->int_gemv ? (d->n_ff + 255) / 256 : 0)) * 4;
 }
 
 /* The widest input any matmul of the step reads: act's row length. */

@@ -113,12 +113,17 @@ for v in warp row rows4; do
 done
 "$build/tests/cuda/test-cuda-engine" "${files[@]}" || rc=1
 "$build/tests/cuda/test-cuda-engine" "${wide_files[@]}" || rc=1
-# The RMSNorm inside the Q4_K GEMV after it (one-token steps; off by
-# default): its ragged == alone checks hold it to the separate norm's bits.
+# The decode step's fused kernels (off by default): the RMSNorm inside the
+# Q4_K GEMV after it, the SwiGLU inside gate/up, the attention's merge in
+# its own last blocks. The ragged == alone checks hold a one-token step
+# (fused) to the same token's bits in a larger step (not fused).
 echo "test-cuda-engine, HR_CUDA_NORM_FUSE=1 (the norm inside the Q4_K GEMV):"
 HR_CUDA_NORM_FUSE=1 "$build/tests/cuda/test-cuda-engine" "${wide_files[0]}" || rc=1
-echo "test-cuda-engine, HR_CUDA_NORM_FUSE=1 HR_CUDA_SWIGLU_FUSE=1 (and the SwiGLU inside gate/up):"
-HR_CUDA_NORM_FUSE=1 HR_CUDA_SWIGLU_FUSE=1 "$build/tests/cuda/test-cuda-engine" "${wide_files[0]}" || rc=1
+echo "test-cuda-engine, HR_CUDA_NORM_FUSE=1 HR_CUDA_SWIGLU_FUSE=1 HR_CUDA_ATTN_FUSE=1:"
+HR_CUDA_NORM_FUSE=1 HR_CUDA_SWIGLU_FUSE=1 HR_CUDA_ATTN_FUSE=1 \
+  "$build/tests/cuda/test-cuda-engine" "${wide_files[@]}" || rc=1
+echo "test-cuda-engine, HR_CUDA_ATTN_FUSE=1 (the attention's merge in its last blocks):"
+HR_CUDA_ATTN_FUSE=1 "$build/tests/cuda/test-cuda-engine" "${files[@]}" || rc=1
 # Dense models multiply Q8_0 / Q4_0 / Q5_0 / IQ4_NL / MXFP4 in prefill on
 # cuBLASLt by default and MoE models on the integer GEMM; the integer GEMM
 # on the dense ones too, so both paths stay covered for every such type.

@@ -1126,6 +1126,79 @@ static void test_attention(uint32_t hd, uint32_t window, int sinks, uint32_t nh)
         free(ref), free(got), free(x0), free(x1);
         cudaFree(da), cudaFree(q0.q), cudaFree(q1.q), cudaFree(q0.d), cudaFree(q1.d);
     }
+    /* The merge in the attention kernel's last blocks (ctr): every token
+     * as a decode token (no tiles; 1 to 12 runs), each prep kind, against
+     * the attention and merge kernels bit for bit, twice on the same
+     * counters (the last block puts them back to 0) */
+    {
+        struct hr_cuda_attn_args b = a;
+        b.seq_fa = NULL, b.tiles = NULL, b.n_tiles = 0;
+        b.part = part, b.n_split = HR_CUDA_ATTN_SPLITS, b.gqa = 2;
+        uint32_t *ctr = NULL;
+        CT_CUDA(cudaMalloc((void **)&ctr, sizeof(uint32_t) * T * NKV));
+        CT_CUDA(cudaMemset(ctr, 0, sizeof(uint32_t) * T * NKV));
+        const size_t n = (size_t)T * qd;
+        float *o0 = NULL, *o1 = NULL, *a0 = NULL, *a1 = NULL;
+        struct hr_cuda_q8_act k0 = {0}, k1 = {0};
+        CT_CUDA(cudaMalloc((void **)&o0, sizeof(float) * n));
+        CT_CUDA(cudaMalloc((void **)&o1, sizeof(float) * n));
+        CT_CUDA(cudaMalloc((void **)&a0, sizeof(float) * n));
+        CT_CUDA(cudaMalloc((void **)&a1, sizeof(float) * n));
+        CT_CUDA(cudaMalloc((void **)&k0.q, n));
+        CT_CUDA(cudaMalloc((void **)&k1.q, n));
+        CT_CUDA(cudaMalloc((void **)&k0.d, sizeof(float) * (n / 32)));
+        CT_CUDA(cudaMalloc((void **)&k1.d, sizeof(float) * (n / 32)));
+        CT_CUDA(cudaMalloc((void **)&k0.s, sizeof(int16_t) * (n / 16)));
+        CT_CUDA(cudaMalloc((void **)&k1.s, sizeof(int16_t) * (n / 16)));
+        int same = 1, ran = 0;
+        const int kinds[4] = {HR_CUDA_NORM_PREP_NONE, HR_CUDA_NORM_PREP_Q8_0,
+                              HR_CUDA_NORM_PREP_F16, HR_CUDA_NORM_PREP_Q8_K};
+        for (int ki = 0; ki < 4; ki++) {
+            const int kind = kinds[ki], q8k = kind == HR_CUDA_NORM_PREP_Q8_K;
+            hr_cuda_norm_prep pr[2];
+            for (int v = 0; v < 2; v++) {
+                memset(&pr[v], 0, sizeof(pr[v]));
+                pr[v].kind = kind;
+                pr[v].act = v ? a1 : a0;
+                pr[v].q = v ? k1 : k0;
+            }
+            b.ctr = NULL, b.out = o0, b.prep = pr[0];
+            if (q8k && !hr_cuda_attention_merged_ok(&(struct hr_cuda_attn_args){
+                           .part = part, .n_head = nh, .kv = a.kv, .gqa = 2, .prep = pr[1],
+                           .ctr = ctr}))
+                continue;
+            CT_CUDA(hr_cuda_attention(&b, 0));
+            for (int rep = 0; rep < 2; rep++) {
+                CT_CUDA(cudaMemset(o1, 0xff, sizeof(float) * n));
+                CT_CUDA(cudaMemset(a1, 0, sizeof(float) * n));
+                CT_CUDA(cudaMemset(k1.q, 0, n));
+                b.ctr = ctr, b.out = o1, b.prep = pr[1];
+                same &= hr_cuda_attention_merged_ok(&b);
+                CT_CUDA(hr_cuda_attention(&b, 0));
+                same &= same_dev(o0, o1, sizeof(float) * n);
+                if (kind == HR_CUDA_NORM_PREP_F16)
+                    same &= same_dev(a0, a1, sizeof(float) * n);
+                if (kind == HR_CUDA_NORM_PREP_Q8_0)
+                    same &= same_dev(k0.q, k1.q, n) &&
+                            same_dev(k0.d, k1.d, sizeof(float) * (n / 32));
+                if (q8k)
+                    same &= same_dev(k0.q, k1.q, n) &&
+                            same_dev(k0.d, k1.d, sizeof(float) * (n / 256)) &&
+                            same_dev(k0.s, k1.s, sizeof(int16_t) * (n / 16));
+            }
+            ran++;
+        }
+        uint32_t zero[T * NKV], back[T * NKV];
+        memset(zero, 0, sizeof(zero));
+        from_dev(back, ctr, sizeof(back));
+        same &= memcmp(zero, back, sizeof(back)) == 0;
+        CT_CHECK(same && ran >= 3, "attention head_dim %u%s%s, %u heads: the merge and Wo's inputs "
+                 "(none, Q8_0, f16%s) in the attention kernel's last blocks == the merge kernel's, "
+                 "bit for bit, twice on the same counters (back at 0)", hd,
+                 window ? ", windowed" : "", sinks ? ", sinks" : "", nh, ran == 4 ? ", Q8_K" : "");
+        cudaFree(ctr), cudaFree(o0), cudaFree(o1), cudaFree(a0), cudaFree(a1);
+        cudaFree(k0.q), cudaFree(k1.q), cudaFree(k0.d), cudaFree(k1.d), cudaFree(k0.s), cudaFree(k1.s);
+    }
     cudaFree(part);
     cudaFree((void *)a.q), cudaFree(a.out), cudaFree(a.kv.pool), cudaFree((void *)a.kv.pos);
     cudaFree((void *)a.kv.seq_of), cudaFree((void *)a.kv.tab_off), cudaFree((void *)a.kv.tables);
