@@ -2042,6 +2042,20 @@ static bool attn_fuse_on(void)
     return v;
 }
 
+/* HR_CUDA_QKV_FUSE=1 (with HR_CUDA_ATTN_FUSE=1): the biases, Q/K norms,
+ * RoPE and KV store done by the attention kernel of a decode step
+ * (hr_cuda_attn_args.qkv): the same bits, the qkv_post launch less. Off
+ * until measured on a GPU. */
+static bool qkv_fuse_on(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *s = getenv("HR_CUDA_QKV_FUSE");
+        v = s && !strcmp(s, "1");
+    }
+    return v;
+}
+
 /* HR_CUDA_SWIGLU_FUSE=1 (with HR_CUDA_NORM_FUSE=1): in a one-token step
  * the SwiGLU and down's Q8_K inputs are made inside the gate/up GEMV that
  * also does the norm (hr_cuda_gemv_q4k_normed with hr_cuda_swiglu_q8k):
@@ -2292,7 +2306,6 @@ static enum hr_status attention_mixer(struct hr_cuda_engine *e, const struct fwd
         .q_norm = (const float *)D->q_norm.d, .k_norm = (const float *)D->k_norm.d,
         .rope = f->rope, .n_tokens = T, .n_head = hp->n_head, .n_rot = hp->n_rot,
         .neox = m->rope_neox, .eps = hp->rms_eps, .kv = kv};
-    CU(hr_cuda_qkv_post(&qa, s), "biases, Q/K norms, RoPE and the KV store");
     struct hr_cuda_attn_args aa = {.q = f->q, .out = f->attn, .n_tokens = T,
                                    .n_head = hp->n_head, .scale = 1.0f / sqrtf((float)hd),
                                    .kv = kv, .seq_fa = f->n_tiles ? f->seq_fa : NULL,
@@ -2312,6 +2325,15 @@ static enum hr_status attention_mixer(struct hr_cuda_engine *e, const struct fwd
         if (!hr_cuda_attention_merged_ok(&aa))
             aa.ctr = NULL;
     }
+    /* HR_CUDA_QKV_FUSE=1: qkv_post's work in the attention kernel too, in
+     * steps of one token a sequence (a token's K/V is its own block's) */
+    if (qkv_fuse_on() && aa.ctr && T == e->n_seqs) {
+        aa.qkv = qa;
+        if (!hr_cuda_attention_qkv_ok(&aa))
+            memset(&aa.qkv, 0, sizeof(aa.qkv));
+    }
+    if (!aa.qkv.q)
+        CU(hr_cuda_qkv_post(&qa, s), "biases, Q/K norms, RoPE and the KV store");
     e->prime_valid = false;
     CU(hr_cuda_attention(&aa, s), "attention");
     if (aa.prep.kind != HR_CUDA_NORM_PREP_NONE)

@@ -3204,16 +3204,18 @@ __device__ __forceinline__ uint64_t kv_row(const hr_cuda_kv_view &kv, int32_t ta
 
 /* One warp per (token, head): bias, norm, RoPE; K and V heads also go into
  * the cache. Heads 0..n_head-1 are queries, then n_head_kv keys. */
-__global__ void qkv_post_kernel(hr_cuda_qkv_args a)
+/* qkv_post_kernel's work on head hh of token t (hh < n_head: query head hh;
+ * else KV head hh - n_head) by one warp: the bias, the Q/K norm and RoPE
+ * into hv[head_dim] (shared memory). fa_decode_kernel calls it too. */
+__device__ __forceinline__ void qkv_head(const hr_cuda_qkv_args &a, uint32_t t, uint32_t hh,
+                                         float *hv)
 {
-    pdl_begin();
-    __shared__ float hv[HR_CUDA_MAX_HEAD_DIM];
-    const uint32_t t = blockIdx.x, hh = blockIdx.y, lane = threadIdx.x;
+    const uint32_t lane = threadIdx.x & 31;
     const uint32_t hd = a.kv.head_dim, nkv = a.kv.n_head_kv;
     const bool is_q = hh < a.n_head;
     const uint32_t h = is_q ? hh : hh - a.n_head;
     const uint32_t width = is_q ? a.n_head * hd : nkv * hd;
-    float *src = (is_q ? a.q : a.k) + (uint64_t)t * width + (uint64_t)h * hd;
+    const float *src = (is_q ? a.q : a.k) + (uint64_t)t * width + (uint64_t)h * hd;
     const float *bias = is_q ? a.bq : a.bk;
     const float *nw = is_q ? a.q_norm : a.k_norm;
     for (uint32_t i = lane; i < hd; i += 32)
@@ -3240,11 +3242,15 @@ __global__ void qkv_post_kernel(hr_cuda_qkv_args a)
         hv[ib] = x0 * s + x1 * c;
     }
     __syncwarp();
-    if (is_q) {
-        for (uint32_t i = lane; i < hd; i += 32)
-            src[i] = hv[i];
-        return;
-    }
+}
+
+/* KV head h's K (hv, made by qkv_head) and V (+ bias) of token t into the
+ * cache at its position, by one warp. */
+__device__ __forceinline__ void qkv_store_kv(const hr_cuda_qkv_args &a, uint32_t t, uint32_t h,
+                                             const float *hv)
+{
+    const uint32_t lane = threadIdx.x & 31, hd = a.kv.head_dim;
+    const uint32_t width = a.kv.n_head_kv * hd;
     const int32_t p = a.kv.pos[t], tab0 = a.kv.tab_off[a.kv.seq_of[t]];
     const float *vs = a.v + (uint64_t)t * width + (uint64_t)h * hd;
     const float *bv = a.bv ? a.bv + h * hd : NULL;
@@ -3260,6 +3266,22 @@ __global__ void qkv_post_kernel(hr_cuda_qkv_args a)
             ((float *)vd)[i] = vv;
         }
     }
+}
+
+__global__ void qkv_post_kernel(hr_cuda_qkv_args a)
+{
+    pdl_begin();
+    __shared__ float hv[HR_CUDA_MAX_HEAD_DIM];
+    const uint32_t t = blockIdx.x, hh = blockIdx.y, lane = threadIdx.x;
+    const uint32_t hd = a.kv.head_dim;
+    qkv_head(a, t, hh, hv);
+    if (hh < a.n_head) {
+        float *q = a.q + (uint64_t)t * a.n_head * hd + (uint64_t)hh * hd;
+        for (uint32_t i = lane; i < hd; i += 32)
+            q[i] = hv[i];
+        return;
+    }
+    qkv_store_kv(a, t, hh - a.n_head, hv);
 }
 
 extern "C" cudaError_t hr_cuda_qkv_post(const struct hr_cuda_qkv_args *a, cudaStream_t s)
@@ -4034,8 +4056,28 @@ __global__ void __launch_bounds__(128) fa_decode_kernel(hr_cuda_attn_args a)
         asm volatile("cp.async.commit_group;" ::: "memory");
     };
     static_assert(FAD_STAGES == 3, "the wait below counts two groups ahead");
+    /* a.qkv.q set: hr_cuda_qkv_post's work here (qkv_head: the same bits),
+     * in stage 2's bytes, free until the loop's first load: the run that
+     * holds pos stores the token's K and V before its tiles load; every
+     * run makes the group's queries */
+    const bool fq = a.qkv.q != NULL;
+    float *qf = (float *)(fa_sm + 2 * 2 * Ly::tile);
+    static_assert(16 * HD * 4 <= 2 * Ly::tile, "a group's queries fit in a stage");
+    if (fq && (int32_t)blockIdx.z == ns - 1) {
+        if (warp == 0) {
+            qkv_head(a.qkv, t, a.n_head + hk, qf);
+            qkv_store_kv(a.qkv, t, hk, qf);
+            __threadfence();
+        }
+        __syncthreads();
+    }
     load_kv(0);
     load_kv(1);
+    if (fq) {
+        for (uint32_t r = (uint32_t)warp; r < group; r += 4)
+            qkv_head(a.qkv, t, hk * group + r, qf + r * HD);
+        __syncthreads();
+    }
 
     /* the group's queries as rows 0..group-1 (zeros after) of Q hi (the
      * values rounded to f16) and Q lo (the rest, rounded) */
@@ -4045,7 +4087,8 @@ __global__ void __launch_bounds__(128) fa_decode_kernel(hr_cuda_attn_args a)
         const int r = i / (HD / 4), col = (i % (HD / 4)) * 4;
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if ((uint32_t)r < group)
-            v = *(const float4 *)(a.q + (uint64_t)t * q_dim + ((uint64_t)hk * group + r) * HD + col);
+            v = fq ? *(const float4 *)(qf + r * HD + col)
+                   : *(const float4 *)(a.q + (uint64_t)t * q_dim + ((uint64_t)hk * group + r) * HD + col);
         __half2 *d = (__half2 *)(Qs + r * LDH + col), *dl = (__half2 *)(Ql + r * LDH + col);
         d[0] = __floats2half2_rn(v.x, v.y);
         d[1] = __floats2half2_rn(v.z, v.w);
@@ -4225,6 +4268,15 @@ extern "C" int hr_cuda_attention_merged_ok(const struct hr_cuda_attn_args *a)
            (a->prep.kind != HR_CUDA_NORM_PREP_Q8_K || group * hd % 256 == 0);
 }
 
+extern "C" int hr_cuda_attention_qkv_ok(const struct hr_cuda_attn_args *a)
+{
+    const uint32_t hd = a->kv.head_dim, group = a->n_head / a->kv.n_head_kv;
+    return !a->n_tiles && a->gqa == 2 && a->n_head % a->kv.n_head_kv == 0 &&
+           fad_ok(hd, a->kv.f16, group) && a->qkv.n_tokens == a->n_tokens &&
+           a->qkv.n_head == a->n_head && a->qkv.kv.head_dim == hd &&
+           a->qkv.kv.n_head_kv == a->kv.n_head_kv && a->qkv.n_rot <= hd && a->qkv.n_rot % 2 == 0;
+}
+
 extern "C" cudaError_t hr_cuda_attention(const struct hr_cuda_attn_args *a, cudaStream_t s)
 {
     if (!a->n_tokens)
@@ -4246,7 +4298,7 @@ extern "C" cudaError_t hr_cuda_attention(const struct hr_cuda_attn_args *a, cuda
     }
     if (a->part && (a->n_split < 1 || a->n_split > HR_CUDA_ATTN_SPLITS))
         return cudaErrorInvalidValue;
-    if (a->ctr && !hr_cuda_attention_merged_ok(a))
+    if ((a->ctr && !hr_cuda_attention_merged_ok(a)) || (a->qkv.q && !hr_cuda_attention_qkv_ok(a)))
         return cudaErrorInvalidValue;
     /* the merge makes them, a head (Q8_K: a super-block of heads) a block */
     const bool q8k = a->prep.kind == HR_CUDA_NORM_PREP_Q8_K;

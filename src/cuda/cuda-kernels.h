@@ -309,6 +309,12 @@ struct hr_cuda_attn_args {
      * counters, zero when the launch starts and left so (only where
      * hr_cuda_attention_merged_ok); the same results, bit for bit. */
     uint32_t *ctr;
+    /* qkv.q non-NULL: hr_cuda_qkv_post's work (on qkv, q, k and v as the
+     * Q/K/V GEMV left them) done by the attention kernel, no launch of its
+     * own (only where hr_cuda_attention_qkv_ok, and only when no two of
+     * the step's tokens share a sequence: a token's K and V are stored by
+     * its own block); the same results; q is not written back. */
+    struct hr_cuda_qkv_args qkv;
 };
 
 /* Whether the tiled attention runs this head size and KV type. */
@@ -319,6 +325,9 @@ cudaError_t hr_cuda_attention(const struct hr_cuda_attn_args *a, cudaStream_t s)
  * cache, head_dim 64 or 128, up to 16 heads a KV head), Q8_K inputs only
  * where a KV head's heads are whole super-blocks. */
 int hr_cuda_attention_merged_ok(const struct hr_cuda_attn_args *a);
+/* Whether a's shape can do qkv's work in the attention kernel: decode
+ * tokens on tensor cores as above, qkv of a's shape. */
+int hr_cuda_attention_qkv_ok(const struct hr_cuda_attn_args *a);
 
 /* gate[i] = silu(gate[i]) * up[i]. */
 cudaError_t hr_cuda_swiglu(float *gate, const float *up, uint64_t n, cudaStream_t s);

@@ -119,11 +119,11 @@ done
 # (fused) to the same token's bits in a larger step (not fused).
 echo "test-cuda-engine, HR_CUDA_NORM_FUSE=1 (the norm inside the Q4_K GEMV):"
 HR_CUDA_NORM_FUSE=1 "$build/tests/cuda/test-cuda-engine" "${wide_files[0]}" || rc=1
-echo "test-cuda-engine, HR_CUDA_NORM_FUSE=1 HR_CUDA_SWIGLU_FUSE=1 HR_CUDA_ATTN_FUSE=1:"
-HR_CUDA_NORM_FUSE=1 HR_CUDA_SWIGLU_FUSE=1 HR_CUDA_ATTN_FUSE=1 \
-  "$build/tests/cuda/test-cuda-engine" "${wide_files[@]}" || rc=1
-echo "test-cuda-engine, HR_CUDA_ATTN_FUSE=1 (the attention's merge in its last blocks):"
-HR_CUDA_ATTN_FUSE=1 "$build/tests/cuda/test-cuda-engine" "${files[@]}" || rc=1
+fuse_all="HR_CUDA_NORM_FUSE=1 HR_CUDA_SWIGLU_FUSE=1 HR_CUDA_ATTN_FUSE=1 HR_CUDA_QKV_FUSE=1"
+echo "test-cuda-engine, $fuse_all:"
+env $fuse_all "$build/tests/cuda/test-cuda-engine" "${wide_files[@]}" || rc=1
+echo "test-cuda-engine, HR_CUDA_ATTN_FUSE=1 HR_CUDA_QKV_FUSE=1 (the attention's merge and qkv_post in it):"
+HR_CUDA_ATTN_FUSE=1 HR_CUDA_QKV_FUSE=1 "$build/tests/cuda/test-cuda-engine" "${files[@]}" || rc=1
 # Dense models multiply Q8_0 / Q4_0 / Q5_0 / IQ4_NL / MXFP4 in prefill on
 # cuBLASLt by default and MoE models on the integer GEMM; the integer GEMM
 # on the dense ones too, so both paths stay covered for every such type.

@@ -1206,6 +1206,102 @@ static void test_attention(uint32_t hd, uint32_t window, int sinks, uint32_t nh)
     free(pool), free(q), free(out);
 }
 
+/* The attention kernel doing qkv_post's work too (hr_cuda_attn_args.qkv):
+ * tokens of their own sequences at positions 0 to 700 (1 to 22 runs),
+ * against hr_cuda_qkv_post then the attention, bit for bit: the output
+ * and the whole cache after (each token's K and V stored at its
+ * position). variant 0: llama's (adjacent-pair RoPE over all dims); 1:
+ * qwen2's biases; 2: qwen3's Q/K norms with NeoX RoPE over half the
+ * dims. The merge in the kernel's last blocks (ctr) in both runs. */
+static void test_attention_qkv(uint32_t hd, uint32_t nh, int variant)
+{
+    enum { NKV = 2, BT = 16, T = 6, NB = 81 }; /* 1 + 1 + 2 + 5 + 19 + 44 blocks used */
+    const int32_t pos_h[T] = {0, 5, 31, 64, 300, 700};
+    const uint64_t block_bytes = 2ull * NKV * BT * hd * 2;
+    const uint32_t qd = nh * hd, kvd = NKV * hd, n_rot = variant == 2 ? hd / 2 : hd;
+    uint16_t *pool = malloc(block_bytes * NB);
+    for (size_t i = 0; i < block_bytes * NB / 2; i++)
+        pool[i] = hr_f32_to_f16(frand());
+    int32_t tables[NB], seq_of[T], tab_off[T];
+    for (uint32_t i = 0; i < NB; i++)
+        tables[i] = (int32_t)((i * 7 + 3) % NB); /* 7 is prime to NB: a permutation */
+    for (int t = 0, n = 0; t < T; t++) { /* each sequence its own blocks */
+        seq_of[t] = t, tab_off[t] = n;
+        n += pos_h[t] / BT + 1;
+    }
+    float *q = malloc(sizeof(float) * T * qd), *k = malloc(sizeof(float) * T * kvd);
+    float *v = malloc(sizeof(float) * T * kvd), *rope = malloc(sizeof(float) * T * n_rot);
+    float *bq = malloc(sizeof(float) * qd), *bk = malloc(sizeof(float) * kvd);
+    float *bv = malloc(sizeof(float) * kvd), *qn = malloc(sizeof(float) * hd);
+    float *kn = malloc(sizeof(float) * hd);
+    for (size_t i = 0; i < (size_t)T * qd; i++)
+        q[i] = frand() * 2.0f;
+    for (size_t i = 0; i < (size_t)T * kvd; i++)
+        k[i] = frand() * 2.0f, v[i] = frand();
+    for (int t = 0; t < T; t++)
+        for (uint32_t i = 0; i < n_rot / 2; i++) {
+            const float th = (float)pos_h[t] * powf(10000.0f, -2.0f * (float)i / (float)n_rot);
+            rope[(size_t)t * n_rot + 2 * i] = cosf(th);
+            rope[(size_t)t * n_rot + 2 * i + 1] = sinf(th);
+        }
+    for (uint32_t i = 0; i < qd; i++)
+        bq[i] = frand();
+    for (uint32_t i = 0; i < kvd; i++)
+        bk[i] = frand(), bv[i] = frand();
+    for (uint32_t i = 0; i < hd; i++)
+        qn[i] = 0.5f + frand(), kn[i] = 0.5f + frand();
+    struct hr_cuda_kv_view kv = {0};
+    kv.block_bytes = block_bytes, kv.block_tokens = BT, kv.n_head_kv = NKV, kv.head_dim = hd;
+    kv.f16 = 1, kv.pos = to_dev(pos_h, sizeof(pos_h)), kv.seq_of = to_dev(seq_of, sizeof(seq_of));
+    kv.tab_off = to_dev(tab_off, sizeof(tab_off)), kv.tables = to_dev(tables, sizeof(tables));
+    uint8_t *pools[2] = {to_dev(pool, block_bytes * NB), to_dev(pool, block_bytes * NB)};
+    float *qs[2] = {to_dev(q, sizeof(float) * T * qd), to_dev(q, sizeof(float) * T * qd)};
+    float *dk = to_dev(k, sizeof(float) * T * kvd), *dv = to_dev(v, sizeof(float) * T * kvd);
+    float *drope = to_dev(rope, sizeof(float) * T * n_rot);
+    float *dbq = to_dev(bq, sizeof(float) * qd), *dbk = to_dev(bk, sizeof(float) * kvd);
+    float *dbv = to_dev(bv, sizeof(float) * kvd), *dqn = to_dev(qn, sizeof(float) * hd);
+    float *dkn = to_dev(kn, sizeof(float) * hd), *outs[2], *part;
+    uint32_t *ctr;
+    CT_CUDA(cudaMalloc((void **)&outs[0], sizeof(float) * T * qd));
+    CT_CUDA(cudaMalloc((void **)&outs[1], sizeof(float) * T * qd));
+    CT_CUDA(cudaMalloc((void **)&part, sizeof(float) * T * nh * HR_CUDA_ATTN_SPLITS * (hd + 2)));
+    CT_CUDA(cudaMalloc((void **)&ctr, sizeof(uint32_t) * T * NKV));
+    CT_CUDA(cudaMemset(ctr, 0, sizeof(uint32_t) * T * NKV));
+    int same = 1;
+    for (int v2 = 0; v2 < 2; v2++) {
+        kv.pool = pools[v2];
+        struct hr_cuda_qkv_args qa = {.q = qs[v2], .k = dk, .v = dv, .rope = drope,
+                                      .n_tokens = T, .n_head = nh, .n_rot = n_rot,
+                                      .neox = variant == 2, .eps = 1e-6f, .kv = kv};
+        if (variant == 1)
+            qa.bq = dbq, qa.bk = dbk, qa.bv = dbv;
+        if (variant == 2)
+            qa.q_norm = dqn, qa.k_norm = dkn;
+        struct hr_cuda_attn_args b = {.q = qs[v2], .out = outs[v2], .n_tokens = T, .n_head = nh,
+                                      .scale = 1.0f / sqrtf((float)hd), .kv = kv, .part = part,
+                                      .n_split = HR_CUDA_ATTN_SPLITS, .gqa = 2, .ctr = ctr};
+        if (v2 == 0) {
+            CT_CUDA(hr_cuda_qkv_post(&qa, 0));
+        } else {
+            b.qkv = qa;
+            same &= hr_cuda_attention_qkv_ok(&b);
+        }
+        CT_CUDA(hr_cuda_attention(&b, 0));
+    }
+    same &= same_dev(outs[0], outs[1], sizeof(float) * T * qd) &&
+            same_dev(pools[0], pools[1], block_bytes * NB);
+    static const char *const what[] = {"llama's RoPE", "qwen2's biases", "qwen3's Q/K norms, NeoX RoPE on half"};
+    CT_CHECK(same, "attention head_dim %u, %u heads over %u doing qkv_post's work (%s; 6 tokens "
+             "at 0..700) == qkv_post then the attention: output and cache, bit for bit", hd, nh,
+             (unsigned)NKV, what[variant]);
+    cudaFree(pools[0]), cudaFree(pools[1]), cudaFree(qs[0]), cudaFree(qs[1]), cudaFree(dk);
+    cudaFree(dv), cudaFree(drope), cudaFree(dbq), cudaFree(dbk), cudaFree(dbv), cudaFree(dqn);
+    cudaFree(dkn), cudaFree(outs[0]), cudaFree(outs[1]), cudaFree(part), cudaFree(ctr);
+    cudaFree((void *)kv.pos), cudaFree((void *)kv.seq_of), cudaFree((void *)kv.tab_off);
+    cudaFree((void *)kv.tables);
+    free(pool), free(q), free(k), free(v), free(rope), free(bq), free(bk), free(bv), free(qn), free(kn);
+}
+
 /* The integer GEMVs' block-per-row kernels (rows of 2048 values and more):
  * Q8_0 on rows that are not 16-byte aligned (2080 inputs: 2210-byte rows),
  * which the 16-byte-load kernel reads from each row's start rounded down,
@@ -1305,6 +1401,10 @@ int main(int argc, char **argv)
      * (rows g + 8 of its tiles) */
     test_attention(64, 0, 1, 14);
     test_attention(128, 100, 0, 32);
+    test_attention_qkv(128, 8, 0);
+    test_attention_qkv(128, 8, 1);
+    test_attention_qkv(64, 14, 2);
+    test_attention_qkv(128, 32, 2);
     printf("test-cuda-kernels: %.1f s\n", ct_now() - t0);
     return ct_finish("test-cuda-kernels");
 }
