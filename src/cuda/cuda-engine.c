@@ -284,6 +284,7 @@ struct hr_cuda_engine {
     const float *norm_x, *norm_w;
     float *norm_xn;
     float norm_eps;
+    int norm_kind; /* the inputs it makes: HR_CUDA_NORM_PREP_Q8_K or _Q8_0 */
     const struct dweight *norm_next;
     /* a form a fused norm made (norm_for): good for the next request only */
     bool prime_valid;
@@ -1913,12 +1914,12 @@ static enum hr_status matmul_parts(struct hr_cuda_engine *e, const struct fwd *f
     for (uint32_t p = 0; p < n_parts; p++)
         gemv_out_add(&o, w[p], y[p], ldy[p], NULL);
     /* the one launch is xn's one reader: it may do the deferred norm */
-    if (e->norm_pending && x == e->norm_xn && m == 1 && w[0]->type == HR_GGML_Q4_K &&
+    if (e->norm_pending && x == e->norm_xn && m == 1 && w[0]->type == e->norm_next->type &&
         w[0]->ne0 == e->dims.n_embd) {
         e->norm_pending = false;
         prep_forget(e); /* neither xn nor the quantized inputs are written */
-        CU(hr_cuda_gemv_q4k_normed(w[0]->row_bytes, (uint32_t)w[0]->ne0, &o, e->norm_x,
-                                   e->norm_w, e->norm_eps, NULL, 0, e->stream),
+        CU(hr_cuda_gemv_normed((int)w[0]->type, w[0]->row_bytes, (uint32_t)w[0]->ne0, &o,
+                               e->norm_x, e->norm_w, e->norm_eps, NULL, 0, e->stream),
            "the integer GEMV with its norm");
         return HR_OK;
     }
@@ -1979,9 +1980,9 @@ static void prep_prime(struct hr_cuda_engine *e, const float *x, uint32_t m, uin
 }
 
 /* HR_CUDA_NORM_FUSE=1: in a one-token step, the RMSNorm before Q/K/V and
- * before gate/up is done inside their Q4_K GEMV (hr_cuda_gemv_q4k_normed:
- * the same bits, a launch and a dependency wait less). Off until measured
- * on a GPU. */
+ * before gate/up is done inside their Q4_K or Q8_0 GEMV when it is the
+ * pipelined kernel (hr_cuda_gemv_normed: the same bits, a launch and a
+ * dependency wait less). Off until measured on a GPU. */
 static bool norm_fuse_on(void)
 {
     static int v = -1;
@@ -2002,7 +2003,7 @@ static enum hr_status norm_flush(struct hr_cuda_engine *e, const struct fwd *f,
     e->norm_pending = false;
     hr_cuda_norm_prep pr;
     memset(&pr, 0, sizeof(pr));
-    pr.kind = HR_CUDA_NORM_PREP_Q8_K, pr.q = f->actq;
+    pr.kind = e->norm_kind, pr.q = f->actq;
     const uint32_t E = e->dims.n_embd;
     CU(hr_cuda_rms_norm_prep((float *)e->norm_x, 1, E, e->norm_w, e->norm_eps, e->norm_xn, &pr,
                              e->stream), "a norm with the next matmul's inputs");
@@ -2057,9 +2058,9 @@ static bool qkv_fuse_on(void)
 }
 
 /* HR_CUDA_SWIGLU_FUSE=1 (with HR_CUDA_NORM_FUSE=1): in a one-token step
- * the SwiGLU and down's Q8_K inputs are made inside the gate/up GEMV that
- * also does the norm (hr_cuda_gemv_q4k_normed with hr_cuda_swiglu_q8k):
- * the same bits, another launch less. Off until measured on a GPU. */
+ * the SwiGLU and down's inputs are made inside the gate/up GEMV that also
+ * does the norm (hr_cuda_gemv_normed with hr_cuda_swiglu_q8): the same
+ * bits, another launch less. Off until measured on a GPU. */
 static bool swiglu_fuse_on(void)
 {
     static int v = -1;
@@ -2080,26 +2081,28 @@ static enum hr_status swiglu_fused(struct hr_cuda_engine *e, const struct fwd *f
 {
     const uint32_t F = (uint32_t)wg->ne1, E = e->dims.n_embd;
     *done = false;
+    const bool q4k = wg->type == HR_GGML_Q4_K;
     if (!swiglu_fuse_on() || !e->norm_pending || e->norm_xn != f->xn || T != 1 || !f->ctr ||
-        !e->dims.int_gemv || F % 256 || F > e->dims.n_ff || wg->type != HR_GGML_Q4_K || wu->type != HR_GGML_Q4_K ||
-        wu->ne1 != F || wg->ne0 != E || wu->ne0 != E || wu->row_bytes != wg->row_bytes ||
-        !hr_cuda_gemv_q4k_normed_ok(E))
+        !e->dims.int_gemv || F % (q4k ? 256 : 32) || F > e->dims.n_ff ||
+        wu->type != wg->type || e->norm_next != wg || wu->ne1 != F || wg->ne0 != E ||
+        wu->ne0 != E || wu->row_bytes != wg->row_bytes || !hr_cuda_gemv_normed_ok((int)wg->type, E))
         return HR_OK;
     enum prep_kind kind;
     const hr_cuda_norm_prep pr = prep_for(e, f, wd, T, F, true, &kind);
-    if (pr.kind != HR_CUDA_NORM_PREP_Q8_K)
+    if (pr.kind != (q4k ? HR_CUDA_NORM_PREP_Q8_K : HR_CUDA_NORM_PREP_Q8_0))
         return HR_OK;
     hr_cuda_gemv_out o;
     gemv_out_init(&o);
     gemv_out_add(&o, wg, f->gate, F, NULL);
     gemv_out_add(&o, wu, f->up, F, NULL);
     /* the attention's counters first (hr_cuda_plan_ctr_bytes) */
-    const hr_cuda_swiglu_q8k sw = {.q = pr.q, .ctr = f->ctr + T * e->dims.n_head_kv};
+    const hr_cuda_swiglu_q8 sw = {.q = pr.q, .ctr = f->ctr + T * e->dims.n_head_kv};
     e->norm_pending = false;
     prep_forget(e);
     e->prime_valid = false;
-    CU(hr_cuda_gemv_q4k_normed(wg->row_bytes, E, &o, e->norm_x, e->norm_w, e->norm_eps, &sw, 0,
-                               e->stream), "the integer GEMV with its norm and SwiGLU");
+    CU(hr_cuda_gemv_normed((int)wg->type, wg->row_bytes, E, &o, e->norm_x, e->norm_w,
+                           e->norm_eps, &sw, 0, e->stream),
+       "the integer GEMV with its norm and SwiGLU");
     prep_prime(e, f->gate, T, F, wd, kind);
     *done = true;
     return HR_OK;
@@ -2405,11 +2408,11 @@ static enum hr_status norm_for(struct hr_cuda_engine *e, const struct fwd *f,
     const hr_cuda_norm_prep pr = prep_for(e, f, next, T, E, true, &kind);
     e->prime_valid = false;
     TRY(norm_flush(e, f, err));
-    if (pr.kind == HR_CUDA_NORM_PREP_Q8_K && T == 1 && norm_fuse_on() &&
-        next->type == HR_GGML_Q4_K && hr_cuda_gemv_q4k_normed_ok(E)) {
+    if (next && T == 1 && norm_fuse_on() && hr_cuda_gemv_normed_ok((int)next->type, E) &&
+        pr.kind == (next->type == HR_GGML_Q4_K ? HR_CUDA_NORM_PREP_Q8_K : HR_CUDA_NORM_PREP_Q8_0)) {
         /* left to the GEMV (matmul_parts), or launched by norm_flush */
         e->norm_pending = true, e->norm_x = f->x, e->norm_w = (const float *)w->d;
-        e->norm_xn = f->xn, e->norm_eps = eps, e->norm_next = next;
+        e->norm_xn = f->xn, e->norm_eps = eps, e->norm_next = next, e->norm_kind = pr.kind;
         return HR_OK;
     }
     if (pr.kind == HR_CUDA_NORM_PREP_NONE) {

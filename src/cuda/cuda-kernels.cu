@@ -18,6 +18,7 @@
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <type_traits>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -1311,7 +1312,7 @@ __device__ __forceinline__ q4k_pair q4k_pair_decode(const uint4 hd, const uint4 
 /* The pair's contribution to the row's sum on Q8_K inputs: their 64 int8
  * values (v0..v3: the first sub-block's 32, then the second's), their
  * per-16 sums and the super-block's scale dx. gemv_q4k_q8_pair_kernel and
- * gemv_q4k_q8_pipe_kernel share it, so the two give the same bits. */
+ * gemv_pipe_kernel share it, so the two give the same bits. */
 __device__ __forceinline__ float q4k_pair_dot(const q4k_pair &w, const int4 v0, const int4 v1,
                                               const int4 v2, const int4 v3, const short4 s4,
                                               float dx)
@@ -1415,32 +1416,38 @@ __global__ void __launch_bounds__(128) gemv_q4k_q8_pair_kernel(hr_cuda_gemv_out 
     gemv_warp_store<MR>(acc, m, R.j, R.y, R.ldy, R.bias, accumulate);
 }
 
-/* The default for one input row on rows of at most 4096 values (64
- * sub-block pairs: two a lane), a grid of resident blocks whose warps walk
- * the rows (w, w + warps, ...) with the next row's 96 bytes a lane loaded
- * while this row is multiplied, so every warp has its loads in flight all
- * the time instead of loading, computing and exiting (the pair kernel's
- * warps idle DRAM while they compute, and a wave's tail and the next
- * blocks' start cost the rest). The inputs are the same for every row:
- * each lane keeps its 2 x 64 int8 values, sums and scales in registers.
- * Each row's sum is gemv_q4k_q8_pair_kernel's at m = 1, bit for bit (the
- * same pairs in the same order, q4k_pair_dot, then the warp). */
-/* NORM (hr_cuda_gemv_q4k_normed): the kernel also does the RMSNorm before
- * it. Each block computes the whole row's Q8_K inputs into shared memory
+/* The pipelined GEMV (gemv_pipe_kernel), the default for one input row on
+ * rows of 2048 to 4096 values (Q4_K; Q8_0 with HR_CUDA_Q80=pipe): a grid
+ * of resident blocks whose warps walk the rows (w, w + warps, ...) with
+ * the next row's bytes loaded while this row is multiplied, so every warp
+ * has its loads in flight all the time instead of loading, computing and
+ * exiting (a warp-per-row kernel's warps idle DRAM while they compute, and
+ * a wave's tail and the next blocks' start cost the rest). The inputs are
+ * the same for every row: a warp keeps its share in registers (Q4_K) or
+ * reads it from the block's copy in shared memory (Q8_0). Each row's sum
+ * is the same type's batch kernel's at m = 1, bit for bit: Q4_K's pair
+ * kernel (the same pairs in the same order, q4k_pair_dot, then the warp),
+ * Q8_0's block per 2 rows (block lane + 32 i's term alone, each i summed
+ * over the warp, then the 4 sums in order, as that kernel's 4 warps).
+ *
+ * NORM (hr_cuda_gemv_normed): the kernel also does the RMSNorm before it.
+ * Each block computes the whole row's quantized inputs into shared memory
  * from the residual x and the norm's weights, exactly as rms_norm_kernel
- * with its Q8_K prep does (the same double sums per 32 float4s, added in
- * the same order; the same q8k_block64x4 passes), while its first rows'
- * weights are in flight; the warps then take their inputs from there. A
- * launch and a dependency wait less a norm; the normalized floats (xn) are
- * not written, so only a matmul that is xn's one reader may take it. */
-/* SWI (with NORM; hr_cuda_swiglu_q8k): the launch is gate/up, two parts
- * of F rows, and the kernel also does the SwiGLU after it, as
- * swiglu_prep_kernel with Q8_K inputs for down: a warp takes gate row i
- * then up row i, stores u and h = silu(g) u (in g's place), then counts
- * the pair done in its super-block's counter; the warp that makes it 256
- * (a multiple: counters are never reset) reads the super-block's h back
- * from L2 and quantizes it (q8k_warp256). NORM is required: the inputs
- * come from shared memory, so writing the Q8_K output races no reader. */
+ * with its prep does (the same double sums per 32 float4s, added in the
+ * same order; the same quantizing passes), while its first rows' weights
+ * are in flight. A launch and a dependency wait less a norm; the
+ * normalized floats (xn) are not written, so only a matmul that is xn's
+ * one reader may take it.
+ *
+ * SWI (with NORM; hr_cuda_swiglu_q8): the launch is gate/up, two parts of
+ * F rows, and the kernel also does the SwiGLU after it, as
+ * swiglu_prep_kernel with down's inputs (Q8_K or Q8_0): a warp takes gate
+ * row i then up row i, stores u and h = silu(g) u (in g's place), then
+ * counts the pair in its group's counter (P::group rows: a super-block or
+ * a block); the warp that makes it a multiple of the group (counters are
+ * never reset) reads the group's h back from L2 and quantizes it. NORM is
+ * required: the inputs come from shared memory, so writing down's inputs
+ * races no reader. */
 struct q4k_norm_in {
     const float *x, *w;
     float eps;
@@ -1478,120 +1485,259 @@ __device__ __forceinline__ void q8k_warp256(const float *v256, int8_t *q, float 
         s[lane / 2] = (int16_t)sum;
 }
 
-template <bool NORM, bool SWI>
-__global__ void __launch_bounds__(128, 4) gemv_q4k_q8_pipe_kernel(hr_cuda_gemv_out o,
-                                                                 uint64_t row_bytes, uint32_t k,
-                                                                 hr_cuda_q8_act xa, q4k_norm_in nx,
-                                                                 hr_cuda_swiglu_q8k sw,
-                                                                 int accumulate)
+/* A Q8_0 block by one warp, a value a lane (read from L2), as
+ * swiglu_prep_kernel quantizes it. */
+__device__ __forceinline__ void q80_warp32(const float *v32, int8_t *q, float *d)
+{
+    const uint32_t lane = threadIdx.x & 31;
+    const float v = __ldcg(v32 + lane);
+    const float amax = warp_max(fabsf(v));
+    q[lane] = (int8_t)q80_q(v, q80_id(amax));
+    if (lane == 0)
+        *d = q80_d(amax);
+}
+
+/* Q4_K on Q8_K inputs: a lane's 2 sub-block pairs of a row (96 bytes) in
+ * registers, its 2 x 64 inputs, sums and scales in registers. */
+struct pipe_q4k {
+    static constexpr uint32_t group = 256; /* SWI: a Q8_K super-block */
+    static constexpr bool staged = false;  /* inputs in registers */
+    struct W {
+        uint4 hd[2], q0[2], q1[2];
+    };
+    struct X {
+        int4 v[2][4];
+        short4 s[2];
+        float d[2];
+    };
+    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t k, uint32_t lane, W &w)
+    {
+        q4k_load_pairs<2>(row, lane, k / 256 * 4, w.hd, w.q0, w.q1);
+    }
+    static __device__ __forceinline__ void inputs(const hr_cuda_q8_act &xa, uint32_t k,
+                                                  uint32_t lane, X &x)
+    {
+        const uint32_t pairs = k / 256 * 4, p = lane % 4;
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const uint32_t c = lane + 32 * (uint32_t)i;
+            if (c < pairs) {
+                const int4 *xp = (const int4 *)(xa.q + (c / 4) * 256 + 64 * p);
+                x.v[i][0] = xp[0], x.v[i][1] = xp[1], x.v[i][2] = xp[2], x.v[i][3] = xp[3];
+                x.s[i] = *(const short4 *)(xa.s + (c / 4) * 16 + 4 * p);
+                x.d[i] = xa.d[c / 4];
+            }
+        }
+    }
+    /* the row's sum, in every lane */
+    static __device__ __forceinline__ float dot(const W &w, const X &x, uint32_t k, uint32_t lane)
+    {
+        const uint32_t pairs = k / 256 * 4, p = lane % 4;
+        float acc = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            if (lane + 32 * (uint32_t)i >= pairs)
+                break;
+            acc += q4k_pair_dot(q4k_pair_decode(w.hd[i], w.q0[i], w.q1[i], p), x.v[i][0],
+                                x.v[i][1], x.v[i][2], x.v[i][3], x.s[i], x.d[i]);
+        }
+        return warp_sum(acc);
+    }
+    /* NORM: rms_norm_kernel's Q8_K pass over the block's 128 threads */
+    static __device__ __forceinline__ void quant4(float4 o, bool in, uint32_t i, hr_cuda_q8_act &q)
+    {
+        q8k_block64x4(o, in, i % 64, q.q + (i / 64) * 256, q.d + i / 64, q.s + (i / 64) * 16);
+    }
+    static __device__ __forceinline__ void quant_group(const float *h, uint32_t g,
+                                                       const hr_cuda_q8_act &q)
+    {
+        q8k_warp256(h + (size_t)g * 256, q.q + (size_t)g * 256, q.d + g, q.s + (size_t)g * 16);
+    }
+};
+
+/* Q8_0 on Q8_0 inputs: blocks lane + 32 i (i < 4) of a row, each as the
+ * 9 words that hold its 34 bytes (the 2-byte scale then 32 quants, at an
+ * even offset: funnel shifts as gemv_q80s_rows_kernel), the inputs from
+ * the block's shared copy. Rows of a multiple of 256 values (whole words
+ * to the row's end). */
+struct pipe_q80 {
+    static constexpr uint32_t group = 32; /* SWI: a Q8_0 block */
+    static constexpr bool staged = true;  /* inputs from the block's shared copy */
+    struct W {
+        uint32_t w[4][9];
+    };
+    struct X {
+        const int8_t *q;
+        const float *d;
+    };
+    static __device__ __forceinline__ void load(const uint8_t *row, uint32_t k, uint32_t lane, W &w)
+    {
+        const uint32_t *rw = (const uint32_t *)row;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t b = lane + 32 * (uint32_t)i;
+            if (b < k / 32) {
+#pragma unroll
+                for (int e = 0; e < 9; e++)
+                    w.w[i][e] = rw[34 * b / 4 + (uint32_t)e];
+            }
+        }
+    }
+    static __device__ __forceinline__ void inputs(const hr_cuda_q8_act &xa, uint32_t, uint32_t,
+                                                  X &x)
+    {
+        x.q = xa.q, x.d = xa.d;
+    }
+    static __device__ __forceinline__ float dot(const W &w, const X &x, uint32_t k, uint32_t lane)
+    {
+        float W4[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t b = lane + 32 * (uint32_t)i;
+            float t = 0.0f;
+            if (b < k / 32) {
+                const bool odd = (34 * b) & 2;
+                const float dw = __half2float(
+                    __ushort_as_half((unsigned short)(odd ? w.w[i][0] >> 16 : w.w[i][0])));
+                uint32_t q[8];
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    q[e] = odd ? w.w[i][e + 1] : __funnelshift_r(w.w[i][e], w.w[i][e + 1], 16);
+                const int4 *xp = (const int4 *)(x.q + (size_t)b * 32);
+                t += dw * x.d[b] * (float)dot_q8_32(q, xp[0], xp[1]);
+            }
+            W4[i] = warp_sum(t);
+        }
+        return ((W4[0] + W4[1]) + W4[2]) + W4[3];
+    }
+    /* NORM: rms_norm_kernel's Q8_0 pass (a block of 32 is 8 threads' float4s) */
+    static __device__ __forceinline__ void quant4(float4 o, bool in, uint32_t i, hr_cuda_q8_act &q)
+    {
+        float amax = fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w)));
+#pragma unroll
+        for (int s = 1; s < 8; s <<= 1)
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, s));
+        const float id = q80_id(amax);
+        if (in) {
+            ((char4 *)q.q)[i] = make_char4((signed char)q80_q(o.x, id), (signed char)q80_q(o.y, id),
+                                           (signed char)q80_q(o.z, id), (signed char)q80_q(o.w, id));
+            if (i % 8 == 0)
+                q.d[i / 8] = q80_d(amax);
+        }
+    }
+    static __device__ __forceinline__ void quant_group(const float *h, uint32_t g,
+                                                       const hr_cuda_q8_act &q)
+    {
+        q80_warp32(h + (size_t)g * 32, q.q + (size_t)g * 32, q.d + g);
+    }
+};
+
+template <class P, bool NORM, bool SWI>
+__global__ void __launch_bounds__(128, 4) gemv_pipe_kernel(hr_cuda_gemv_out o, uint64_t row_bytes,
+                                                           uint32_t k, hr_cuda_q8_act xa,
+                                                           q4k_norm_in nx, hr_cuda_swiglu_q8 sw,
+                                                           int accumulate)
 {
     static_assert(NORM || !SWI, "the fused SwiGLU writes the inputs' buffer");
     const uint32_t lane = threadIdx.x & 31, nw = gridDim.x * 4;
-    const uint32_t pairs = k / 256 * 4, p = lane % 4;
     const uint32_t F = o.end[0], end = SWI ? F : o.n;
     /* the warp's launch rows: j = its first warp index, then + nw each;
      * with SWI (j, up) walks gate row j, up row j (launch row F + j), then
      * the same at j + nw */
     uint32_t j = blockIdx.x * 4 + threadIdx.x / 32;
     bool up = false;
-    uint4 hd[2], q0[2], q1[2];
+    typename P::W w;
     auto load = [&](uint32_t jr, bool u) {
-        q4k_load_pairs<2>(gemv_part(o, jr + (u ? F : 0), row_bytes).w, lane, pairs, hd, q0, q1);
+        P::load(gemv_part(o, jr + (u ? F : 0), row_bytes).w, k, lane, w);
     };
     if (pdl_prewait && j < end)
         load(j, false);
     pdl_begin();
-    if constexpr (NORM) { /* every thread, before any returns (barriers) */
+    if constexpr (NORM || P::staged) { /* every thread, before any returns (barriers) */
         __shared__ __align__(16) int8_t s_q[4096];
-        __shared__ float s_d[16];
+        __shared__ float s_d[128];
         __shared__ __align__(8) int16_t s_s[256];
-        __shared__ double s_part[32], s_tot;
-        const uint32_t n4 = k / 4, nvw = n4 / 32, wi = threadIdx.x / 32;
-        /* rms_norm_kernel's thread t (n / 4 of them) sums float4 t: its
-         * warps here, 4 at a time */
-        for (uint32_t vw = wi; vw < nvw; vw += 4) {
-            const float4 v = ((const float4 *)nx.x)[vw * 32 + lane];
-            double sum = 0.0;
-            sum += (double)(v.x * v.x) + (double)(v.y * v.y) + (double)(v.z * v.z) +
-                   (double)(v.w * v.w);
-            sum = warp_sum_d(sum);
-            if (lane == 0)
-                s_part[vw] = sum;
-        }
-        __syncthreads();
-        if (wi == 0) {
-            double t = lane < nvw ? s_part[lane] : 0.0;
-            t = warp_sum_d(t);
-            if (lane == 0)
-                s_tot = t;
-        }
-        __syncthreads();
-        const float mean = (float)(s_tot / k);
-        const float scale = 1.0f / sqrtf(mean + nx.eps);
-        for (uint32_t i0 = 0; i0 < n4; i0 += 128) { /* every thread every pass */
-            const uint32_t i = i0 + threadIdx.x;
-            const bool in = i < n4;
-            float4 ov = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (in) {
-                const float4 v = ((const float4 *)nx.x)[i], g = ((const float4 *)nx.w)[i];
-                ov = make_float4((v.x * scale) * g.x, (v.y * scale) * g.y, (v.z * scale) * g.z,
-                                 (v.w * scale) * g.w);
+        hr_cuda_q8_act sx = {s_q, s_d, s_s};
+        const uint32_t n4 = k / 4;
+        if constexpr (NORM) {
+            __shared__ double s_part[32], s_tot;
+            const uint32_t nvw = n4 / 32, wi = threadIdx.x / 32;
+            /* rms_norm_kernel's thread t (n / 4 of them) sums float4 t: its
+             * warps here, 4 at a time */
+            for (uint32_t vw = wi; vw < nvw; vw += 4) {
+                const float4 v = ((const float4 *)nx.x)[vw * 32 + lane];
+                double sum = 0.0;
+                sum += (double)(v.x * v.x) + (double)(v.y * v.y) + (double)(v.z * v.z) +
+                       (double)(v.w * v.w);
+                sum = warp_sum_d(sum);
+                if (lane == 0)
+                    s_part[vw] = sum;
             }
-            q8k_block64x4(ov, in, i % 64, s_q + (i / 64) * 256, s_d + i / 64, s_s + (i / 64) * 16);
+            __syncthreads();
+            if (wi == 0) {
+                double t = lane < nvw ? s_part[lane] : 0.0;
+                t = warp_sum_d(t);
+                if (lane == 0)
+                    s_tot = t;
+            }
+            __syncthreads();
+            const float mean = (float)(s_tot / k);
+            const float scale = 1.0f / sqrtf(mean + nx.eps);
+            for (uint32_t i0 = 0; i0 < n4; i0 += 128) { /* every thread every pass */
+                const uint32_t i = i0 + threadIdx.x;
+                const bool in = i < n4;
+                float4 ov = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                if (in) {
+                    const float4 v = ((const float4 *)nx.x)[i], g = ((const float4 *)nx.w)[i];
+                    ov = make_float4((v.x * scale) * g.x, (v.y * scale) * g.y,
+                                     (v.z * scale) * g.z, (v.w * scale) * g.w);
+                }
+                P::quant4(ov, in, i, sx);
+            }
+        } else { /* the quantized inputs copied in */
+            for (uint32_t i = threadIdx.x; i < k / 16; i += 128)
+                ((int4 *)s_q)[i] = ((const int4 *)xa.q)[i];
+            for (uint32_t i = threadIdx.x; i < k / 32; i += 128)
+                s_d[i] = xa.d[i];
         }
-        xa.q = s_q, xa.d = s_d, xa.s = s_s; /* q8k_block64x4 ends with a barrier */
+        __syncthreads();
+        xa = sx;
     }
     if (j >= end)
         return;
     if (!pdl_prewait)
         load(j, false);
-    int4 xv[2][4];
-    short4 xs[2];
-    float xd[2];
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const uint32_t c = lane + 32 * (uint32_t)i;
-        if (c < pairs) {
-            const int4 *xp = (const int4 *)(xa.q + (c / 4) * 256 + 64 * p);
-            xv[i][0] = xp[0], xv[i][1] = xp[1], xv[i][2] = xp[2], xv[i][3] = xp[3];
-            xs[i] = *(const short4 *)(xa.s + (c / 4) * 16 + 4 * p);
-            xd[i] = xa.d[c / 4];
-        }
-    }
+    typename P::X x;
+    P::inputs(xa, k, lane, x);
     float g = 0.0f; /* SWI: the gate row's sum until its up row's */
     while (j < end) {
-        const uint4 ch[2] = {hd[0], hd[1]}, c0[2] = {q0[0], q0[1]}, c1[2] = {q1[0], q1[1]};
+        const typename P::W cur = w;
         const bool up_next = SWI && !up;
         const uint32_t j_next = up_next ? j : j + nw;
         if (j_next < end)
             load(j_next, up_next);
-        float acc = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            if (lane + 32 * (uint32_t)i >= pairs)
-                break;
-            acc += q4k_pair_dot(q4k_pair_decode(ch[i], c0[i], c1[i], p), xv[i][0], xv[i][1],
-                                xv[i][2], xv[i][3], xs[i], xd[i]);
-        }
+        const float a = P::dot(cur, x, k, lane);
         if constexpr (!SWI) {
             const gemv_row R = gemv_part(o, j, row_bytes);
-            gemv_warp_store<1>(&acc, 1, R.j, R.y, R.ldy, R.bias, accumulate);
+            if (lane == 0) { /* gemv_warp_store's */
+                const float v = R.bias ? a + R.bias[R.j] : a;
+                float *yp = R.y + R.j;
+                *yp = accumulate ? *yp + v : v;
+            }
         } else if (!up) {
-            g = warp_sum(acc); /* gemv_warp_store's sum */
+            g = a;
         } else {
-            const float u = warp_sum(acc);
-            const uint32_t sb = j / 256;
+            const uint32_t gi = j / P::group;
             uint32_t done = 0;
             if (lane == 0) {
-                o.y[1][j] = u;
-                o.y[0][j] = g / (1.0f + expf(-g)) * u; /* swiglu_prep_kernel's */
+                o.y[1][j] = a;
+                o.y[0][j] = g / (1.0f + expf(-g)) * a; /* swiglu_prep_kernel's */
                 __threadfence();
-                done = atomicAdd(sw.ctr + sb, 1u);
+                done = atomicAdd(sw.ctr + gi, 1u);
             }
-            if (__shfl_sync(0xffffffffu, done, 0) % 256 == 255) {
+            if (__shfl_sync(0xffffffffu, done, 0) % P::group == P::group - 1) {
                 __threadfence();
-                q8k_warp256(o.y[0] + (size_t)sb * 256, sw.q.q + (size_t)sb * 256, sw.q.d + sb,
-                            sw.q.s + (size_t)sb * 16);
+                P::quant_group(o.y[0], gi, sw.q);
             }
         }
         j = j_next, up = up_next;
@@ -2016,9 +2162,16 @@ static int q80_variant(void)
         const char *e = getenv("HR_CUDA_Q80");
         v = e && !strcmp(e, "strided") ? 0 : e && !strcmp(e, "warp") ? 1
             : e && !strcmp(e, "row") ? 2 : e && !strcmp(e, "rows2") ? 3
-            : e && !strcmp(e, "rows4") ? 4 : 5;
+            : e && !strcmp(e, "rows4") ? 4 : e && !strcmp(e, "pipe") ? 6 : 5;
     }
     return v;
+}
+
+/* Rows the pipelined GEMV takes: one input row of 2048 to 4096 values
+ * (pipe_q80: whole words to a row's end, k % 256), no expert rows. */
+static bool pipe_rows(uint32_t k, uint32_t m, const hr_cuda_gemv_out &o)
+{
+    return m == 1 && !o.rx && k >= 2048 && k <= 4096 && k % 256 == 0;
 }
 
 /* The Q4_K integer GEMV for rows of 2048 values and more
@@ -2029,7 +2182,7 @@ static int q80_variant(void)
  * 8B shape's ffn_down); auto-warp (5) the same with the piece kernel's warp
  * per row, the default until 2026-12-07. The default, auto (7): pair, but
  * one input row on rows of up to 4096 values takes the pipelined kernel
- * (gemv_q4k_q8_pipe_kernel, the same bits). bench-gemv on an H100,
+ * (gemv_pipe_kernel, the same bits). bench-gemv on an H100,
  * 2026-12-07, share of a read-only kernel's GB/s (warp / row / rows2):
  * attn_q 67/51/68%, ffn_up 66/38/56%, ffn_down 58/65/69%, output
  * 65/32/49%; 8B Q4_K tg128 through bench-cuda: row 192.7, rows2 252.7,
@@ -2038,8 +2191,33 @@ static int q80_variant(void)
  * ms against auto-warp's 2.800 / 2.799 (with the merge's Q8_K 2.749 /
  * 2.747 against 2.770 / 2.770); in a later call pipe 2.659 / 2.655 against
  * pair's 2.742 / 2.810 (tg128 382.2 / 382.5 against 360.6 / 358.4). */
-/* gemv_q4k_q8_pipe_kernel's grid: its resident blocks (set at preload). */
-static unsigned pipe_blocks = 1;
+/* gemv_pipe_kernel's grids: their resident blocks (set at preload), Q4_K
+ * and Q8_0. */
+static unsigned pipe_blocks[2] = {1, 1};
+
+/* One launch of gemv_pipe_kernel (the checks are the callers'): nx NULL,
+ * inputs a; else the norm inside it, with sw (or NULL) the SwiGLU too. */
+template <class P>
+static void pipe_launch(const hr_cuda_gemv_out &o, uint64_t row_bytes, uint32_t k,
+                        const hr_cuda_q8_act *a, const q4k_norm_in *nx, const hr_cuda_swiglu_q8 *sw,
+                        int accumulate, cudaStream_t s)
+{
+    const unsigned cap = pipe_blocks[std::is_same<P, pipe_q80>::value];
+    const uint32_t warps = sw ? o.end[0] : o.n;
+    const unsigned nb = (warps + 3) / 4 < cap ? (warps + 3) / 4 : cap;
+    hr_cuda_q8_act none;
+    memset(&none, 0, sizeof(none));
+    const q4k_norm_in no_norm = {NULL, NULL, 0.0f};
+    if (!nx)
+        hr_launch(gemv_pipe_kernel<P, false, false>, nb, 128, 0, s, o, row_bytes, k, *a, no_norm,
+                  hr_cuda_swiglu_q8{}, accumulate);
+    else if (!sw)
+        hr_launch(gemv_pipe_kernel<P, true, false>, nb, 128, 0, s, o, row_bytes, k, none, *nx,
+                  hr_cuda_swiglu_q8{}, accumulate);
+    else
+        hr_launch(gemv_pipe_kernel<P, true, true>, nb, 128, 0, s, o, row_bytes, k, none, *nx, *sw,
+                  0);
+}
 
 static int q4k_variant(void)
 {
@@ -2153,10 +2331,14 @@ extern "C" cudaError_t hr_cuda_gemv_int_parts(int type, uint64_t row_bytes, uint
      * 2-byte-load kernel, a warp per row: a block per row would leave most
      * of its 128 threads idle (0.5B Q8_0 tg128 on an H200 went 795 -> 727
      * tok/s with it and the split attention together; not measured apart) */
-    const int qv = q80_variant() == 5 ? (k < 2048 ? 0 : 3)
-                   : q80_variant() == 2 && k < 2048 ? 0 : q80_variant();
+    int qv = q80_variant() == 5 ? (k < 2048 ? 0 : 3)
+             : q80_variant() == 2 && k < 2048 ? 0 : q80_variant();
+    if (qv == 6 && !(pipe_rows(k, m, o) && al % 4 == 0))
+        qv = k < 2048 ? 0 : 3; /* auto's */
     if (type == HR_CUDA_T_Q8_0 && k % 32 == 0 && al % 2 == 0 && qv) {
-        if (qv == 3)
+        if (qv == 6)
+            pipe_launch<pipe_q80>(o, row_bytes, k, a, NULL, NULL, accumulate, s);
+        else if (qv == 3)
             GEMV_MR(gemv_q80s_rows_kernel, (2), dim3((n + 1) / 2, gy), o, row_bytes, k, *a, m,
                     accumulate);
         else if (qv == 4)
@@ -2176,16 +2358,13 @@ extern "C" cudaError_t hr_cuda_gemv_int_parts(int type, uint64_t row_bytes, uint
         return cudaErrorInvalidValue;
     /* a block per row from 2048 values (8 super-blocks: 64 pieces) up */
     int qv4 = k >= 2048 ? q4k_variant() : 0;
-    if (qv4 == 7 && (m != 1 || o.rx || k > 4096))
+    if (qv4 == 7 && !pipe_rows(k, m, o))
         qv4 = 6; /* the pipelined kernel: one input row, up to 4096 values */
     if (qv4 == 5 || qv4 == 6)
         qv4 = k >= 8192 ? 2 : qv4 == 6 ? 6 : 0;
-    if (qv4 == 7) {
-        const unsigned nb = (n + 3) / 4 < pipe_blocks ? (n + 3) / 4 : pipe_blocks;
-        const q4k_norm_in none = {NULL, NULL, 0.0f};
-        hr_launch(gemv_q4k_q8_pipe_kernel<false, false>, nb, 128, 0, s, o, row_bytes, k, *a,
-                  none, hr_cuda_swiglu_q8k{}, accumulate);
-    } else if (qv4 == 6)
+    if (qv4 == 7)
+        pipe_launch<pipe_q4k>(o, row_bytes, k, a, NULL, NULL, accumulate, s);
+    else if (qv4 == 6)
         GEMV_MR(gemv_q4k_q8_pair_kernel, (2), dim3((n + 3) / 4, gy), o, row_bytes, k, *a, m, accumulate);
     else if (qv4 == 2)
         GEMV_MR(gemv_q4k_q8_rows_kernel, (2), dim3((n + 1) / 2, gy), o, row_bytes, k, *a, m, accumulate);
@@ -2198,38 +2377,36 @@ extern "C" cudaError_t hr_cuda_gemv_int_parts(int type, uint64_t row_bytes, uint
     return cudaGetLastError();
 }
 
-extern "C" int hr_cuda_gemv_q4k_normed_ok(uint32_t k)
+extern "C" int hr_cuda_gemv_normed_ok(int type, uint32_t k)
 {
-    return q4k_variant() == 7 && k >= 2048 && k <= 4096 && k % 256 == 0 && !gemv_float_only();
+    hr_cuda_gemv_out one;
+    memset(&one, 0, sizeof(one));
+    const bool on = type == HR_CUDA_T_Q4_K ? q4k_variant() == 7
+                    : type == HR_CUDA_T_Q8_0 ? q80_variant() == 6 : false;
+    return on && pipe_rows(k, 1, one) && !gemv_float_only();
 }
 
-extern "C" cudaError_t hr_cuda_gemv_q4k_normed(uint64_t row_bytes, uint32_t k,
-                                               const hr_cuda_gemv_out *op, const float *x,
-                                               const float *w, float eps,
-                                               const hr_cuda_swiglu_q8k *sw, int accumulate,
-                                               cudaStream_t s)
+extern "C" cudaError_t hr_cuda_gemv_normed(int type, uint64_t row_bytes, uint32_t k,
+                                           const hr_cuda_gemv_out *op, const float *x,
+                                           const float *w, float eps, const hr_cuda_swiglu_q8 *sw,
+                                           int accumulate, cudaStream_t s)
 {
     const hr_cuda_gemv_out &o = *op;
     if (!o.n)
         return cudaSuccess;
-    if (!hr_cuda_gemv_q4k_normed_ok(k) || o.rx || !o.n_parts || o.n_parts > HR_CUDA_GEMV_PARTS ||
-        parts_align(o, row_bytes) % 16)
+    const uint32_t align = type == HR_CUDA_T_Q4_K ? 16 : 4, group = type == HR_CUDA_T_Q4_K ? 256 : 32;
+    if (!hr_cuda_gemv_normed_ok(type, k) || o.rx || !o.n_parts ||
+        o.n_parts > HR_CUDA_GEMV_PARTS || parts_align(o, row_bytes) % align)
         return cudaErrorInvalidValue;
     const uint32_t F = o.end[0];
-    if (sw && (o.n_parts != 2 || o.n != 2 * F || F % 256 || o.bias[0] || o.bias[1] ||
-               accumulate || !sw->ctr || !sw->q.q || !sw->q.d || !sw->q.s))
+    if (sw && (o.n_parts != 2 || o.n != 2 * F || F % group || o.bias[0] || o.bias[1] ||
+               accumulate || !sw->ctr || !sw->q.q || !sw->q.d || (group == 256 && !sw->q.s)))
         return cudaErrorInvalidValue;
-    const uint32_t warps = sw ? F : o.n;
-    const unsigned nb = (warps + 3) / 4 < pipe_blocks ? (warps + 3) / 4 : pipe_blocks;
-    hr_cuda_q8_act none;
-    memset(&none, 0, sizeof(none));
     const q4k_norm_in nx = {x, w, eps};
-    if (sw)
-        hr_launch(gemv_q4k_q8_pipe_kernel<true, true>, nb, 128, 0, s, o, row_bytes, k, none, nx,
-                  *sw, 0);
+    if (type == HR_CUDA_T_Q4_K)
+        pipe_launch<pipe_q4k>(o, row_bytes, k, NULL, &nx, sw, accumulate, s);
     else
-        hr_launch(gemv_q4k_q8_pipe_kernel<true, false>, nb, 128, 0, s, o, row_bytes, k, none, nx,
-                  hr_cuda_swiglu_q8k{}, accumulate);
+        pipe_launch<pipe_q80>(o, row_bytes, k, NULL, &nx, sw, accumulate, s);
     return cudaGetLastError();
 }
 
@@ -4921,11 +5098,14 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
     if ((ce = cudaGetDevice(&dev)) != cudaSuccess ||
         (ce = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
         return ce;
-    int pipe_per_sm = 0;
+    int pipe_per_sm[2] = {0, 0};
     if ((ce = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-             &pipe_per_sm, gemv_q4k_q8_pipe_kernel<false, false>, 128, 0)) != cudaSuccess)
+             &pipe_per_sm[0], gemv_pipe_kernel<pipe_q4k, false, false>, 128, 0)) != cudaSuccess ||
+        (ce = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+             &pipe_per_sm[1], gemv_pipe_kernel<pipe_q80, false, false>, 128, 0)) != cudaSuccess)
         return ce;
-    pipe_blocks = (unsigned)(sms * (pipe_per_sm > 0 ? pipe_per_sm : 1));
+    for (int i = 0; i < 2; i++)
+        pipe_blocks[i] = (unsigned)(sms * (pipe_per_sm[i] > 0 ? pipe_per_sm[i] : 1));
     const unsigned early = pdl_mode() == 2 ? 0xFFFFFFFFu : pdl_mode() == 3 ? (unsigned)sms : 0;
     if ((ce = cudaMemcpyToSymbol(pdl_early_blocks, &early, sizeof(early))) != cudaSuccess)
         return ce;
@@ -4954,9 +5134,12 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
                        (const void *)gemv_q4k_q8_rows_kernel<2, 1>, (const void *)gemv_q4k_q8_rows_kernel<2, HR_CUDA_GEMV_MAX_ROWS>,
                        (const void *)gemv_q4k_q8_rows_kernel<4, 1>, (const void *)gemv_q4k_q8_rows_kernel<4, HR_CUDA_GEMV_MAX_ROWS>,
                        (const void *)gemv_q4k_q8_pair_kernel<2, 1>, (const void *)gemv_q4k_q8_pair_kernel<2, HR_CUDA_GEMV_MAX_ROWS>,
-                       (const void *)gemv_q4k_q8_pipe_kernel<false, false>,
-                       (const void *)gemv_q4k_q8_pipe_kernel<true, false>,
-                       (const void *)gemv_q4k_q8_pipe_kernel<true, true>,
+                       (const void *)gemv_pipe_kernel<pipe_q4k, false, false>,
+                       (const void *)gemv_pipe_kernel<pipe_q4k, true, false>,
+                       (const void *)gemv_pipe_kernel<pipe_q4k, true, true>,
+                       (const void *)gemv_pipe_kernel<pipe_q80, false, false>,
+                       (const void *)gemv_pipe_kernel<pipe_q80, true, false>,
+                       (const void *)gemv_pipe_kernel<pipe_q80, true, true>,
                        (const void *)gemv_q80_q8_kernel, (const void *)gemv_q80s_q8_kernel<0, 1>, (const void *)gemv_q80s_q8_kernel<0, HR_CUDA_GEMV_MAX_ROWS>,
                        (const void *)gemv_q80s_q8_kernel<1, 1>, (const void *)gemv_q80s_q8_kernel<1, HR_CUDA_GEMV_MAX_ROWS>,
                        (const void *)gemv_q80s_rows_kernel<2, 1>,

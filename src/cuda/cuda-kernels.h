@@ -189,28 +189,32 @@ cudaError_t hr_cuda_gemv_int_parts(int type, uint64_t row_bytes, uint32_t k,
                                    const hr_cuda_gemv_out *o, const struct hr_cuda_q8_act *a,
                                    uint32_t m, int accumulate, cudaStream_t s);
 
-/* The SwiGLU after a gate/up GEMV done inside it (hr_cuda_gemv_q4k_normed):
- * the down matmul's Q8_K inputs go to q; ctr holds a counter per 256 of the
- * F rows, each a multiple of 256 when the launch starts (zero them once:
- * every launch adds 256 to each). */
-typedef struct hr_cuda_swiglu_q8k {
+/* The SwiGLU after a gate/up GEMV done inside it (hr_cuda_gemv_normed):
+ * down's inputs go to q (Q8_K for Q4_K gate/up, Q8_0 for Q8_0); ctr holds a
+ * counter per 256 (Q8_K) or 32 (Q8_0) of the F rows, each a multiple of
+ * that when the launch starts (zero them once: every launch adds as many
+ * to each). */
+typedef struct hr_cuda_swiglu_q8 {
     struct hr_cuda_q8_act q;
     uint32_t *ctr;
-} hr_cuda_swiglu_q8k;
+} hr_cuda_swiglu_q8;
 
-/* One input row of Q4_K weights on x's RMSNorm (x: the k-wide residual,
- * w: the norm's weights), the norm done inside the GEMV (its pipelined
- * kernel): the results of hr_cuda_rms_norm_prep (Q8_K) then
- * hr_cuda_gemv_int_parts, bit for bit, less a launch; the normalized
- * floats are not written. Only where hr_cuda_gemv_q4k_normed_ok(k).
- * sw (NULL: none): o is gate/up, two parts of F rows (F % 256 == 0, no
- * biases, accumulate 0), and the kernel also does hr_cuda_swiglu_prep's
- * work with Q8_K inputs into sw->q, bit for bit: the gate part's y gets
- * silu(gate) x up, the up part's y up, another launch less. */
-int hr_cuda_gemv_q4k_normed_ok(uint32_t k);
-cudaError_t hr_cuda_gemv_q4k_normed(uint64_t row_bytes, uint32_t k, const hr_cuda_gemv_out *o,
-                                    const float *x, const float *w, float eps,
-                                    const hr_cuda_swiglu_q8k *sw, int accumulate, cudaStream_t s);
+/* One input row of Q4_K or Q8_0 weights on x's RMSNorm (x: the k-wide
+ * residual, w: the norm's weights), the norm done inside the GEMV (its
+ * pipelined kernel): the results of hr_cuda_rms_norm_prep (Q8_K or Q8_0)
+ * then hr_cuda_gemv_int_parts, bit for bit, less a launch; the normalized
+ * floats are not written. Only where hr_cuda_gemv_normed_ok(type, k): the
+ * type's pipelined kernel on (Q4_K's default; Q8_0 with HR_CUDA_Q80=pipe),
+ * 2048 <= k <= 4096, k % 256 == 0. sw (NULL: none): o is gate/up, two
+ * parts of F rows (F a multiple of the counters' group, no biases,
+ * accumulate 0), and the kernel also does hr_cuda_swiglu_prep's work
+ * into sw->q, bit for bit: the gate part's y gets silu(gate) x up, the up
+ * part's y up, another launch less. */
+int hr_cuda_gemv_normed_ok(int type, uint32_t k);
+cudaError_t hr_cuda_gemv_normed(int type, uint64_t row_bytes, uint32_t k,
+                                const hr_cuda_gemv_out *o, const float *x, const float *w,
+                                float eps, const hr_cuda_swiglu_q8 *sw, int accumulate,
+                                cudaStream_t s);
 
 /* Whether weights of `type` whose inputs round to `act` have an integer
  * GEMM for m > HR_CUDA_GEMV_MAX_ROWS (Q8_0, Q4_0, Q5_0, IQ4_NL and MXFP4 on

@@ -21,10 +21,10 @@
  *   tiles    [T/64 + S][2] i32  its query tiles: first token, rows (at most 64)
  *   seq_tok  [S][2] i32       hybrid models: each sequence's first token and count
  *   seq_slot [S] i32          hybrid models: its recurrent state slot
- *   ctr      [T n_head_kv + n_ff / 256] u32  GEMV steps: the fused kernels'
+ *   ctr      [T n_head_kv + n_ff / 32] u32  GEMV steps: the fused kernels'
  *            counters, staged as zeros every step: the attention's merge
  *            (hr_cuda_attn_args.ctr), then (int_gemv models) the SwiGLU's
- *            (hr_cuda_swiglu_q8k)
+ *            (hr_cuda_swiglu_q8)
  *   -- device-only --
  *   rope     [T][n_rot] f32   cos/sin pairs per token
  *   x        [T][n_embd] f32  the residual stream
@@ -134,13 +134,14 @@ struct hr_cuda_plan {
 };
 
 /* ctr's bytes in GEMV steps: a counter per (token, KV head) for the
- * attention's merge, then one per 256 FFN rows in models with an integer
- * GEMV (the fused SwiGLU, cuda-engine.c's swiglu_fused). */
+ * attention's merge, then one per 32 FFN rows in models with an integer
+ * GEMV (the fused SwiGLU, cuda-engine.c's swiglu_fused: Q8_0 blocks; Q8_K
+ * super-blocks take the first eighth). */
 static inline uint64_t hr_cuda_plan_ctr_bytes(const struct hr_cuda_plan_dims *d, uint64_t T)
 {
     if (T > d->gemv_max_tokens)
         return 0;
-    return (T * d->n_head_kv + (d->int_gemv ? (d->n_ff + 255) / 256 : 0)) * 4;
+    return (T * d->n_head_kv + (d->int_gemv ? (d->n_ff + 31) / 32 : 0)) * 4;
 }
 
 /* The widest input any matmul of the step reads: act's row length. */

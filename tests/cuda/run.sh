@@ -106,8 +106,9 @@ for v in pair warp row rows2 rows4; do
   HR_CUDA_Q4K=$v "$build/tests/cuda/test-cuda-kernels" | grep -E "Q4_K +integer|passed" || rc=1
 done
 # The Q8_0 integer GEMV's others than the default (a block per 2 rows): a
-# warp and a block per row, a block per 4 rows.
-for v in warp row rows4; do
+# warp and a block per row, a block per 4 rows, the pipelined kernel (one
+# input row; its norm- and SwiGLU-fused launches too).
+for v in warp row rows4 pipe; do
   echo "test-cuda-kernels, HR_CUDA_Q80=$v:"
   HR_CUDA_Q80=$v "$build/tests/cuda/test-cuda-kernels" | grep -E "Q8_0 +integer|passed" || rc=1
 done
@@ -119,7 +120,7 @@ done
 # (fused) to the same token's bits in a larger step (not fused).
 echo "test-cuda-engine, HR_CUDA_NORM_FUSE=1 (the norm inside the Q4_K GEMV):"
 HR_CUDA_NORM_FUSE=1 "$build/tests/cuda/test-cuda-engine" "${wide_files[0]}" || rc=1
-fuse_all="HR_CUDA_NORM_FUSE=1 HR_CUDA_SWIGLU_FUSE=1 HR_CUDA_ATTN_FUSE=1 HR_CUDA_QKV_FUSE=1"
+fuse_all="HR_CUDA_NORM_FUSE=1 HR_CUDA_SWIGLU_FUSE=1 HR_CUDA_ATTN_FUSE=1 HR_CUDA_QKV_FUSE=1 HR_CUDA_Q80=pipe"
 echo "test-cuda-engine, $fuse_all:"
 env $fuse_all "$build/tests/cuda/test-cuda-engine" "${wide_files[@]}" || rc=1
 echo "test-cuda-engine, HR_CUDA_ATTN_FUSE=1 HR_CUDA_QKV_FUSE=1 (the attention's merge and qkv_post in it):"

@@ -567,29 +567,58 @@ static void test_norm_prep(void)
              "n = 160, 896, 4096, 8192: the separate kernels' bytes, bit for bit");
 }
 
-/* The Q4_K GEMV that does the RMSNorm before it (hr_cuda_gemv_q4k_normed):
- * against the norm with its Q8_K inputs (hr_cuda_rms_norm_prep) then the
- * integer GEMV on them, bit for bit: one input row, k = 2304 and 4096,
- * 99 rows as three parts with their own strides and biases. Only where the
- * default Q4_K GEMV is on (HR_CUDA_Q4K unset or auto). */
-static void test_q4k_normed(void)
+/* The norm's quantized inputs for `t` (Q8_K for Q4_K, Q8_0 for Q8_0) as
+ * two equal rows of qa (hr_cuda_rms_norm_prep twice): the batch kernel's
+ * reference for a fused launch's one row. */
+static void normed_ref_inputs(enum hr_ggml_type t, const float *dx, const float *dg, uint32_t k,
+                              float *dxn, struct hr_cuda_q8_act *qa)
 {
-    if (!hr_cuda_gemv_q4k_normed_ok(4096)) {
-        printf("  skip  Q4_K GEMV with its norm: HR_CUDA_Q4K is not auto\n");
+    const uint32_t dgp = t == HR_GGML_Q4_K ? 256 : 32;
+    for (int r = 0; r < 2; r++) {
+        hr_cuda_norm_prep pr = {.kind = t == HR_GGML_Q4_K ? HR_CUDA_NORM_PREP_Q8_K
+                                                         : HR_CUDA_NORM_PREP_Q8_0};
+        pr.q.q = qa->q + (size_t)r * k, pr.q.d = qa->d + (size_t)r * (k / dgp);
+        pr.q.s = qa->s + (size_t)r * (k / 16);
+        CT_CUDA(hr_cuda_rms_norm_prep((float *)dx, 1, k, dg, 1e-5f, dxn, &pr, 0));
+    }
+}
+
+static void alloc_q8(struct hr_cuda_q8_act *qa, uint32_t rows, uint32_t k)
+{
+    CT_CUDA(cudaMalloc((void **)&qa->q, (size_t)rows * k));
+    CT_CUDA(cudaMalloc((void **)&qa->d, sizeof(float) * rows * (k / 32)));
+    CT_CUDA(cudaMalloc((void **)&qa->s, sizeof(int16_t) * rows * (k / 16)));
+}
+
+static void free_q8(struct hr_cuda_q8_act *qa)
+{
+    cudaFree(qa->q), cudaFree(qa->d), cudaFree(qa->s);
+}
+
+/* The GEMV that does the RMSNorm before it (hr_cuda_gemv_normed; Q4_K by
+ * default, Q8_0 under HR_CUDA_Q80=pipe): against the norm's inputs then
+ * the type's batch kernel (two equal input rows, so not the one-row
+ * kernel: the fused kernel's bits are a ragged step's), row 0, bit for
+ * bit: k = 2304 and 4096, 99 rows as three parts with their own strides
+ * and biases. */
+static void test_normed(enum hr_ggml_type t)
+{
+    if (!hr_cuda_gemv_normed_ok((int)t, 4096)) {
+        printf("  skip  %s GEMV with its norm: its pipelined kernel is off\n", hr_ggml_type_name(t));
         return;
     }
     int same = 1;
     const uint32_t ks[2] = {2304, 4096}, n = 99, cut[4] = {0, 39, 69, 99};
     for (int ki = 0; ki < 2; ki++) {
         const uint32_t k = ks[ki];
-        const size_t rb = hr_row_bytes(HR_GGML_Q4_K, k);
+        const size_t rb = hr_row_bytes(t, k);
         float *wf = malloc(sizeof(float) * k * n), *x = malloc(sizeof(float) * k);
         float *g = malloc(sizeof(float) * k), *bias = malloc(sizeof(float) * n);
         uint8_t *wq = malloc(rb * n);
         for (size_t i = 0; i < (size_t)k * n; i++)
             wf[i] = frand();
         for (uint32_t r = 0; r < n; r++)
-            hr_quantize_row(HR_GGML_Q4_K, wf + (size_t)r * k, wq + r * rb, k);
+            hr_quantize_row(t, wf + (size_t)r * k, wq + r * rb, k);
         for (uint32_t i = 0; i < k; i++)
             x[i] = frand() * 3.0f, g[i] = 0.5f + frand();
         for (uint32_t j = 0; j < n; j++)
@@ -599,117 +628,114 @@ static void test_q4k_normed(void)
         float *db = to_dev(bias, sizeof(float) * n), *dxn;
         struct hr_cuda_q8_act qa = {0};
         CT_CUDA(cudaMalloc((void **)&dxn, sizeof(float) * k));
-        CT_CUDA(cudaMalloc((void **)&qa.q, k));
-        CT_CUDA(cudaMalloc((void **)&qa.d, sizeof(float) * (k / 256)));
-        CT_CUDA(cudaMalloc((void **)&qa.s, sizeof(int16_t) * (k / 16)));
+        alloc_q8(&qa, 2, k);
         float *dy[2][3];
         hr_cuda_gemv_out o[2];
         for (int v = 0; v < 2; v++) {
             memset(&o[v], 0, sizeof(o[v]));
             for (int p = 0; p < 3; p++) {
                 const uint32_t ld = cut[p + 1] - cut[p] + 3 + (uint32_t)p;
-                CT_CUDA(cudaMalloc((void **)&dy[v][p], sizeof(float) * ld));
-                CT_CUDA(cudaMemset(dy[v][p], 0, sizeof(float) * ld));
+                CT_CUDA(cudaMalloc((void **)&dy[v][p], sizeof(float) * ld * 2));
+                CT_CUDA(cudaMemset(dy[v][p], 0, sizeof(float) * ld * 2));
                 o[v].w[p] = dw + (size_t)cut[p] * rb, o[v].y[p] = dy[v][p];
                 o[v].bias[p] = p == 1 ? NULL : db + cut[p], o[v].ldy[p] = ld;
                 o[v].end[p] = cut[p + 1];
             }
             o[v].n = n, o[v].n_parts = 3;
         }
-        hr_cuda_norm_prep pr = {.kind = HR_CUDA_NORM_PREP_Q8_K, .q = qa};
-        CT_CUDA(hr_cuda_rms_norm_prep(dx, 1, k, dg, 1e-5f, dxn, &pr, 0));
-        CT_CUDA(hr_cuda_gemv_int_parts(HR_CUDA_T_Q4_K, rb, k, &o[0], &qa, 1, 0, 0));
-        CT_CUDA(hr_cuda_gemv_q4k_normed(rb, k, &o[1], dx, dg, 1e-5f, NULL, 0, 0));
+        normed_ref_inputs(t, dx, dg, k, dxn, &qa);
+        CT_CUDA(hr_cuda_gemv_int_parts((int)t, rb, k, &o[0], &qa, 2, 0, 0));
+        CT_CUDA(hr_cuda_gemv_normed((int)t, rb, k, &o[1], dx, dg, 1e-5f, NULL, 0, 0));
         for (int p = 0; p < 3; p++)
             same &= same_dev(dy[0][p], dy[1][p], sizeof(float) * (cut[p + 1] - cut[p] + 3 + p));
         for (int v = 0; v < 2; v++)
             for (int p = 0; p < 3; p++)
                 cudaFree(dy[v][p]);
         cudaFree(dw), cudaFree(dx), cudaFree(dg), cudaFree(db), cudaFree(dxn);
-        cudaFree(qa.q), cudaFree(qa.d), cudaFree(qa.s);
+        free_q8(&qa);
         free(wf), free(x), free(g), free(bias), free(wq);
     }
-    CT_CHECK(same, "Q4_K GEMV with its RMSNorm (k = 2304, 4096; one input row; 3 parts, own "
-             "strides and biases) == the norm's Q8_K inputs then the GEMV, bit for bit");
+    CT_CHECK(same, "%-5s integer GEMV with its RMSNorm (k = 2304, 4096; one input row; 3 parts, "
+             "own strides and biases) == the norm's inputs then the batch kernel, bit for bit",
+             hr_ggml_type_name(t));
 }
 
 /* Gate/up with its norm and the SwiGLU after it in one launch
- * (hr_cuda_gemv_q4k_normed with hr_cuda_swiglu_q8k): against the norm's
- * Q8_K inputs, the GEMV of both parts, then SwiGLU with down's Q8_K inputs
- * (hr_cuda_swiglu_prep), bit for bit: h in gate's place, up, and the Q8_K
- * bytes, scales and sums; F = 768 (3 counters) at k = 4096 and F = 256 at
- * k = 2304, each launched three times on the same counters (they count on
- * from 256 and 512). */
-static void test_q4k_swiglu(void)
+ * (hr_cuda_gemv_normed with hr_cuda_swiglu_q8): against the norm's inputs,
+ * the batch GEMV of both parts (two equal rows), then SwiGLU with down's
+ * inputs (hr_cuda_swiglu_prep: Q8_K after Q4_K, Q8_0 after Q8_0), bit for
+ * bit: h in gate's place, up, and down's input bytes and scales (and
+ * Q8_K's sums); F = 768 at k = 4096 and F = 256 at k = 2304, each launched
+ * three times on the same counters (they count on). */
+static void test_swiglu_fused(enum hr_ggml_type t)
 {
-    if (!hr_cuda_gemv_q4k_normed_ok(4096)) {
-        printf("  skip  Q4_K gate/up with its norm and SwiGLU: HR_CUDA_Q4K is not auto\n");
+    if (!hr_cuda_gemv_normed_ok((int)t, 4096)) {
+        printf("  skip  %s gate/up with its norm and SwiGLU: its pipelined kernel is off\n",
+               hr_ggml_type_name(t));
         return;
     }
     int same = 1;
-    const uint32_t ks[2] = {4096, 2304}, fs[2] = {768, 256};
+    const int q8k = t == HR_GGML_Q4_K;
+    const uint32_t ks[2] = {4096, 2304}, fs[2] = {768, 256}, grp = q8k ? 256 : 32;
     for (int ki = 0; ki < 2; ki++) {
         const uint32_t k = ks[ki], F = fs[ki], n = 2 * F;
-        const size_t rb = hr_row_bytes(HR_GGML_Q4_K, k);
+        const size_t rb = hr_row_bytes(t, k);
         float *wf = malloc(sizeof(float) * k * n), *x = malloc(sizeof(float) * k);
         float *g = malloc(sizeof(float) * k);
         uint8_t *wq = malloc(rb * n);
         for (size_t i = 0; i < (size_t)k * n; i++)
             wf[i] = frand();
         for (uint32_t r = 0; r < n; r++)
-            hr_quantize_row(HR_GGML_Q4_K, wf + (size_t)r * k, wq + r * rb, k);
+            hr_quantize_row(t, wf + (size_t)r * k, wq + r * rb, k);
         for (uint32_t i = 0; i < k; i++)
             x[i] = frand() * 3.0f, g[i] = 0.5f + frand();
         uint8_t *dw = to_dev(wq, rb * n);
         float *dx = to_dev(x, sizeof(float) * k), *dg = to_dev(g, sizeof(float) * k), *dxn;
         uint32_t *ctr;
         CT_CUDA(cudaMalloc((void **)&dxn, sizeof(float) * k));
-        CT_CUDA(cudaMalloc((void **)&ctr, sizeof(uint32_t) * (F / 256)));
-        CT_CUDA(cudaMemset(ctr, 0, sizeof(uint32_t) * (F / 256)));
+        CT_CUDA(cudaMalloc((void **)&ctr, sizeof(uint32_t) * (F / grp)));
+        CT_CUDA(cudaMemset(ctr, 0, sizeof(uint32_t) * (F / grp)));
         struct hr_cuda_q8_act qa = {0}, qh[2] = {{0}, {0}};
-        CT_CUDA(cudaMalloc((void **)&qa.q, k));
-        CT_CUDA(cudaMalloc((void **)&qa.d, sizeof(float) * (k / 256)));
-        CT_CUDA(cudaMalloc((void **)&qa.s, sizeof(int16_t) * (k / 16)));
+        alloc_q8(&qa, 2, k);
         float *gy[2], *uy[2];
         hr_cuda_gemv_out o[2];
         for (int v = 0; v < 2; v++) {
-            CT_CUDA(cudaMalloc((void **)&qh[v].q, F));
-            CT_CUDA(cudaMalloc((void **)&qh[v].d, sizeof(float) * (F / 256)));
-            CT_CUDA(cudaMalloc((void **)&qh[v].s, sizeof(int16_t) * (F / 16)));
-            CT_CUDA(cudaMalloc((void **)&gy[v], sizeof(float) * F));
-            CT_CUDA(cudaMalloc((void **)&uy[v], sizeof(float) * F));
+            alloc_q8(&qh[v], 1, F);
+            CT_CUDA(cudaMalloc((void **)&gy[v], sizeof(float) * F * 2));
+            CT_CUDA(cudaMalloc((void **)&uy[v], sizeof(float) * F * 2));
             memset(&o[v], 0, sizeof(o[v]));
             o[v].w[0] = dw, o[v].w[1] = dw + (size_t)F * rb;
             o[v].y[0] = gy[v], o[v].y[1] = uy[v], o[v].ldy[0] = o[v].ldy[1] = F;
             o[v].end[0] = F, o[v].end[1] = o[v].end[2] = n;
             o[v].n = n, o[v].n_parts = 2;
         }
-        hr_cuda_norm_prep pr = {.kind = HR_CUDA_NORM_PREP_Q8_K, .q = qa};
-        CT_CUDA(hr_cuda_rms_norm_prep(dx, 1, k, dg, 1e-5f, dxn, &pr, 0));
-        CT_CUDA(hr_cuda_gemv_int_parts(HR_CUDA_T_Q4_K, rb, k, &o[0], &qa, 1, 0, 0));
-        pr = (hr_cuda_norm_prep){.kind = HR_CUDA_NORM_PREP_Q8_K, .q = qh[0]};
+        normed_ref_inputs(t, dx, dg, k, dxn, &qa);
+        CT_CUDA(hr_cuda_gemv_int_parts((int)t, rb, k, &o[0], &qa, 2, 0, 0));
+        hr_cuda_norm_prep pr = {.kind = q8k ? HR_CUDA_NORM_PREP_Q8_K : HR_CUDA_NORM_PREP_Q8_0,
+                                .q = qh[0]};
         CT_CUDA(hr_cuda_swiglu_prep(gy[0], uy[0], F, &pr, 0));
-        const hr_cuda_swiglu_q8k sw = {.q = qh[1], .ctr = ctr};
+        const hr_cuda_swiglu_q8 sw = {.q = qh[1], .ctr = ctr};
         for (int rep = 0; rep < 3; rep++) {
             CT_CUDA(cudaMemset(gy[1], 0, sizeof(float) * F));
             CT_CUDA(cudaMemset(qh[1].q, 0, F));
-            CT_CUDA(hr_cuda_gemv_q4k_normed(rb, k, &o[1], dx, dg, 1e-5f, &sw, 0, 0));
+            CT_CUDA(hr_cuda_gemv_normed((int)t, rb, k, &o[1], dx, dg, 1e-5f, &sw, 0, 0));
             same &= same_dev(gy[0], gy[1], sizeof(float) * F) &&
                     same_dev(uy[0], uy[1], sizeof(float) * F) && same_dev(qh[0].q, qh[1].q, F) &&
-                    same_dev(qh[0].d, qh[1].d, sizeof(float) * (F / 256)) &&
-                    same_dev(qh[0].s, qh[1].s, sizeof(int16_t) * (F / 16));
+                    same_dev(qh[0].d, qh[1].d, sizeof(float) * (F / grp));
+            if (q8k)
+                same &= same_dev(qh[0].s, qh[1].s, sizeof(int16_t) * (F / 16));
         }
         for (int v = 0; v < 2; v++) {
             cudaFree(gy[v]), cudaFree(uy[v]);
-            cudaFree(qh[v].q), cudaFree(qh[v].d), cudaFree(qh[v].s);
+            free_q8(&qh[v]);
         }
         cudaFree(dw), cudaFree(dx), cudaFree(dg), cudaFree(dxn), cudaFree(ctr);
-        cudaFree(qa.q), cudaFree(qa.d), cudaFree(qa.s);
+        free_q8(&qa);
         free(wf), free(x), free(g), free(wq);
     }
-    CT_CHECK(same, "Q4_K gate/up with its RMSNorm and SwiGLU (k = 4096, F = 768; k = 2304, "
-             "F = 256; 3 launches on the same counters) == norm, GEMV, SwiGLU with Q8_K "
-             "inputs, bit for bit");
+    CT_CHECK(same, "%-5s integer gate/up with its RMSNorm and SwiGLU (k = 4096, F = 768; k = "
+             "2304, F = 256; 3 launches on the same counters) == norm, batch GEMV, SwiGLU with "
+             "down's inputs, bit for bit", hr_ggml_type_name(t));
 }
 
 /* SwiGLU that also prepares the down matmul's inputs, the same way. */
@@ -1386,9 +1412,13 @@ int main(int argc, char **argv)
     test_small();
     test_norm_prep();
     test_swiglu_prep();
-    test_q4k_normed();
-    test_q4k_swiglu();
+    test_normed(HR_GGML_Q4_K);
+    test_normed(HR_GGML_Q8_0);
+    test_swiglu_fused(HR_GGML_Q4_K);
+    test_swiglu_fused(HR_GGML_Q8_0);
     test_int_rows(HR_GGML_Q8_0, 2080);
+    test_int_rows(HR_GGML_Q8_0, 2304); /* whole words: the pipelined kernel's too */
+    test_int_rows(HR_GGML_Q8_0, 4096);
     test_int_rows(HR_GGML_Q4_K, 2304);
     test_gemm_small(100, 2304);
     test_gemm_small(7000, 512);
