@@ -1529,7 +1529,7 @@ struct pipe_q4k {
             }
         }
     }
-    /* the row's sum, in every lane */
+    /* the lane's part of the row's sum */
     static __device__ __forceinline__ float dot(const W &w, const X &x, uint32_t k, uint32_t lane)
     {
         const uint32_t pairs = k / 256 * 4, p = lane % 4;
@@ -1541,7 +1541,13 @@ struct pipe_q4k {
             acc += q4k_pair_dot(q4k_pair_decode(w.hd[i], w.q0[i], w.q1[i], p), x.v[i][0],
                                 x.v[i][1], x.v[i][2], x.v[i][3], x.s[i], x.d[i]);
         }
-        return warp_sum(acc);
+        return acc;
+    }
+    /* the row's sum from the parts, in every lane; stored (+ bias) */
+    static __device__ __forceinline__ float total(float acc) { return warp_sum(acc); }
+    static __device__ __forceinline__ void store(float acc, const gemv_row &R, int accumulate)
+    {
+        gemv_warp_store<1>(&acc, 1, R.j, R.y, R.ldy, R.bias, accumulate);
     }
     /* NORM: rms_norm_kernel's Q8_K pass over the block's 128 threads */
     static __device__ __forceinline__ void quant4(float4 o, bool in, uint32_t i, hr_cuda_q8_act &q)
@@ -1608,7 +1614,17 @@ struct pipe_q80 {
             }
             W4[i] = warp_sum(t);
         }
-        return ((W4[0] + W4[1]) + W4[2]) + W4[3];
+        return ((W4[0] + W4[1]) + W4[2]) + W4[3]; /* the row's sum, in every lane */
+    }
+    static __device__ __forceinline__ float total(float a) { return a; }
+    static __device__ __forceinline__ void store(float a, const gemv_row &R, int accumulate)
+    {
+        if ((threadIdx.x & 31) == 0) { /* gemv_block_store's */
+            if (R.bias)
+                a += R.bias[R.j];
+            float *yp = R.y + R.j;
+            *yp = accumulate ? *yp + a : a;
+        }
     }
     /* NORM: rms_norm_kernel's Q8_0 pass (a block of 32 is 8 threads' float4s) */
     static __device__ __forceinline__ void quant4(float4 o, bool in, uint32_t i, hr_cuda_q8_act &q)
@@ -1716,17 +1732,13 @@ __global__ void __launch_bounds__(128, 4) gemv_pipe_kernel(hr_cuda_gemv_out o, u
         const uint32_t j_next = up_next ? j : j + nw;
         if (j_next < end)
             load(j_next, up_next);
-        const float a = P::dot(cur, x, k, lane);
+        const float acc = P::dot(cur, x, k, lane);
         if constexpr (!SWI) {
-            const gemv_row R = gemv_part(o, j, row_bytes);
-            if (lane == 0) { /* gemv_warp_store's */
-                const float v = R.bias ? a + R.bias[R.j] : a;
-                float *yp = R.y + R.j;
-                *yp = accumulate ? *yp + v : v;
-            }
+            P::store(acc, gemv_part(o, j, row_bytes), accumulate);
         } else if (!up) {
-            g = a;
+            g = P::total(acc);
         } else {
+            const float a = P::total(acc);
             const uint32_t gi = j / P::group;
             uint32_t done = 0;
             if (lane == 0) {
@@ -3383,16 +3395,17 @@ __device__ __forceinline__ uint64_t kv_row(const hr_cuda_kv_view &kv, int32_t ta
  * the cache. Heads 0..n_head-1 are queries, then n_head_kv keys. */
 /* qkv_post_kernel's work on head hh of token t (hh < n_head: query head hh;
  * else KV head hh - n_head) by one warp: the bias, the Q/K norm and RoPE
- * into hv[head_dim] (shared memory). fa_decode_kernel calls it too. */
-__device__ __forceinline__ void qkv_head(const hr_cuda_qkv_args &a, uint32_t t, uint32_t hh,
-                                         float *hv)
+ * into hv[head_dim] (shared memory); returns the head's input row.
+ * fa_decode_kernel calls it too. */
+__device__ __forceinline__ float *qkv_head(const hr_cuda_qkv_args &a, uint32_t t, uint32_t hh,
+                                           float *hv)
 {
     const uint32_t lane = threadIdx.x & 31;
     const uint32_t hd = a.kv.head_dim, nkv = a.kv.n_head_kv;
     const bool is_q = hh < a.n_head;
     const uint32_t h = is_q ? hh : hh - a.n_head;
     const uint32_t width = is_q ? a.n_head * hd : nkv * hd;
-    const float *src = (is_q ? a.q : a.k) + (uint64_t)t * width + (uint64_t)h * hd;
+    float *src = (is_q ? a.q : a.k) + (uint64_t)t * width + (uint64_t)h * hd;
     const float *bias = is_q ? a.bq : a.bk;
     const float *nw = is_q ? a.q_norm : a.k_norm;
     for (uint32_t i = lane; i < hd; i += 32)
@@ -3419,6 +3432,7 @@ __device__ __forceinline__ void qkv_head(const hr_cuda_qkv_args &a, uint32_t t, 
         hv[ib] = x0 * s + x1 * c;
     }
     __syncwarp();
+    return src;
 }
 
 /* KV head h's K (hv, made by qkv_head) and V (+ bias) of token t into the
@@ -3450,12 +3464,10 @@ __global__ void qkv_post_kernel(hr_cuda_qkv_args a)
     pdl_begin();
     __shared__ float hv[HR_CUDA_MAX_HEAD_DIM];
     const uint32_t t = blockIdx.x, hh = blockIdx.y, lane = threadIdx.x;
-    const uint32_t hd = a.kv.head_dim;
-    qkv_head(a, t, hh, hv);
+    float *src = qkv_head(a, t, hh, hv);
     if (hh < a.n_head) {
-        float *q = a.q + (uint64_t)t * a.n_head * hd + (uint64_t)hh * hd;
-        for (uint32_t i = lane; i < hd; i += 32)
-            q[i] = hv[i];
+        for (uint32_t i = lane; i < a.kv.head_dim; i += 32)
+            src[i] = hv[i];
         return;
     }
     qkv_store_kv(a, t, hh - a.n_head, hv);
@@ -3735,12 +3747,14 @@ __device__ __forceinline__ void attn_prep_out(const hr_cuda_norm_prep &pr, uint6
  * in later rounds): the maximum and the weights come from loads all in
  * flight at once, not one run's after another's (the serial version took
  * half as long as the attention kernel itself at 16K positions: 42 of
- * 125 us, ncu, H100). The sums go in run order. Loads from L2 (__ldcg):
- * fa_decode_kernel's last block merges runs other blocks of its own launch
- * wrote. */
+ * 125 us, ncu, H100). The sums go in run order. CG: the loads from L2
+ * (__ldcg), for fa_decode_kernel's last block, which merges runs other
+ * blocks of its own launch wrote (the same values). */
+template <bool CG>
 __device__ __forceinline__ float attn_merge32(const hr_cuda_attn_args &a, uint32_t t, uint32_t h,
                                               uint32_t w, int32_t ns)
 {
+    auto ld = [](const float *p) { return CG ? __ldcg(p) : *p; };
     const uint32_t hd = a.kv.head_dim, lane = threadIdx.x & 31;
     const float *pp = a.part + ((uint64_t)t * a.n_head + h) * a.n_split * (hd + 2);
     float M = a.sinks ? a.sinks[h] : -INFINITY;
@@ -3748,8 +3762,8 @@ __device__ __forceinline__ float attn_merge32(const hr_cuda_attn_args &a, uint32
 #pragma unroll
     for (int r = 0; r < HR_CUDA_ATTN_SPLITS / 32; r++) {
         const int32_t sr = 32 * r + (int32_t)lane;
-        ms[r] = sr < ns ? __ldcg(pp + (uint64_t)sr * (hd + 2)) : -INFINITY;
-        ls[r] = sr < ns ? __ldcg(pp + (uint64_t)sr * (hd + 2) + 1) : 0.0f;
+        ms[r] = sr < ns ? ld(pp + (uint64_t)sr * (hd + 2)) : -INFINITY;
+        ls[r] = sr < ns ? ld(pp + (uint64_t)sr * (hd + 2) + 1) : 0.0f;
         M = fmaxf(M, warp_max(ms[r]));
     }
     float L = a.sinks ? expf(a.sinks[h] - M) : 0.0f, acc = 0.0f;
@@ -3764,7 +3778,7 @@ __device__ __forceinline__ float attn_merge32(const hr_cuda_attn_args &a, uint32
         float x[32];
 #pragma unroll
         for (int32_t j = 0; j < 32; j++)
-            x[j] = j < n_r ? __ldcg(pp + (uint64_t)(32 * r + j) * (hd + 2)) : 0.0f;
+            x[j] = j < n_r ? ld(pp + (uint64_t)(32 * r + j) * (hd + 2)) : 0.0f;
 #pragma unroll
         for (int32_t j = 0; j < 32; j++) {
             if (j >= n_r)
@@ -3815,7 +3829,7 @@ __global__ void attn_combine_kernel(hr_cuda_attn_args a)
         prep_written(); /* one run: the attention kernel wrote the output itself */
         return;
     }
-    const float acc = attn_merge32(a, t, h, w, ns);
+    const float acc = attn_merge32<false>(a, t, h, w, ns);
     a.out[ob + lane] = acc;
     if (prep)
         prep_of(acc);
@@ -4158,7 +4172,7 @@ __device__ __forceinline__ void fad_merge(const hr_cuda_attn_args &a, uint32_t t
         const uint64_t ob = o0 + 32 * (uint64_t)u;
         float v;
         if (split) {
-            v = attn_merge32(a, t, hk * group + u / (HD / 32), u % (HD / 32), ns);
+            v = attn_merge32<true>(a, t, hk * group + u / (HD / 32), u % (HD / 32), ns);
             a.out[ob + lane] = v;
         } else if (prep32) {
             v = a.out[ob + lane];
@@ -4178,7 +4192,9 @@ __device__ __forceinline__ void fad_merge(const hr_cuda_attn_args &a, uint32_t t
     }
 }
 
-template <int HD>
+/* FUSE 0: the runs to attn_part for the merge kernel; 1: merged here
+ * (fad_merge; a.ctr); 2: also hr_cuda_qkv_post's work (a.qkv). */
+template <int HD, int FUSE>
 __global__ void __launch_bounds__(128) fa_decode_kernel(hr_cuda_attn_args a)
 {
     pdl_begin();
@@ -4237,7 +4253,7 @@ __global__ void __launch_bounds__(128) fa_decode_kernel(hr_cuda_attn_args a)
      * in stage 2's bytes, free until the loop's first load: the run that
      * holds pos stores the token's K and V before its tiles load; every
      * run makes the group's queries */
-    const bool fq = a.qkv.q != NULL;
+    constexpr bool fq = FUSE == 2;
     float *qf = (float *)(fa_sm + 2 * 2 * Ly::tile);
     static_assert(16 * HD * 4 <= 2 * Ly::tile, "a group's queries fit in a stage");
     if (fq && (int32_t)blockIdx.z == ns - 1) {
@@ -4422,7 +4438,7 @@ __global__ void __launch_bounds__(128) fa_decode_kernel(hr_cuda_attn_args a)
             a.out[(uint64_t)t * q_dim + (uint64_t)h * HD + d] = O / L;
         }
     }
-    if (a.ctr)
+    if constexpr (FUSE >= 1)
         fad_merge<HD>(a, t, hk, group, split, ns);
 }
 
@@ -4475,8 +4491,10 @@ extern "C" cudaError_t hr_cuda_attention(const struct hr_cuda_attn_args *a, cuda
     }
     if (a->part && (a->n_split < 1 || a->n_split > HR_CUDA_ATTN_SPLITS))
         return cudaErrorInvalidValue;
-    if ((a->ctr && !hr_cuda_attention_merged_ok(a)) || (a->qkv.q && !hr_cuda_attention_qkv_ok(a)))
+    if ((a->ctr && !hr_cuda_attention_merged_ok(a)) ||
+        (a->qkv.q && (!a->ctr || !hr_cuda_attention_qkv_ok(a))))
         return cudaErrorInvalidValue;
+    const int fuse = a->ctr ? (a->qkv.q ? 2 : 1) : 0;
     /* the merge makes them, a head (Q8_K: a super-block of heads) a block */
     const bool q8k = a->prep.kind == HR_CUDA_NORM_PREP_Q8_K;
     if (a->prep.kind != HR_CUDA_NORM_PREP_NONE &&
@@ -4486,10 +4504,15 @@ extern "C" cudaError_t hr_cuda_attention(const struct hr_cuda_attn_args *a, cuda
     const uint32_t group = a->n_head / a->kv.n_head_kv;
     if (a->gqa == 2 && fad_ok(a->kv.head_dim, a->kv.f16, group)) {
         dim3 grid(a->n_tokens, a->kv.n_head_kv, a->part ? a->n_split : 1);
+        const size_t sm = a->kv.head_dim == 64 ? fad_layout<64>::bytes : fad_layout<128>::bytes;
         if (a->kv.head_dim == 64)
-            hr_launch(fa_decode_kernel<64>, grid, 128, fad_layout<64>::bytes, s, *a);
+            hr_launch(fuse == 2 ? fa_decode_kernel<64, 2> : fuse ? fa_decode_kernel<64, 1>
+                                                               : fa_decode_kernel<64, 0>,
+                      grid, 128, sm, s, *a);
         else
-            hr_launch(fa_decode_kernel<128>, grid, 128, fad_layout<128>::bytes, s, *a);
+            hr_launch(fuse == 2 ? fa_decode_kernel<128, 2> : fuse ? fa_decode_kernel<128, 1>
+                                                                : fa_decode_kernel<128, 0>,
+                      grid, 128, sm, s, *a);
     } else if (a->gqa && group > 1 && group <= ATTN_GQA_MAX_WARPS &&
         group * a->kv.head_dim <= 1024) {
         dim3 grid(a->n_tokens, a->kv.n_head_kv, a->part ? a->n_split : 1);
@@ -5190,16 +5213,19 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)fa_layout<128>::bytes)) != cudaSuccess ||
         (ce = cudaFuncGetAttributes(&a, fa_prefill_kernel<64>)) != cudaSuccess ||
-        (ce = cudaFuncGetAttributes(&a, fa_prefill_kernel<128>)) != cudaSuccess ||
-        (ce = cudaFuncSetAttribute(fa_decode_kernel<64>,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)fad_layout<64>::bytes)) != cudaSuccess ||
-        (ce = cudaFuncSetAttribute(fa_decode_kernel<128>,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)fad_layout<128>::bytes)) != cudaSuccess ||
-        (ce = cudaFuncGetAttributes(&a, fa_decode_kernel<64>)) != cudaSuccess ||
-        (ce = cudaFuncGetAttributes(&a, fa_decode_kernel<128>)) != cudaSuccess)
+        (ce = cudaFuncGetAttributes(&a, fa_prefill_kernel<128>)) != cudaSuccess)
         return ce;
+    /* the decode attention, plain and with its fusions (FUSE 1, 2) */
+    void (*const fad[2][3])(hr_cuda_attn_args) = {
+        {fa_decode_kernel<64, 0>, fa_decode_kernel<64, 1>, fa_decode_kernel<64, 2>},
+        {fa_decode_kernel<128, 0>, fa_decode_kernel<128, 1>, fa_decode_kernel<128, 2>}};
+    for (int d = 0; d < 2; d++)
+        for (int f = 0; f < 3; f++)
+            if ((ce = cudaFuncSetAttribute(fad[d][f], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)(d ? fad_layout<128>::bytes
+                                                   : fad_layout<64>::bytes))) != cudaSuccess ||
+                (ce = cudaFuncGetAttributes(&a, fad[d][f])) != cudaSuccess)
+                return ce;
     /* Attention's two stages of tiles take up to 130 KiB of shared memory
      * (head_dim 256, an f32 cache), past the 48 KiB a launch gets unasked. */
     const int smem = (int)(attn_smem_floats(HR_CUDA_MAX_HEAD_DIM) * sizeof(float));
