@@ -1813,6 +1813,31 @@ static enum hr_status gemv_run(struct hr_cuda_engine *e, const struct fwd *f,
     return HR_OK;
 }
 
+/* The decode step's fusions, each the same bits with a launch less and
+ * off until measured on a GPU (HR_CUDA_<name>_FUSE=1):
+ * - NORM: the RMSNorm before Q/K/V and gate/up inside their GEMV when it
+ *   is the pipelined kernel (hr_cuda_gemv_normed; one-token steps);
+ * - SWIGLU (with NORM): the SwiGLU and down's inputs inside that gate/up
+ *   launch (hr_cuda_swiglu_q8);
+ * - ATTN: the attention merges its key runs and makes Wo's inputs in its
+ *   own last blocks (hr_cuda_attn_args.ctr);
+ * - QKV (with ATTN): the biases, Q/K norms, RoPE and KV store done by the
+ *   attention kernel (hr_cuda_attn_args.qkv; steps of one token a
+ *   sequence). */
+enum fusion { FUSE_NORM, FUSE_SWIGLU, FUSE_ATTN, FUSE_QKV, FUSE_N };
+
+static bool fusion_on(enum fusion fu)
+{
+    static const char *const name[FUSE_N] = {"HR_CUDA_NORM_FUSE", "HR_CUDA_SWIGLU_FUSE",
+                                             "HR_CUDA_ATTN_FUSE", "HR_CUDA_QKV_FUSE"};
+    static int v[FUSE_N] = {-1, -1, -1, -1};
+    if (v[fu] < 0) {
+        const char *s = getenv(name[fu]);
+        v[fu] = s && !strcmp(s, "1");
+    }
+    return v[fu];
+}
+
 /* y (+)= round(x) W^T (+ bias) over m rows, on the GEMV kernels when the
  * step has at most gemv_max_tokens rows (step_rows), else the GEMM. */
 static enum hr_status norm_flush(struct hr_cuda_engine *e, const struct fwd *f,
@@ -1979,20 +2004,6 @@ static void prep_prime(struct hr_cuda_engine *e, const float *x, uint32_t m, uin
     e->prime_act = next->act, e->prime_kind = (int)kind;
 }
 
-/* HR_CUDA_NORM_FUSE=1: in a one-token step, the RMSNorm before Q/K/V and
- * before gate/up is done inside their Q4_K or Q8_0 GEMV when it is the
- * pipelined kernel (hr_cuda_gemv_normed: the same bits, a launch and a
- * dependency wait less). Off until measured on a GPU. */
-static bool norm_fuse_on(void)
-{
-    static int v = -1;
-    if (v < 0) {
-        const char *s = getenv("HR_CUDA_NORM_FUSE");
-        v = s && !strcmp(s, "1");
-    }
-    return v;
-}
-
 /* The deferred norm launched after all (its reader is not the GEMV that
  * takes it), exactly as norm_for would have. */
 static enum hr_status norm_flush(struct hr_cuda_engine *e, const struct fwd *f,
@@ -2030,49 +2041,8 @@ static enum hr_status swiglu_for(struct hr_cuda_engine *e, const struct fwd *f,
     return HR_OK;
 }
 
-/* HR_CUDA_ATTN_FUSE=1: a decode step's attention merges its key runs and
- * makes Wo's inputs in its own last blocks (hr_cuda_attn_args.ctr): the
- * same bits, the merge launch less. Off until measured on a GPU. */
-static bool attn_fuse_on(void)
-{
-    static int v = -1;
-    if (v < 0) {
-        const char *s = getenv("HR_CUDA_ATTN_FUSE");
-        v = s && !strcmp(s, "1");
-    }
-    return v;
-}
-
-/* HR_CUDA_QKV_FUSE=1 (with HR_CUDA_ATTN_FUSE=1): the biases, Q/K norms,
- * RoPE and KV store done by the attention kernel of a decode step
- * (hr_cuda_attn_args.qkv): the same bits, the qkv_post launch less. Off
- * until measured on a GPU. */
-static bool qkv_fuse_on(void)
-{
-    static int v = -1;
-    if (v < 0) {
-        const char *s = getenv("HR_CUDA_QKV_FUSE");
-        v = s && !strcmp(s, "1");
-    }
-    return v;
-}
-
-/* HR_CUDA_SWIGLU_FUSE=1 (with HR_CUDA_NORM_FUSE=1): in a one-token step
- * the SwiGLU and down's inputs are made inside the gate/up GEMV that also
- * does the norm (hr_cuda_gemv_normed with hr_cuda_swiglu_q8): the same
- * bits, another launch less. Off until measured on a GPU. */
-static bool swiglu_fuse_on(void)
-{
-    static int v = -1;
-    if (v < 0) {
-        const char *s = getenv("HR_CUDA_SWIGLU_FUSE");
-        v = s && !strcmp(s, "1");
-    }
-    return v;
-}
-
 /* Gate/up, the SwiGLU and down's inputs in one launch where the pending
- * norm is xn's and everything the fused kernel needs holds (swiglu_fuse_on);
+ * norm is xn's and everything the fused kernel needs holds (FUSE_SWIGLU);
  * *done false: nothing was launched. */
 static enum hr_status swiglu_fused(struct hr_cuda_engine *e, const struct fwd *f,
                                    const struct dweight *wg, const struct dweight *wu,
@@ -2082,7 +2052,7 @@ static enum hr_status swiglu_fused(struct hr_cuda_engine *e, const struct fwd *f
     const uint32_t F = (uint32_t)wg->ne1, E = e->dims.n_embd;
     *done = false;
     const bool q4k = wg->type == HR_GGML_Q4_K;
-    if (!swiglu_fuse_on() || !e->norm_pending || e->norm_xn != f->xn || T != 1 || !f->ctr ||
+    if (!fusion_on(FUSE_SWIGLU) || !e->norm_pending || e->norm_xn != f->xn || T != 1 || !f->ctr ||
         !e->dims.int_gemv || F % (q4k ? 256 : 32) || F > e->dims.n_ff ||
         wu->type != wg->type || e->norm_next != wg || wu->ne1 != F || wg->ne0 != E ||
         wu->ne0 != E || wu->row_bytes != wg->row_bytes || !hr_cuda_gemv_normed_ok((int)wg->type, E))
@@ -2323,14 +2293,14 @@ static enum hr_status attention_mixer(struct hr_cuda_engine *e, const struct fwd
         aa.prep = prep_for(e, f, &D->wo, T, q_dim, merge_q8k_on() && 256 % hd == 0, &wo_kind);
     /* HR_CUDA_ATTN_FUSE=1: the merge in the attention kernel (its counters
      * first in the step's ctr) */
-    if (attn_fuse_on() && f->ctr) {
+    if (fusion_on(FUSE_ATTN) && f->ctr) {
         aa.ctr = f->ctr;
         if (!hr_cuda_attention_merged_ok(&aa))
             aa.ctr = NULL;
     }
     /* HR_CUDA_QKV_FUSE=1: qkv_post's work in the attention kernel too, in
      * steps of one token a sequence (a token's K/V is its own block's) */
-    if (qkv_fuse_on() && aa.ctr && T == e->n_seqs) {
+    if (fusion_on(FUSE_QKV) && aa.ctr && T == e->n_seqs) {
         aa.qkv = qa;
         if (!hr_cuda_attention_qkv_ok(&aa))
             memset(&aa.qkv, 0, sizeof(aa.qkv));
@@ -2408,7 +2378,7 @@ static enum hr_status norm_for(struct hr_cuda_engine *e, const struct fwd *f,
     const hr_cuda_norm_prep pr = prep_for(e, f, next, T, E, true, &kind);
     e->prime_valid = false;
     TRY(norm_flush(e, f, err));
-    if (next && T == 1 && norm_fuse_on() && hr_cuda_gemv_normed_ok((int)next->type, E) &&
+    if (next && T == 1 && fusion_on(FUSE_NORM) && hr_cuda_gemv_normed_ok((int)next->type, E) &&
         pr.kind == (next->type == HR_GGML_Q4_K ? HR_CUDA_NORM_PREP_Q8_K : HR_CUDA_NORM_PREP_Q8_0)) {
         /* left to the GEMV (matmul_parts), or launched by norm_flush */
         e->norm_pending = true, e->norm_x = f->x, e->norm_w = (const float *)w->d;
