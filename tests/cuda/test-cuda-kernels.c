@@ -583,6 +583,32 @@ static void normed_ref_inputs(enum hr_ggml_type t, const float *dx, const float 
     }
 }
 
+/* n random rows of k values quantized to t, on the device */
+static uint8_t *rand_matrix_dev(enum hr_ggml_type t, uint32_t k, uint32_t n)
+{
+    const size_t rb = hr_row_bytes(t, k);
+    float *wf = malloc(sizeof(float) * k);
+    uint8_t *wq = malloc(rb * n);
+    for (uint32_t r = 0; r < n; r++) {
+        for (uint32_t i = 0; i < k; i++)
+            wf[i] = frand();
+        hr_quantize_row(t, wf, wq + r * rb, k);
+    }
+    uint8_t *dw = to_dev(wq, rb * n);
+    free(wf), free(wq);
+    return dw;
+}
+
+/* A norm's random residual x and weights g (k values each), on the device */
+static void rand_norm_dev(uint32_t k, float **dx, float **dg)
+{
+    float *x = malloc(sizeof(float) * k), *g = malloc(sizeof(float) * k);
+    for (uint32_t i = 0; i < k; i++)
+        x[i] = frand() * 3.0f, g[i] = 0.5f + frand();
+    *dx = to_dev(x, sizeof(float) * k), *dg = to_dev(g, sizeof(float) * k);
+    free(x), free(g);
+}
+
 static void alloc_q8(struct hr_cuda_q8_act *qa, uint32_t rows, uint32_t k)
 {
     CT_CUDA(cudaMalloc((void **)&qa->q, (size_t)rows * k));
@@ -612,20 +638,12 @@ static void test_normed(enum hr_ggml_type t)
     for (int ki = 0; ki < 2; ki++) {
         const uint32_t k = ks[ki];
         const size_t rb = hr_row_bytes(t, k);
-        float *wf = malloc(sizeof(float) * k * n), *x = malloc(sizeof(float) * k);
-        float *g = malloc(sizeof(float) * k), *bias = malloc(sizeof(float) * n);
-        uint8_t *wq = malloc(rb * n);
-        for (size_t i = 0; i < (size_t)k * n; i++)
-            wf[i] = frand();
-        for (uint32_t r = 0; r < n; r++)
-            hr_quantize_row(t, wf + (size_t)r * k, wq + r * rb, k);
-        for (uint32_t i = 0; i < k; i++)
-            x[i] = frand() * 3.0f, g[i] = 0.5f + frand();
+        float *bias = malloc(sizeof(float) * n), *dx, *dg, *dxn;
         for (uint32_t j = 0; j < n; j++)
             bias[j] = frand();
-        uint8_t *dw = to_dev(wq, rb * n);
-        float *dx = to_dev(x, sizeof(float) * k), *dg = to_dev(g, sizeof(float) * k);
-        float *db = to_dev(bias, sizeof(float) * n), *dxn;
+        uint8_t *dw = rand_matrix_dev(t, k, n);
+        rand_norm_dev(k, &dx, &dg);
+        float *db = to_dev(bias, sizeof(float) * n);
         struct hr_cuda_q8_act qa = {0};
         CT_CUDA(cudaMalloc((void **)&dxn, sizeof(float) * k));
         alloc_q8(&qa, 2, k);
@@ -653,7 +671,7 @@ static void test_normed(enum hr_ggml_type t)
                 cudaFree(dy[v][p]);
         cudaFree(dw), cudaFree(dx), cudaFree(dg), cudaFree(db), cudaFree(dxn);
         free_q8(&qa);
-        free(wf), free(x), free(g), free(bias), free(wq);
+        free(bias);
     }
     CT_CHECK(same, "%-5s integer GEMV with its RMSNorm (k = 2304, 4096; one input row; 3 parts, "
              "own strides and biases) == the norm's inputs then the batch kernel, bit for bit",
@@ -680,17 +698,9 @@ static void test_swiglu_fused(enum hr_ggml_type t)
     for (int ki = 0; ki < 2; ki++) {
         const uint32_t k = ks[ki], F = fs[ki], n = 2 * F;
         const size_t rb = hr_row_bytes(t, k);
-        float *wf = malloc(sizeof(float) * k * n), *x = malloc(sizeof(float) * k);
-        float *g = malloc(sizeof(float) * k);
-        uint8_t *wq = malloc(rb * n);
-        for (size_t i = 0; i < (size_t)k * n; i++)
-            wf[i] = frand();
-        for (uint32_t r = 0; r < n; r++)
-            hr_quantize_row(t, wf + (size_t)r * k, wq + r * rb, k);
-        for (uint32_t i = 0; i < k; i++)
-            x[i] = frand() * 3.0f, g[i] = 0.5f + frand();
-        uint8_t *dw = to_dev(wq, rb * n);
-        float *dx = to_dev(x, sizeof(float) * k), *dg = to_dev(g, sizeof(float) * k), *dxn;
+        uint8_t *dw = rand_matrix_dev(t, k, n);
+        float *dx, *dg, *dxn;
+        rand_norm_dev(k, &dx, &dg);
         uint32_t *ctr;
         CT_CUDA(cudaMalloc((void **)&dxn, sizeof(float) * k));
         CT_CUDA(cudaMalloc((void **)&ctr, sizeof(uint32_t) * (F / grp)));
@@ -731,7 +741,6 @@ static void test_swiglu_fused(enum hr_ggml_type t)
         }
         cudaFree(dw), cudaFree(dx), cudaFree(dg), cudaFree(dxn), cudaFree(ctr);
         free_q8(&qa);
-        free(wf), free(x), free(g), free(wq);
     }
     CT_CHECK(same, "%-5s integer gate/up with its RMSNorm and SwiGLU (k = 4096, F = 768; k = "
              "2304, F = 256; 3 launches on the same counters) == norm, batch GEMV, SwiGLU with "
