@@ -1675,7 +1675,7 @@ struct fwd {
     float *qg, *qgate, *dn_qkv, *dn_z, *dn_beta, *dn_g, *dn_conv, *dn_o;
     float *attn_part; /* decode steps: the split attention's runs; else NULL */
     int32_t *seq_tok, *seq_slot;
-    uint32_t *ctr; /* GEMV steps of int_gemv models: the fused SwiGLU's counters; else NULL */
+    uint32_t *ctr; /* the fused decode kernels' counters (cuda-plan.h's ctr) */
     void *act16, *wdq; /* NULL in steps without tensor-core GEMMs */
     struct hr_cuda_q8_act actq; /* q NULL in models without integer GEMVs */
     struct hr_cuda_q8_act actq16; /* the integer GEMM's inputs in act16; q NULL without */
@@ -2052,7 +2052,7 @@ static enum hr_status swiglu_fused(struct hr_cuda_engine *e, const struct fwd *f
     const uint32_t F = (uint32_t)wg->ne1, E = e->dims.n_embd;
     *done = false;
     const bool q4k = wg->type == HR_GGML_Q4_K;
-    if (!fusion_on(FUSE_SWIGLU) || !e->norm_pending || e->norm_xn != f->xn || T != 1 || !f->ctr ||
+    if (!fusion_on(FUSE_SWIGLU) || !e->norm_pending || e->norm_xn != f->xn || T != 1 ||
         !e->dims.int_gemv || F % (q4k ? 256 : 32) || F > e->dims.n_ff ||
         wu->type != wg->type || e->norm_next != wg || wu->ne1 != F || wg->ne0 != E ||
         wu->ne0 != E || wu->row_bytes != wg->row_bytes || !hr_cuda_gemv_normed_ok((int)wg->type, E))
@@ -2066,7 +2066,7 @@ static enum hr_status swiglu_fused(struct hr_cuda_engine *e, const struct fwd *f
     gemv_out_add(&o, wg, f->gate, F, NULL);
     gemv_out_add(&o, wu, f->up, F, NULL);
     /* the attention's counters first (hr_cuda_plan_ctr_bytes) */
-    const hr_cuda_swiglu_q8 sw = {.q = pr.q, .ctr = f->ctr + T * e->dims.n_head_kv};
+    const hr_cuda_swiglu_q8 sw = {.q = pr.q, .ctr = f->ctr + hr_cuda_plan_ctr_attn(&e->dims)};
     e->norm_pending = false;
     prep_forget(e);
     e->prime_valid = false;
@@ -2293,7 +2293,7 @@ static enum hr_status attention_mixer(struct hr_cuda_engine *e, const struct fwd
         aa.prep = prep_for(e, f, &D->wo, T, q_dim, merge_q8k_on() && 256 % hd == 0, &wo_kind);
     /* HR_CUDA_ATTN_FUSE=1: the merge in the attention kernel (its counters
      * first in the step's ctr) */
-    if (fusion_on(FUSE_ATTN) && f->ctr) {
+    if (fusion_on(FUSE_ATTN) && T <= e->dims.gemv_max_tokens) {
         aa.ctr = f->ctr;
         if (!hr_cuda_attention_merged_ok(&aa))
             aa.ctr = NULL;
@@ -2623,8 +2623,8 @@ enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *ste
         f.dn_conv = view(e, p.off_dn_conv, T * CD * fz);
         f.dn_o = view(e, p.off_dn_o, T * VD * fz);
     }
-    const uint64_t ctr_bytes = hr_cuda_plan_ctr_bytes(&e->dims, T);
-    f.ctr = ctr_bytes ? view(e, p.off_ctr, ctr_bytes) : NULL;
+    const uint64_t ctr_bytes = hr_cuda_plan_ctr_bytes(&e->dims);
+    f.ctr = view(e, p.off_ctr, ctr_bytes);
     const uint64_t R = T > L ? T : L;
     memset(&f.actq, 0, sizeof(f.actq));
     if (e->dims.int_gemv) {
@@ -2650,7 +2650,7 @@ enum hr_status hr_cuda_engine_step(struct hr_cuda_engine *e, struct hr_step *ste
 
     /* The metadata, in the staging copy of the arena's first meta_bytes. */
     uint8_t *h = e->h_stage;
-    memset(h + p.off_ctr, 0, ctr_bytes); /* every launch adds 256 to each: a multiple */
+    memset(h + p.off_ctr, 0, ctr_bytes); /* the fused kernels' counters start at 0 */
     int32_t *tokens = (int32_t *)(h + p.off_tokens), *pos = (int32_t *)(h + p.off_pos);
     int32_t *seq_of = (int32_t *)(h + p.off_seq_of), *rows = (int32_t *)(h + p.off_rows);
     int32_t *tab_off = (int32_t *)(h + p.off_tab_off), *tables = (int32_t *)(h + p.off_tables);

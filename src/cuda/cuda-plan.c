@@ -46,7 +46,7 @@ void hr_cuda_plan_layout(const struct hr_cuda_plan_dims *d, const struct hr_cuda
     const uint64_t S_dn = d->dn_conv_dim ? s->n_seqs : 0;
     p->off_seq_tok = place(&c, S_dn * 2 * i, &end);
     p->off_seq_slot = place(&c, S_dn * i, &end);
-    p->off_ctr = place(&c, hr_cuda_plan_ctr_bytes(d, T), &end);
+    p->off_ctr = place(&c, hr_cuda_plan_ctr_bytes(d), &end);
     p->meta_bytes = end;
 
     p->off_rope = place(&c, T * d->n_rot * f, &end);

@@ -21,10 +21,10 @@
  *   tiles    [T/64 + S][2] i32  its query tiles: first token, rows (at most 64)
  *   seq_tok  [S][2] i32       hybrid models: each sequence's first token and count
  *   seq_slot [S] i32          hybrid models: its recurrent state slot
- *   ctr      [T n_head_kv + n_ff / 32] u32  GEMV steps: the fused kernels'
- *            counters, staged as zeros every step: the attention's merge
- *            (hr_cuda_attn_args.ctr), then (int_gemv models) the SwiGLU's
- *            (hr_cuda_swiglu_q8)
+ *   ctr      [G n_head_kv + n_ff / 32] u32  the fused decode kernels'
+ *            counters, staged as zeros every step (G = gemv_max_tokens):
+ *            the attention's merge (hr_cuda_attn_args.ctr), then (int_gemv
+ *            models) the SwiGLU's (hr_cuda_swiglu_q8)
  *   -- device-only --
  *   rope     [T][n_rot] f32   cos/sin pairs per token
  *   x        [T][n_embd] f32  the residual stream
@@ -133,15 +133,19 @@ struct hr_cuda_plan {
     uint64_t total_bytes;  /* arena + kv: what the step adds to device memory */
 };
 
-/* ctr's bytes in GEMV steps: a counter per (token, KV head) for the
- * attention's merge, then one per 32 FFN rows in models with an integer
- * GEMV (the fused SwiGLU, cuda-engine.c's swiglu_fused: Q8_0 blocks; Q8_K
- * super-blocks take the first eighth). */
-static inline uint64_t hr_cuda_plan_ctr_bytes(const struct hr_cuda_plan_dims *d, uint64_t T)
+/* ctr's bytes, the same in every step (so the largest step's metadata
+ * stays the largest): a counter per (token, KV head) of a GEMV step for
+ * the attention's merge, then one per 32 FFN rows in models with an
+ * integer GEMV (the fused SwiGLU, cuda-engine.c's swiglu_fused: Q8_0
+ * blocks; Q8_K super-blocks take the first eighth). */
+static inline uint64_t hr_cuda_plan_ctr_attn(const struct hr_cuda_plan_dims *d)
 {
-    if (T > d->gemv_max_tokens)
-        return 0;
-    return (T * d->n_head_kv + (d->int_gemv ? (d->n_ff + 31) / 32 : 0)) * 4;
+    return (uint64_t)d->gemv_max_tokens * d->n_head_kv;
+}
+
+static inline uint64_t hr_cuda_plan_ctr_bytes(const struct hr_cuda_plan_dims *d)
+{
+    return (hr_cuda_plan_ctr_attn(d) + (d->int_gemv ? (d->n_ff + 31) / 32 : 0)) * 4;
 }
 
 /* The widest input any matmul of the step reads: act's row length. */

@@ -80,7 +80,7 @@ static void check_plan(const struct hr_cuda_plan_dims *d, const struct hr_cuda_s
         {p.off_tiles, (T / HR_CUDA_FA_TILE + s->n_seqs) * 8, 0},
         {p.off_seq_tok, d->dn_conv_dim ? (uint64_t)s->n_seqs * 8 : 0, 0},
         {p.off_seq_slot, d->dn_conv_dim ? (uint64_t)s->n_seqs * 4 : 0, 0},
-        {p.off_ctr, T <= d->gemv_max_tokens ? (T * d->n_head_kv + (d->int_gemv ? (d->n_ff + 31) / 32 : 0)) * 4 : 0, 0},
+        {p.off_ctr, ((uint64_t)d->gemv_max_tokens * d->n_head_kv + (d->int_gemv ? (d->n_ff + 31) / 32 : 0)) * 4, 0},
         {p.off_rope, T * d->n_rot * f, 0},
         {p.off_x, T * d->n_embd * f, 0}, {p.off_xn, T * d->n_embd * f, 0},
         {p.off_act, A * max_in * f, 0},
