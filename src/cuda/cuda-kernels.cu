@@ -18,7 +18,6 @@
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <type_traits>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -667,6 +666,18 @@ __device__ __forceinline__ void q8k_warp_best(float &ax, int &ix, float &v)
     }
 }
 
+/* A thread's N consecutive values v (the first at index i0): its first
+ * value of largest magnitude, as q8k_best's candidates. */
+template <int N>
+__device__ __forceinline__ void q8k_thread_best(const float (&v)[N], int i0, float &ax, int &ix,
+                                                float &bv)
+{
+    ax = fabsf(v[0]), bv = v[0], ix = i0;
+#pragma unroll
+    for (int j = 1; j < N; j++)
+        q8k_best(ax, ix, bv, fabsf(v[j]), i0 + j, v[j]);
+}
+
 /* q = min(127, rint(-127 / mx x v)); 0 when mx is 0. */
 __device__ __forceinline__ int q8k_q(float mx, float v)
 {
@@ -676,6 +687,17 @@ __device__ __forceinline__ int q8k_q(float mx, float v)
 __device__ __forceinline__ float q8k_d(float mx)
 {
     return mx != 0.0f ? 1 / (-127.f / mx) : 0.0f;
+}
+
+/* A thread's N values quantized against the super-block's mx; their sum. */
+template <int N>
+__device__ __forceinline__ int q8k_thread_q(float mx, const float (&v)[N], int (&qv)[N])
+{
+    int sum = 0;
+#pragma unroll
+    for (int j = 0; j < N; j++)
+        qv[j] = q8k_q(mx, v[j]), sum += qv[j];
+    return sum;
 }
 
 /* A Q8_K super-block held by a block of 256 threads, value v of thread
@@ -729,11 +751,9 @@ __device__ void q8k_block64x4(float4 o, bool in, uint32_t t64, int8_t *q, float 
     __shared__ float s_ax[32], s_v[32];
     __shared__ int s_ix[32];
     const float ov[4] = {o.x, o.y, o.z, o.w};
-    float ax = fabsf(ov[0]), bv = ov[0];
-    int ix = (int)(4 * t64);
-#pragma unroll
-    for (int j = 1; j < 4; j++)
-        q8k_best(ax, ix, bv, fabsf(ov[j]), (int)(4 * t64) + j, ov[j]);
+    float ax, bv;
+    int ix;
+    q8k_thread_best(ov, (int)(4 * t64), ax, ix, bv);
     q8k_warp_best(ax, ix, bv);
     const uint32_t w = threadIdx.x / 32;
     if ((threadIdx.x & 31) == 0)
@@ -744,10 +764,8 @@ __device__ void q8k_block64x4(float4 o, bool in, uint32_t t64, int8_t *q, float 
     int bi = s_ix[w0];
     q8k_best(ba, bi, bvv, s_ax[w0 + 1], s_ix[w0 + 1], s_v[w0 + 1]);
     const float mx = ba == 0.0f ? 0.0f : bvv;
-    int qv[4], sum = 0;
-#pragma unroll
-    for (int j = 0; j < 4; j++)
-        qv[j] = q8k_q(mx, ov[j]), sum += qv[j];
+    int qv[4];
+    int sum = q8k_thread_q(mx, ov, qv);
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     if (in) {
@@ -1463,17 +1481,13 @@ __device__ __forceinline__ void q8k_warp256(const float *v256, int8_t *q, float 
     const float4 a = __ldcg((const float4 *)v256 + 2 * lane);
     const float4 b = __ldcg((const float4 *)v256 + 2 * lane + 1);
     const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-    float ax = fabsf(v[0]), bv = v[0];
-    int ix = (int)(8 * lane);
-#pragma unroll
-    for (int j = 1; j < 8; j++)
-        q8k_best(ax, ix, bv, fabsf(v[j]), (int)(8 * lane) + j, v[j]);
+    float ax, bv;
+    int ix;
+    q8k_thread_best(v, (int)(8 * lane), ax, ix, bv);
     q8k_warp_best(ax, ix, bv);
     const float mx = ax == 0.0f ? 0.0f : bv;
-    int qv[8], sum = 0;
-#pragma unroll
-    for (int j = 0; j < 8; j++)
-        qv[j] = q8k_q(mx, v[j]), sum += qv[j];
+    int qv[8];
+    int sum = q8k_thread_q(mx, v, qv);
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     ((char4 *)q)[2 * lane] = make_char4((signed char)qv[0], (signed char)qv[1],
                                         (signed char)qv[2], (signed char)qv[3]);
@@ -1502,6 +1516,7 @@ __device__ __forceinline__ void q80_warp32(const float *v32, int8_t *q, float *d
 struct pipe_q4k {
     static constexpr uint32_t group = 256; /* SWI: a Q8_K super-block */
     static constexpr bool staged = false;  /* inputs in registers */
+    static constexpr int id = 0;           /* pipe_blocks[id] */
     struct W {
         uint4 hd[2], q0[2], q1[2];
     };
@@ -1569,6 +1584,7 @@ struct pipe_q4k {
 struct pipe_q80 {
     static constexpr uint32_t group = 32; /* SWI: a Q8_0 block */
     static constexpr bool staged = true;  /* inputs from the block's shared copy */
+    static constexpr int id = 1;          /* pipe_blocks[id] */
     struct W {
         uint32_t w[4][9];
     };
@@ -2179,11 +2195,17 @@ static int q80_variant(void)
     return v;
 }
 
-/* Rows the pipelined GEMV takes: one input row of 2048 to 4096 values
- * (pipe_q80: whole words to a row's end, k % 256), no expert rows. */
+/* Rows the pipelined GEMV takes: 2048 to 4096 values (pipe_q80: whole
+ * words to a row's end, k % 256); pipe_rows: and one input row, no expert
+ * rows. */
+static bool pipe_k_ok(uint32_t k)
+{
+    return k >= 2048 && k <= 4096 && k % 256 == 0;
+}
+
 static bool pipe_rows(uint32_t k, uint32_t m, const hr_cuda_gemv_out &o)
 {
-    return m == 1 && !o.rx && k >= 2048 && k <= 4096 && k % 256 == 0;
+    return m == 1 && !o.rx && pipe_k_ok(k);
 }
 
 /* The Q4_K integer GEMV for rows of 2048 values and more
@@ -2214,7 +2236,7 @@ static void pipe_launch(const hr_cuda_gemv_out &o, uint64_t row_bytes, uint32_t 
                         const hr_cuda_q8_act *a, const q4k_norm_in *nx, const hr_cuda_swiglu_q8 *sw,
                         int accumulate, cudaStream_t s)
 {
-    const unsigned cap = pipe_blocks[std::is_same<P, pipe_q80>::value];
+    const unsigned cap = pipe_blocks[P::id];
     const uint32_t warps = sw ? o.end[0] : o.n;
     const unsigned nb = (warps + 3) / 4 < cap ? (warps + 3) / 4 : cap;
     hr_cuda_q8_act none;
@@ -2391,11 +2413,9 @@ extern "C" cudaError_t hr_cuda_gemv_int_parts(int type, uint64_t row_bytes, uint
 
 extern "C" int hr_cuda_gemv_normed_ok(int type, uint32_t k)
 {
-    hr_cuda_gemv_out one;
-    memset(&one, 0, sizeof(one));
     const bool on = type == HR_CUDA_T_Q4_K ? q4k_variant() == 7
                     : type == HR_CUDA_T_Q8_0 ? q80_variant() == 6 : false;
-    return on && pipe_rows(k, 1, one) && !gemv_float_only();
+    return on && pipe_k_ok(k) && !gemv_float_only();
 }
 
 extern "C" cudaError_t hr_cuda_gemv_normed(int type, uint64_t row_bytes, uint32_t k,
@@ -5123,9 +5143,9 @@ extern "C" cudaError_t hr_cuda_kernels_preload(void)
         return ce;
     int pipe_per_sm[2] = {0, 0};
     if ((ce = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-             &pipe_per_sm[0], gemv_pipe_kernel<pipe_q4k, false, false>, 128, 0)) != cudaSuccess ||
+             &pipe_per_sm[pipe_q4k::id], gemv_pipe_kernel<pipe_q4k, false, false>, 128, 0)) != cudaSuccess ||
         (ce = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-             &pipe_per_sm[1], gemv_pipe_kernel<pipe_q80, false, false>, 128, 0)) != cudaSuccess)
+             &pipe_per_sm[pipe_q80::id], gemv_pipe_kernel<pipe_q80, false, false>, 128, 0)) != cudaSuccess)
         return ce;
     for (int i = 0; i < 2; i++)
         pipe_blocks[i] = (unsigned)(sms * (pipe_per_sm[i] > 0 ? pipe_per_sm[i] : 1));
