@@ -1179,12 +1179,8 @@ static void test_attention(uint32_t hd, uint32_t window, int sinks, uint32_t nh)
         CT_CUDA(cudaMalloc((void **)&o1, sizeof(float) * n));
         CT_CUDA(cudaMalloc((void **)&a0, sizeof(float) * n));
         CT_CUDA(cudaMalloc((void **)&a1, sizeof(float) * n));
-        CT_CUDA(cudaMalloc((void **)&k0.q, n));
-        CT_CUDA(cudaMalloc((void **)&k1.q, n));
-        CT_CUDA(cudaMalloc((void **)&k0.d, sizeof(float) * (n / 32)));
-        CT_CUDA(cudaMalloc((void **)&k1.d, sizeof(float) * (n / 32)));
-        CT_CUDA(cudaMalloc((void **)&k0.s, sizeof(int16_t) * (n / 16)));
-        CT_CUDA(cudaMalloc((void **)&k1.s, sizeof(int16_t) * (n / 16)));
+        alloc_q8(&k0, 1, (uint32_t)n);
+        alloc_q8(&k1, 1, (uint32_t)n);
         int same = 1, ran = 0;
         const int kinds[4] = {HR_CUDA_NORM_PREP_NONE, HR_CUDA_NORM_PREP_Q8_0,
                               HR_CUDA_NORM_PREP_F16, HR_CUDA_NORM_PREP_Q8_K};
@@ -1232,7 +1228,7 @@ static void test_attention(uint32_t hd, uint32_t window, int sinks, uint32_t nh)
                  "bit for bit, twice on the same counters (back at 0)", hd,
                  window ? ", windowed" : "", sinks ? ", sinks" : "", nh, ran == 4 ? ", Q8_K" : "");
         cudaFree(ctr), cudaFree(o0), cudaFree(o1), cudaFree(a0), cudaFree(a1);
-        cudaFree(k0.q), cudaFree(k1.q), cudaFree(k0.d), cudaFree(k1.d), cudaFree(k0.s), cudaFree(k1.s);
+        free_q8(&k0), free_q8(&k1);
     }
     cudaFree(part);
     cudaFree((void *)a.q), cudaFree(a.out), cudaFree(a.kv.pool), cudaFree((void *)a.kv.pos);
